@@ -1,0 +1,256 @@
+/*
+ * kvpage.h — the public C API of kvpage, a paged KV-cache store.
+ *
+ * An inference engine opens a store for one model shape (layers, query heads,
+ * kv heads, head_dim), creates sequences in it, appends the post-RoPE keys and
+ * values of every layer as tokens arrive, and asks the store for attention over
+ * what it holds (decode for a batch of sequences, causal prefill for one).
+ * Keys and values live in fixed-size pages taken from a pool whose capacity is
+ * fixed when the store is created; a fork shares every page copy-on-write.
+ *
+ * Conventions (all functions):
+ *   - Return 0 (KV_OK) or a negative KV_E* code; kv_strerror() names it.
+ *     Negative values that are not KV_E* codes are -errno from the OS.
+ *   - Bad input (NULL handle, index out of range, freed sequence, absurd
+ *     config) returns an error and leaves the store exactly as it was.
+ *     Running out of pages or memory mid-call also leaves the store unchanged:
+ *     every mutating call is all-or-nothing.
+ *   - Thread safety: calls that change a store (append, fork, free, compact,
+ *     create/destroy of sequences) must be serialized by the caller per store.
+ *     Attention and read calls only read and may run concurrently with each
+ *     other, but not with a mutating call on the same store.
+ *   - Shapes are written [outer][...][inner], row-major, elements contiguous.
+ *
+ * Ownership: the store owns every page and sequence; buffers passed in are
+ * borrowed for the duration of the call only.
+ */
+#ifndef KVPAGE_KVPAGE_H
+#define KVPAGE_KVPAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KVPAGE_BUILD) && defined(__GNUC__)
+#define KV_API __attribute__((visibility("default")))
+#else
+#define KV_API
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Error codes. Kept far from -errno so OS errors can pass through unchanged. */
+enum {
+    KV_OK          = 0,
+    KV_EINVAL      = -1001, /* bad argument: NULL pointer, zero size, bad enum    */
+    KV_ENOMEM      = -1002, /* no free page in the pool, or metadata alloc failed */
+    KV_ERANGE      = -1003, /* layer, head, token index or value out of range     */
+    KV_ENOENT      = -1004, /* no such sequence (never created, or freed)         */
+    KV_ESTATE      = -1005, /* object in the wrong state (double release, ...)    */
+    KV_ENOTSUP     = -1006, /* feature not built in or not supported              */
+    KV_EVERSION    = -1007, /* config struct_size/version not understood          */
+    KV_ECORRUPT    = -1008, /* stored data failed its integrity check             */
+    KV_EIO         = -1009, /* I/O error                                          */
+    KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
+};
+
+/* A short English description of an error code (never NULL). */
+KV_API const char *kv_strerror(int err);
+
+/* The library version as "MAJOR.MINOR.PATCH". */
+KV_API const char *kv_version(void);
+
+/* ---- types ------------------------------------------------------------- */
+
+/* Element type of K/V given to kv_append. */
+typedef enum kv_dtype {
+    KV_DTYPE_F32 = 0,
+    KV_DTYPE_F16 = 1, /* IEEE binary16, stored as uint16_t */
+} kv_dtype_t;
+
+/* Page formats. The numbers never change: they are written into page files. */
+typedef enum kv_format {
+    KV_FMT_FP16   = 0,
+    KV_FMT_INT4   = 1, /* reserved: KIVI 4-bit, groups of 16 */
+    KV_FMT_INT2   = 2, /* reserved: KIVI 2-bit, groups of 16 */
+    KV_FMT_MERGED = 3, /* reserved: MiniCache merged layer pair */
+    KV_FMT_COUNT  = 4,
+} kv_format_t;
+
+/* Compute backends. The CPU backend is always present. */
+typedef enum kv_backend_kind {
+    KV_BACKEND_CPU  = 0,
+    KV_BACKEND_CUDA = 1, /* not yet available: kv_store_create returns KV_ENOTSUP */
+} kv_backend_kind_t;
+
+typedef struct kv_store kv_store_t; /* opaque */
+typedef uint32_t kv_seq_id_t;       /* sequence id, unique among live sequences */
+
+/* Store configuration. Always start from kv_config_default(), which sets
+ * struct_size and version; then set the model shape and pool size. */
+#define KV_CONFIG_VERSION 1u
+
+/* kv_config_t.flags */
+#define KV_CONFIG_NO_TCACHE 0x1u /* pool: no per-thread page caches (exact peak, slower) */
+
+typedef struct kv_config {
+    uint32_t struct_size; /* sizeof(kv_config_t), set by kv_config_default       */
+    uint32_t version;     /* KV_CONFIG_VERSION, set by kv_config_default          */
+    uint32_t n_layers;    /* transformer layers, 1..4096                          */
+    uint32_t n_q_heads;   /* query heads, a multiple of n_kv_heads                */
+    uint32_t n_kv_heads;  /* key/value heads (GQA groups), 1..1024                */
+    uint32_t head_dim;    /* elements per head, a multiple of 16, 16..1024        */
+    uint32_t page_bytes;  /* bytes per page; 0 = 16 FP16 tokens of K+V            */
+                          /* (64 * head_dim); a multiple of 64, >= 1 FP16 token   */
+    uint64_t host_pages;  /* pool capacity in pages, 1..2^26                      */
+    uint32_t max_seqs;    /* live sequences at once, 1..2^20; 0 = 1024            */
+    uint32_t n_threads;   /* attention threads; 0 = online CPUs                   */
+    uint32_t backend;     /* kv_backend_kind_t                                    */
+    uint32_t flags;       /* KV_CONFIG_* bits                                     */
+} kv_config_t;
+
+/* A config with struct_size/version set, defaults filled in, and the model
+ * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
+KV_API kv_config_t kv_config_default(void);
+
+/* Store-wide statistics (see kv_store_stats). Byte counts are exact. */
+typedef struct kv_stats {
+    uint32_t page_bytes;        /* bytes per page                                  */
+    uint32_t fp16_tokens_per_page;
+    uint64_t pages_capacity;    /* pool capacity                                   */
+    uint64_t pages_used;        /* pages referenced by the store                   */
+    uint64_t pages_free;        /* pages_capacity - pages_used                     */
+    uint64_t pages_peak;        /* high-water mark of pages_used (see kv_alloc.h)  */
+    uint64_t alloc_failures;    /* page allocations refused (pool exhausted)       */
+    uint64_t n_seqs;            /* live sequences                                  */
+    uint64_t tokens;            /* tokens held, summed over seq x layer x kv_head  */
+    uint64_t pages_by_format[KV_FMT_COUNT]; /* distinct pages of each format       */
+    uint64_t bytes_by_format[KV_FMT_COUNT]; /* pages_by_format * page_bytes        */
+    uint64_t kv_bytes;          /* all page bytes held (sum of bytes_by_format)    */
+    uint64_t meta_bytes;        /* live metadata bytes (page tables, sequences)    */
+    uint64_t fp16_bytes;        /* an unpaged FP16 cache of the same tokens:       */
+                                /* tokens * 2 (K,V) * head_dim * 2 bytes           */
+} kv_stats_t;
+
+/* ---- store ------------------------------------------------------------- */
+
+/* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
+ * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
+ * (struct_size/version not understood), KV_ENOTSUP (backend not built),
+ * KV_ENOMEM. */
+KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
+
+/* Destroy a store and everything in it. NULL is a no-op. */
+KV_API void kv_store_destroy(kv_store_t *store);
+
+/* The config the store runs with (defaults resolved). */
+KV_API int kv_store_config(const kv_store_t *store, kv_config_t *out);
+
+/* Fill *out with current statistics. */
+KV_API int kv_store_stats(const kv_store_t *store, kv_stats_t *out);
+
+/* Check every internal invariant (refcount of each page == number of page
+ * table references to it, used + free == capacity, list lengths consistent).
+ * Returns 0 or KV_ECORRUPT. O(pages); meant for tests and debugging. */
+KV_API int kv_store_check(const kv_store_t *store);
+
+/* ---- sequences --------------------------------------------------------- */
+
+/* Create an empty sequence. Errors: KV_ELIMIT (max_seqs live), KV_ENOMEM. */
+KV_API int kv_seq_create(kv_store_t *store, kv_seq_id_t *out);
+
+/* Free a sequence and release its pages (shared pages stay with the other
+ * holders). Errors: KV_ENOENT. */
+KV_API int kv_seq_free(kv_store_t *store, kv_seq_id_t seq);
+
+/* Fork: a new sequence sharing every page of parent (copy-on-write: the first
+ * append to a shared, partly filled tail page copies that page). The child has
+ * the parent's tokens and positions. Errors: KV_ENOENT, KV_ELIMIT, KV_ENOMEM. */
+KV_API int kv_seq_fork(kv_store_t *store, kv_seq_id_t parent, kv_seq_id_t *child);
+
+/* Tokens held for (seq, layer, kv_head). Lists of one layer differ in length
+ * only after kv_compact. Errors: KV_ENOENT, KV_ERANGE. */
+KV_API int kv_seq_len(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                      uint32_t kv_head, uint32_t *len);
+
+/* Append n_tokens tokens of one layer, all kv heads at once.
+ *   k, v: [n_tokens][n_kv_heads][head_dim] of dtype (post-RoPE keys).
+ *   pos:  [n_tokens] original token positions, or NULL to continue each list
+ *         from its last position + 1 (0 for an empty list).
+ * Values must be finite and within FP16 range (|x| <= 65504): otherwise
+ * KV_ERANGE and nothing is stored. All-or-nothing: on KV_ENOMEM no head of the
+ * layer changed. n_tokens == 0 is a no-op. */
+KV_API int kv_append(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                     uint32_t n_tokens, kv_dtype_t dtype, const void *k,
+                     const void *v, const int32_t *pos);
+
+/* Read back tokens [t0, t0+n) of (seq, layer, kv_head), decoded to FP32.
+ *   k, v: [n][head_dim] or NULL; pos: [n] or NULL.
+ * Errors: KV_ENOENT, KV_ERANGE (t0 + n beyond the list). */
+KV_API int kv_read(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                   uint32_t kv_head, uint32_t t0, uint32_t n, float *k,
+                   float *v, int32_t *pos);
+
+/* Keep only the tokens keep[0..n_keep) (strictly increasing indices into the
+ * current list) of (seq, layer, kv_head), in order, with their positions;
+ * pages that empty are released. Pages shared with a fork are never written:
+ * kept tokens that land in them go to fresh pages. Errors: KV_ENOENT,
+ * KV_ERANGE, KV_EINVAL (not strictly increasing), KV_ENOMEM. */
+KV_API int kv_compact(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                      uint32_t kv_head, const uint32_t *keep, uint32_t n_keep);
+
+/* ---- attention --------------------------------------------------------- */
+
+/* Attention statistics: for each kv head and each token t of its list, the
+ * attention probability token t received, summed over the requested query
+ * rows and over the query heads of the kv head's group. Probabilities are
+ * exact: each row is normalized by its true log-sum-exp. Layout of a stats
+ * buffer: [n_kv_heads][stats_stride] floats, stats_stride >= the longest list
+ * of the layer; entries past a head's length are left untouched. */
+
+/* Decode attention for a batch of sequences at one layer (one query row per
+ * sequence), over every token each sequence holds at that layer.
+ *   q:   [batch][n_q_heads][head_dim]
+ *   out: [batch][n_q_heads][head_dim]
+ *   stats: NULL, or [batch] pointers (each NULL or a stats buffer, above). */
+typedef struct kv_decode {
+    uint32_t layer;
+    uint32_t batch;             /* sequences, >= 1                         */
+    const kv_seq_id_t *seqs;    /* [batch] (duplicates allowed)            */
+    const float *q;             /* [batch][n_q_heads][head_dim]            */
+    float *out;                 /* [batch][n_q_heads][head_dim]            */
+    float *const *stats;        /* NULL or [batch] of [n_kv_heads][stride] */
+    uint32_t stats_stride;      /* floats per kv head row in stats         */
+    float scale;                /* 0 = 1/sqrt(head_dim)                    */
+} kv_decode_t;
+
+/* Errors: KV_EINVAL, KV_ENOENT, KV_ERANGE (layer; stats_stride too short),
+ * KV_ESTATE (a list is empty), KV_ENOMEM (scratch). Nothing is changed. */
+KV_API int kv_attn_decode(kv_store_t *store, const kv_decode_t *args);
+
+/* Causal prefill attention for one sequence at one layer: the last n_new
+ * tokens of each list are the new ones (append them first); new row i
+ * attends to every earlier token and to new tokens 0..i.
+ *   q:   [n_new][n_q_heads][head_dim];  out: [n_new][n_q_heads][head_dim]
+ *   stats: NULL or a stats buffer, summed over rows stats_row0..n_new-1. */
+typedef struct kv_prefill {
+    uint32_t layer;
+    kv_seq_id_t seq;
+    uint32_t n_new;             /* query rows, 1..list length             */
+    const float *q;
+    float *out;
+    float *stats;               /* NULL or [n_kv_heads][stats_stride]     */
+    uint32_t stats_stride;
+    uint32_t stats_row0;        /* first query row counted in stats       */
+    float scale;                /* 0 = 1/sqrt(head_dim)                   */
+} kv_prefill_t;
+
+KV_API int kv_attn_prefill(kv_store_t *store, const kv_prefill_t *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVPAGE_KVPAGE_H */

@@ -1,0 +1,40 @@
+/*
+ * fmt_fp16.h — the FP16 page format (KV_FMT_FP16 = 0).
+ *
+ * Byte layout of one page (T = tokens per page, D = head_dim):
+ *
+ *   offset 0           K: T rows of D IEEE binary16, token-major  [T][D]
+ *   offset 2*T*D       V: T rows of D IEEE binary16, token-major  [T][D]
+ *   offset 4*T*D       unused up to page_bytes
+ *
+ *   T = floor(page_bytes / (4 * D)); no header: the page table records the
+ *   format and how many of the T rows are in use (rows 0..n-1).
+ *
+ * This is the only format kv_append writes; the newest tokens of every list
+ * sit in an FP16 tail page.
+ */
+#ifndef KV_FMT_FP16_H
+#define KV_FMT_FP16_H
+
+#include "kv_format.h"
+#include "kv_half.h"
+
+_Static_assert(sizeof(kv_half_t) == 2, "FP16 element must be 2 bytes");
+
+/* The traits entry (also reachable as kv_format_table[KV_FMT_FP16]). */
+extern const kv_format_traits_t kv_fmt_fp16;
+
+/* Pointers to token t's K and V rows in an FP16 page. */
+static inline kv_half_t *kv_fp16_k(void *page, const kv_page_geom_t *g,
+                                   uint32_t tpp, uint32_t t)
+{
+    (void)tpp;
+    return (kv_half_t *)page + (size_t)t * g->head_dim;
+}
+static inline kv_half_t *kv_fp16_v(void *page, const kv_page_geom_t *g,
+                                   uint32_t tpp, uint32_t t)
+{
+    return (kv_half_t *)page + ((size_t)tpp + t) * g->head_dim;
+}
+
+#endif /* KV_FMT_FP16_H */

@@ -1,0 +1,54 @@
+/*
+ * kv_format.h — the page-format traits table.
+ *
+ * Every page format (kv_format_t in kvpage.h; the numbers never change) has
+ * one entry in kv_format_table, built with designated initialisers. Code that
+ * handles pages of any format goes through the entry, never a switch on the
+ * format: tokens per page, decoding tokens to FP32 (what attention and
+ * read-back use), and writing tokens (only formats that take appends).
+ *
+ * A page's byte layout is specified at the top of its format's header
+ * (fmt_fp16.h, ...). This header depends on nothing but kvpage.h.
+ */
+#ifndef KV_FORMAT_H
+#define KV_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpage/kvpage.h"
+
+/* Page geometry shared by every page of a store. */
+typedef struct kv_page_geom {
+    uint32_t head_dim;   /* elements per K or V row */
+    uint32_t page_bytes; /* bytes per page          */
+} kv_page_geom_t;
+
+typedef struct kv_format_traits {
+    const char *name;        /* "fp16", ...                              */
+    const char *bits_note;   /* e.g. "FP16 = 16 bits/element"            */
+    /* Tokens one page holds (0 if head_dim/page_bytes cannot hold one). */
+    uint32_t (*tokens_per_page)(const kv_page_geom_t *g);
+    /* Decode tokens [t0, t0+n) of a page to FP32 rows. k, v: [n][head_dim];
+     * either may be NULL to skip it. */
+    void (*load)(const void *page, const kv_page_geom_t *g, uint32_t t0,
+                 uint32_t n, float *k, float *v);
+    /* Write tokens [t0, t0+n) of a page from rows of dtype. Row r of K is
+     * at k + r * src_stride elements (same for v). NULL for formats that are
+     * written only by conversion. Inputs are already validated (finite,
+     * within range of the format). */
+    void (*store)(void *page, const kv_page_geom_t *g, uint32_t t0, uint32_t n,
+                  kv_dtype_t dtype, const void *k, const void *v,
+                  size_t src_stride);
+    /* Copy tokens [s0, s0+n) of page src to [d0, d0+n) of page dst (same
+     * format; src == dst allowed when d0 <= s0). NULL if not supported. */
+    void (*copy)(void *dst, uint32_t d0, const void *src, uint32_t s0,
+                 uint32_t n, const kv_page_geom_t *g);
+} kv_format_traits_t;
+
+extern const kv_format_traits_t kv_format_table[KV_FMT_COUNT];
+
+/* The traits of format f, or NULL if f is unknown or not implemented yet. */
+const kv_format_traits_t *kv_format_get(uint32_t f);
+
+#endif /* KV_FORMAT_H */
