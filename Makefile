@@ -1,18 +1,25 @@
 # Thin wrapper over CMake. The two commands of README.md:
-#   make run    install what is missing, build, run the main job (kvpage demo)
-#   make test   install what is missing, build with -Werror and run ctest, then
-#               build with ASan+UBSan (leak detection on) and run ctest again
-# Other targets: build, bench, clean. JOBS sets build parallelism.
+#   make run    install what is missing, fetch the model once, build, and run
+#               the main job: SmolLM2-135M generating through the store
+#   make test   install what is missing, fetch the model once, build with
+#               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
+#               on) and run ctest again, then run the libFuzzer targets
+# Other targets: build, model, demo, bench, fuzz, clean.
+# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_SECONDS ?= 20
 
-.PHONY: all setup build run test test-plain test-asan bench clean
+.PHONY: all setup model build run demo test test-plain test-asan fuzz bench clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+model: setup
+	@bash scripts/fetch_model.sh
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DKV_WERROR=ON
@@ -20,24 +27,30 @@ $(BUILD)/CMakeCache.txt:
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+run: build model
+	./$(BUILD)/bin/kvpage run
+
+demo: build
 	./$(BUILD)/bin/kvpage demo
 
-test-plain: build
+test-plain: build model
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: setup
+test-asan: setup model
 	cmake -S . -B $(ASAN_BUILD) -DKV_WERROR=ON -DKV_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-test: test-plain test-asan
+fuzz: setup
+	bash fuzz/build.sh $(FUZZ_SECONDS)
+
+test: test-plain test-asan fuzz
 
 bench: build
 	./$(BUILD)/bin/kvbench-alloc --json
 	./$(BUILD)/bin/kvbench-attn --json
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

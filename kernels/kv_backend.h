@@ -29,6 +29,9 @@ typedef struct kv_kern_page {
     const void *data;  /* page bytes (host memory for the CPU backend) */
     uint32_t n_tokens; /* tokens used in this page                     */
     uint32_t format;   /* kv_format_t                                  */
+    uint32_t variant;  /* how this list reads a shared page: MERGED 0 = */
+                       /* layer l-1 of the pair, 1 = layer l; else 0.   */
+                       /* Decode with kv_format_load(format, variant..) */
 } kv_kern_page_t;
 
 typedef struct kv_attn_decode_params {
@@ -63,12 +66,77 @@ typedef struct kv_attn_prefill_params {
     float scale;
 } kv_attn_prefill_params_t;
 
+/* ---- conversions ---------------------------------------------------------
+ * Page-to-page conversions the page table runs (pages/kv_page_convert.c,
+ * pages/kv_page_merge.c): FP16 residual -> INT4/INT2 (KIVI), a layer pair ->
+ * MERGED + retained FP16 originals (MiniCache), any page -> FP16. Sources
+ * are runs of kv_kern_page_t in token order, read through kv_format_load
+ * with each page's variant: tokens [src_off, src_off + n_tokens) of the run
+ * (src_off counted in src[0]). Destinations are pages the caller allocated;
+ * the kernel writes only the token slots it is told to and nothing else.
+ * scratch: NULL, or KV_CONVERT_SCRATCH_FLOATS(head_dim) floats the kernel
+ * may use; with scratch given a valid call cannot fail (the page table calls
+ * the write kernels after all its allocations, where nothing may fail). */
+
+/* Scratch a conversion kernel may need (floats): K and V of 16 tokens of
+ * both layers plus per-token temporaries. */
+#define KV_CONVERT_SCRATCH_FLOATS(d) (4u * 16u * (d) + 4u * (d))
+
+typedef struct kv_convert_params {
+    kv_page_geom_t geom;
+    const kv_kern_page_t *src; /* [n_src] source pages, token order        */
+    uint32_t n_src;
+    uint32_t src_off;          /* first token: token src_off of src[0]     */
+    uint32_t n_tokens;         /* tokens to convert; INT: a multiple of 16  */
+    uint32_t dst_format;       /* KV_FMT_FP16, KV_FMT_INT4 or KV_FMT_INT2   */
+    void *const *dst;          /* [n_dst] destination pages of dst_format   */
+    uint32_t n_dst;
+    uint32_t dst_off;          /* first slot in dst[0] (INT: multiple of    */
+                               /* 16); each dst page is filled to capacity  */
+                               /* before the next one starts at slot 0      */
+    float *scratch;            /* NULL or KV_CONVERT_SCRATCH_FLOATS floats  */
+} kv_convert_params_t;
+
+/* MiniCache merge of one kv_head of a layer pair (DESIGN §4). Token i of
+ * src[0] (layer l-1) pairs with token i of src[1] (layer l). Two passes:
+ * merge_select writes retain[i] (1: token i stays unmerged), merge reads it
+ * and writes merged tokens (retain[i] == 0, in order) into dst slots
+ * 0, 1, .. (page after page, each filled to kv_fmt_merged_capacity for
+ * dir_format, header included) and the retained tokens' original K/V of
+ * layer j, in order, into FP16 pages ret[j] from slot 0. Retention, per
+ * call: d_i = theta_i / pi for K and V separately (theta: angle between the
+ * two layers' vectors), token i is retained when d_i > d_max - gamma *
+ * (d_max - d_min) for K or for V (d_min, d_max over the call's tokens). */
+typedef struct kv_merge_params {
+    kv_page_geom_t geom;
+    const kv_kern_page_t *src[2]; /* [2][n_src[j]] layer l-1, layer l     */
+    uint32_t n_src[2];
+    uint32_t src_off[2];
+    uint32_t n_tokens;            /* tokens of each layer, >= 1           */
+    float t;                      /* SLERP toward layer l, [0, 1]         */
+    float gamma;                  /* retention threshold, [0, 1]          */
+    uint32_t dir_format;          /* KV_FMT_FP16 or KV_FMT_INT4           */
+    uint8_t *retain;              /* [n_tokens] (select writes it)        */
+    void *const *dst;             /* [n_dst] MERGED pages (merge)         */
+    uint32_t n_dst;
+    void *const *ret[2];          /* [n_ret[j]] FP16 pages (merge)        */
+    uint32_t n_ret[2];
+    float *scratch;               /* NULL or KV_CONVERT_SCRATCH_FLOATS    */
+} kv_merge_params_t;
+
 typedef struct kv_backend_ops {
     const char *name;
     /* 0, KV_EINVAL (inconsistent params), KV_ENOTSUP (format), KV_ENOMEM. */
     int  (*attn_decode)(void *ctx, const kv_attn_decode_params_t *p);
     int  (*attn_prefill)(void *ctx, const kv_attn_prefill_params_t *p);
     void (*destroy)(void *ctx);
+    /* Conversions (above). 0, KV_EINVAL, KV_ENOTSUP (format), KV_ENOMEM
+     * (only without scratch). NULL: not offered by this backend; callers
+     * go through kv_backend_convert & co, which then run the CPU
+     * reference. */
+    int  (*convert)(void *ctx, const kv_convert_params_t *p);
+    int  (*merge_select)(void *ctx, const kv_merge_params_t *p);
+    int  (*merge)(void *ctx, const kv_merge_params_t *p);
 } kv_backend_ops_t;
 
 typedef struct kv_backend {
@@ -80,5 +148,11 @@ typedef struct kv_backend {
 int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out);
 /* Destroy any backend (ops->destroy(ctx)); NULL ops is a no-op. */
 void kv_backend_destroy(kv_backend_t *b);
+
+/* Run a conversion on backend b (kernels/kv_backend_convert.c): its op when
+ * it has one, else the CPU reference (also when b is NULL). */
+int kv_backend_convert(const kv_backend_t *b, const kv_convert_params_t *p);
+int kv_backend_merge_select(const kv_backend_t *b, const kv_merge_params_t *p);
+int kv_backend_merge(const kv_backend_t *b, const kv_merge_params_t *p);
 
 #endif /* KV_BACKEND_H */

@@ -44,11 +44,35 @@ typedef struct kv_format_traits {
      * format; src == dst allowed when d0 <= s0). NULL if not supported. */
     void (*copy)(void *dst, uint32_t d0, const void *src, uint32_t s0,
                  uint32_t n, const kv_page_geom_t *g);
+    /* Formats whose pages are shared by lists that read them differently
+     * (MERGED: one page serves a layer pair, variant 0 = the pair's lower
+     * layer l-1, 1 = layer l) decode through this instead of load; load
+     * then reads variant 0. NULL for every other format (all lists read
+     * its pages alike). Call kv_format_load() rather than either member. */
+    void (*load_variant)(const void *page, const kv_page_geom_t *g,
+                         uint32_t variant, uint32_t t0, uint32_t n, float *k,
+                         float *v);
 } kv_format_traits_t;
 
 extern const kv_format_traits_t kv_format_table[KV_FMT_COUNT];
 
 /* The traits of format f, or NULL if f is unknown or not implemented yet. */
 const kv_format_traits_t *kv_format_get(uint32_t f);
+
+/* Decode tokens [t0, t0+n) of a page of format fmt (a registered format)
+ * as seen by a list whose page entry has the given variant (kv_page.h:
+ * kv_page_ent_variant; kv_kern_page_t.variant; 0 for pages read alike by
+ * every list). k, v: [n][head_dim] or NULL. The one call every reader uses
+ * (attention, read-back, compaction, conversions). */
+static inline void kv_format_load(uint32_t fmt, uint32_t variant,
+                                  const void *page, const kv_page_geom_t *g,
+                                  uint32_t t0, uint32_t n, float *k, float *v)
+{
+    const kv_format_traits_t *tr = &kv_format_table[fmt];
+    if (tr->load_variant)
+        tr->load_variant(page, g, variant, t0, n, k, v);
+    else
+        tr->load(page, g, t0, n, k, v);
+}
 
 #endif /* KV_FORMAT_H */

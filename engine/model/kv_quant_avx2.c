@@ -1,0 +1,260 @@
+/*
+ * kv_quant_avx2.c — AVX2+FMA kernels for kv_quant (see kv_quant_simd.h).
+ *
+ * Compiled with per-function target attributes so the rest of the build
+ * stays baseline x86-64; called only after kv_q_have_avx2() said yes.
+ * Row dequantization of the file layout (the embedding lookup, norms), the
+ * fixed-order FP32 dot of the dense attention path, and the packed matmul
+ * kernels (layout and arithmetic contract in kv_quant.h). Type numbers are
+ * the ggml ones (0 F32, 1 F16, 3 Q4_1, 8 Q8_0).
+ */
+#include "kv_quant_simd.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static int simd_state = -1; /* -1 unknown, 0 off, 1 on */
+
+static int cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+int kv_q_have_avx2(void)
+{
+    if (simd_state < 0)
+        simd_state = cpu_has_avx2();
+    return simd_state;
+}
+
+void kv_q_set_simd(int on) { simd_state = on && cpu_has_avx2(); }
+
+AVX2 static inline float half1(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+AVX2 void kv_q_deq_q4_1_avx2(const uint8_t *b, float *y, size_t nb)
+{
+    const __m128i lo_mask = _mm_set1_epi8(0x0f);
+    for (size_t i = 0; i < nb; i++, b += 20, y += 32) {
+        __m256 d = _mm256_set1_ps(half1(b)), m = _mm256_set1_ps(half1(b + 2));
+        __m128i raw = _mm_loadu_si128((const __m128i *)(b + 4));
+        __m128i lo = _mm_and_si128(raw, lo_mask);
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), lo_mask);
+        __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int j = 0; j < 4; j++) {
+            __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[j]));
+            _mm256_storeu_ps(y + 8 * j, _mm256_add_ps(_mm256_mul_ps(q, d), m));
+        }
+    }
+}
+
+AVX2 void kv_q_deq_q8_0_avx2(const uint8_t *b, float *y, size_t nb)
+{
+    for (size_t i = 0; i < nb; i++, b += 34, y += 32) {
+        __m256 d = _mm256_set1_ps(half1(b));
+        for (int j = 0; j < 4; j++) {
+            __m128i q8 = _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * j));
+            __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+            _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(q, d));
+        }
+    }
+}
+
+/* The fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+AVX2 static inline float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 float kv_q_dot_avx2(const float *a, const float *b, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t k = 0; k < n; k += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+    return hsum(acc);
+}
+
+/* ---- packed matmul ------------------------------------------------------
+ * A kernel computes P packs (8 rows each) x T activation rows over all
+ * columns: per column k it decodes the P packs' 8 weights once (one register
+ * each) and does P x T FMAs with the broadcast x[t][k]. Everything is
+ * inlined with P, T and the type constant, so each (type, P, T) becomes its
+ * own loop with the accumulators in registers. Per output the operations
+ * are the same for every (P, T): that is the batch invariance. */
+
+#define KINLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+typedef struct kscale {
+    __m256 d, m;
+} kscale_t;
+
+KINLINE kscale_t kscales(uint32_t type, const uint8_t *blk)
+{
+    kscale_t s = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    if (type == 3 /* Q4_1 */ || type == 8 /* Q8_0 */)
+        s.d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+    if (type == 3)
+        s.m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+    return s;
+}
+
+/* The 8 rows' weights at column k of a pack block. */
+KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k, kscale_t s)
+{
+    if (type == 3) { /* Q4_1 */
+        int32_t word;
+        memcpy(&word, blk + 32 + 4 * k, 4);
+        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh),
+                                     _mm256_set1_epi32(15));
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), s.d, s.m);
+    }
+    if (type == 8) { /* Q8_0 */
+        __m128i q8 = _mm_loadl_epi64((const __m128i *)(blk + 16 + 8 * k));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), s.d);
+    }
+    if (type == 1) /* F16 */
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * k)));
+    return _mm256_loadu_ps((const float *)(blk + 32 * k)); /* F32 */
+}
+
+KINLINE size_t kblock_bytes(uint32_t type)
+{
+    return type == 3 ? 160 : type == 8 ? 272 : type == 1 ? 512 : 1024;
+}
+
+/* P packs starting at pk (stride apart) x T rows of x; results into
+ * y[t * ldy + 8 * p + i] for rows 8 * p + i < nrows (relative). */
+KINLINE void kern(uint32_t type, const uint8_t *pk, size_t stride, int P, const float *x,
+                  size_t ldx, int T, uint32_t cols, float *y, size_t ldy, uint32_t nrows)
+{
+    __m256 acc[4][8];
+    const size_t bb = kblock_bytes(type);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[p][t] = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < cols / 32; b++) {
+        kscale_t sc[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++)
+            sc[p] = kscales(type, pk + p * stride + b * bb);
+        const float *xb = x + (size_t)b * 32;
+        for (int k = 0; k < 32; k++) {
+            __m256 w[4];
+#pragma GCC unroll 4
+            for (int p = 0; p < P; p++)
+                w[p] = kdeq(type, pk + p * stride + b * bb, k, sc[p]);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m256 bx = _mm256_broadcast_ss(xb + t * ldx + k);
+#pragma GCC unroll 4
+                for (int p = 0; p < P; p++)
+                    acc[p][t] = _mm256_fmadd_ps(bx, w[p], acc[p][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[p][t]);
+            for (uint32_t i = 0; i < 8 && 8 * (uint32_t)p + i < nrows; i++)
+                y[t * ldy + 8 * p + i] = tmp[i];
+        }
+}
+
+/* One type: packs [p0, p1) in groups of 4 for 1-2 activation rows (decode),
+ * one pack at a time for 8 rows at once (prefill), remainders smaller. */
+KINLINE void packed_typed(uint32_t type, const uint8_t *packed, size_t stride, uint32_t cols,
+                          uint32_t rows, uint32_t p0, uint32_t p1, const float *x, uint32_t n,
+                          float *y, size_t ldy)
+{
+    const size_t ldx = cols;
+    if (n <= 2) {
+        uint32_t p = p0;
+        for (; p + 4 <= p1; p += 4) {
+            const uint8_t *pk = packed + p * stride;
+            float *yp = y + 8 * p;
+            uint32_t nr = rows - 8 * p;
+            if (n == 1)
+                kern(type, pk, stride, 4, x, ldx, 1, cols, yp, ldy, nr);
+            else
+                kern(type, pk, stride, 4, x, ldx, 2, cols, yp, ldy, nr);
+        }
+        for (; p < p1; p++) {
+            const uint8_t *pk = packed + p * stride;
+            if (n == 1)
+                kern(type, pk, stride, 1, x, ldx, 1, cols, y + 8 * p, ldy, rows - 8 * p);
+            else
+                kern(type, pk, stride, 1, x, ldx, 2, cols, y + 8 * p, ldy, rows - 8 * p);
+        }
+        return;
+    }
+    for (uint32_t p = p0; p < p1; p++) {
+        const uint8_t *pk = packed + p * stride;
+        uint32_t nr = rows - 8 * p;
+        uint32_t t = 0;
+        for (; t + 8 <= n; t += 8)
+            kern(type, pk, stride, 1, x + t * ldx, ldx, 8, cols, y + t * ldy + 8 * p, ldy, nr);
+        const float *xt = x + t * ldx;
+        float *yt = y + t * ldy + 8 * p;
+        switch (n - t) {
+        case 7: kern(type, pk, stride, 1, xt, ldx, 7, cols, yt, ldy, nr); break;
+        case 6: kern(type, pk, stride, 1, xt, ldx, 6, cols, yt, ldy, nr); break;
+        case 5: kern(type, pk, stride, 1, xt, ldx, 5, cols, yt, ldy, nr); break;
+        case 4: kern(type, pk, stride, 1, xt, ldx, 4, cols, yt, ldy, nr); break;
+        case 3: kern(type, pk, stride, 1, xt, ldx, 3, cols, yt, ldy, nr); break;
+        case 2: kern(type, pk, stride, 1, xt, ldx, 2, cols, yt, ldy, nr); break;
+        case 1: kern(type, pk, stride, 1, xt, ldx, 1, cols, yt, ldy, nr); break;
+        default: break;
+        }
+    }
+}
+
+AVX2 void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint32_t cols,
+                           uint32_t rows, uint32_t p0, uint32_t p1, const float *x, uint32_t n,
+                           float *y, size_t ldy)
+{
+    switch (type) {
+    case 3: packed_typed(3, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    case 8: packed_typed(8, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    case 1: packed_typed(1, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    default: packed_typed(0, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    }
+}
+
+#else /* not x86-64 GCC/Clang: no SIMD path */
+
+int kv_q_have_avx2(void) { return 0; }
+void kv_q_set_simd(int on) { (void)on; }
+void kv_q_deq_q4_1_avx2(const uint8_t *b, float *y, size_t nb) { (void)b, (void)y, (void)nb; }
+void kv_q_deq_q8_0_avx2(const uint8_t *b, float *y, size_t nb) { (void)b, (void)y, (void)nb; }
+float kv_q_dot_avx2(const float *a, const float *b, size_t n)
+{
+    (void)a, (void)b, (void)n;
+    return 0;
+}
+void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint32_t cols,
+                      uint32_t rows, uint32_t p0, uint32_t p1, const float *x, uint32_t n,
+                      float *y, size_t ldy)
+{
+    (void)type, (void)packed, (void)stride, (void)cols, (void)rows, (void)p0, (void)p1;
+    (void)x, (void)n, (void)y, (void)ldy;
+}
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * kv_tok_chat.c — the ChatML prompt of SmolLM2-Instruct (its GGUF
+ * tokenizer.chat_template with one system and one user message and
+ * add_generation_prompt):
+ *
+ *   <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n
+ *   <|im_start|>assistant\n
+ *
+ * HF renders this string and tokenizes it with special tokens split first,
+ * so each stretch between two markers is one pre-tokenizer input; we encode
+ * exactly those stretches ("system\n" + system as one text, not two) with
+ * the marker ids between them. Message texts are never searched for
+ * special tokens. Scratch: one buffer for the longest stretch.
+ */
+#include <string.h>
+
+#include "kv_tok_int.h"
+
+int kv_tok_chat(const kv_tok_t *t, const char *system, const char *user,
+                int32_t *ids, size_t cap, size_t *n)
+{
+    static const char *const role[3] = {"system\n", "user\n", "assistant\n"};
+    int32_t start, end;
+    int rc;
+
+    if (!t || !user || !n || (!ids && cap))
+        return KV_EINVAL;
+    if (kv_tok_find(t, "<|im_start|>", 12, &start) != 0 ||
+        kv_tok_find(t, "<|im_end|>", 10, &end) != 0 ||
+        t->types[start] != KV_TOK_CONTROL || t->types[end] != KV_TOK_CONTROL)
+        return KV_ENOTSUP;
+    if (!system)
+        system = KV_TOK_DEFAULT_SYSTEM;
+
+    const char *msg[3] = {system, user, ""};
+    size_t msg_len[3] = {strlen(system), strlen(user), 0};
+    size_t buf_len = 16 + (msg_len[0] > msg_len[1] ? msg_len[0] : msg_len[1]);
+    uint8_t *buf = kv_tok_mem(t, buf_len);
+    if (!buf)
+        return KV_ENOMEM;
+
+    kv_tok_scratch_t sc;
+    kv_tok_sink_t out = {.ids = ids, .cap = cap, .n = 0};
+    kv_tok_scratch_init(&sc);
+    rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        size_t rl = strlen(role[i]);
+        memcpy(buf, role[i], rl);
+        memcpy(buf + rl, msg[i], msg_len[i]);
+        kv_tok_emit(&out, start);
+        rc = kv_tok_encode_sink(t, buf, rl + msg_len[i], 0, &sc, &out);
+        if (rc == 0 && i < 2) {
+            kv_tok_emit(&out, end);
+            rc = kv_tok_encode_sink(t, (const uint8_t *)"\n", 1, 0, &sc, &out);
+        }
+    }
+    kv_tok_scratch_fini(t, &sc);
+    kv_tok_mem_free(t, buf, buf_len);
+    if (rc != 0)
+        return rc;
+    *n = out.n;
+    if (!ids)
+        return 0;
+    return out.n > cap ? KV_ERANGE : 0;
+}

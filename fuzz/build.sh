@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# fuzz/build.sh — build the libFuzzer targets with clang and run each one.
+#
+#   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; fuzz_tok fuzz_gguf)
+#
+# Builds build-fuzz/<target> from fuzz/<target>.c and the engine sources it
+# needs (compiled directly: this is not part of the CMake build), writes a
+# few seed inputs into build-fuzz/corpus/<target>/ (kept between runs, so
+# the corpus grows), runs the target for SECONDS with its crash artifacts in
+# build-fuzz/artifacts/, and prints one summary line per target:
+#   fuzz <target>: <runs> runs in <s> s (<execs/s> execs/s), corpus <n>, ok|FAILED
+# Exit status: 0 if every target ran clean, 1 if one crashed or failed a
+# property (the reproducer is in build-fuzz/artifacts/), 2 on a build error.
+# Environment: CC (default clang), FUZZ_FLAGS (extra libFuzzer flags),
+# KVPAGE_MODEL / FUZZ_TOK_SYNTH (which vocabulary fuzz_tok uses; see
+# fuzz/README.md).
+set -euo pipefail
+
+secs=${1:-30}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_tok fuzz_gguf)
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$root/build-fuzz
+cc=${CC:-clang}
+m=$root/engine/model
+cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+        -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+        -I"$root/include" -I"$m" -I"$root")
+
+tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/engine/kv_error.c)
+sources_for() {
+    case $1 in
+    fuzz_tok) echo "${tok_src[@]}" "$m"/kv_model_find.c "$m"/kv_sha256.c ;;
+    fuzz_gguf)
+        # the dequantization check needs kv_quant*.c to build with this clang
+        if "$cc" -fsyntax-only -std=c11 -D_GNU_SOURCE -I"$root/include" -I"$m" \
+            "$m"/kv_quant_avx2.c 2>/dev/null; then
+            echo "${tok_src[@]}" "$m"/kv_quant.c "$m"/kv_quant_avx2.c
+        else
+            echo "fuzz_gguf: kv_quant_avx2.c does not build with $cc:" \
+                 "row dequantization not checked" >&2
+            echo "-DFUZZ_GGUF_NO_QUANT ${tok_src[*]}"
+        fi ;;
+    *) echo "unknown target $1" >&2; exit 2 ;;
+    esac
+}
+
+# ---- seeds (written with printf so that nothing but a shell is needed) ------
+le32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) \
+         $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"; }
+le64() { le32 $(($1 & 0xffffffff)); le32 $(($1 >> 32)); }
+gstr() { le64 ${#1}; printf '%s' "$1"; }   # ASCII only
+
+seed_tok() {
+    local d=$1
+    printf '\x00Hello world! The quick brown fox.' >"$d/english"
+    printf '\x00numbers 12345 and 3.14, 1,000,000' >"$d/numbers"
+    printf '\x01<|im_start|>user\nHi<|im_end|>\n' >"$d/specials"
+    printf '\x00a  b\t\tc\n\n\n d   ' >"$d/spaces"
+    printf "\\x00don't I'll we've" >"$d/apostrophes"
+    printf '\x00caf\xc3\xa9 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x91\x8d x\xc2\xb2' >"$d/unicode"
+    printf '\x00\xff\xfe\xc3\x28\xed\xa0\x80\x04\x80' >"$d/invalid"
+}
+
+seed_gguf() {
+    local d=$1
+    # one F32 tensor "t" of 4 values, alignment 32
+    {
+        printf 'GGUF'; le32 3; le64 1; le64 2
+        gstr general.architecture; le32 8; gstr llama
+        gstr general.alignment; le32 4; le32 32
+        gstr t; le32 1; le64 4; le32 0; le64 0
+    } >"$d/tensor.tmp"
+    local n; n=$(wc -c <"$d/tensor.tmp")
+    { cat "$d/tensor.tmp"; head -c $(( (32 - n % 32) % 32 )) /dev/zero
+      printf '\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40'; } >"$d/tensor"
+    rm -f "$d/tensor.tmp"
+    # a tiny gpt2 tokenizer: tokens a b c ab <|e|>, one merge, types, eos
+    {
+        printf 'GGUF'; le32 3; le64 0; le64 6
+        gstr tokenizer.ggml.model; le32 8; gstr gpt2
+        gstr tokenizer.ggml.pre; le32 8; gstr smollm
+        gstr tokenizer.ggml.tokens; le32 9; le32 8; le64 5
+        gstr a; gstr b; gstr c; gstr ab; gstr '<|e|>'
+        gstr tokenizer.ggml.token_type; le32 9; le32 5; le64 5
+        le32 1; le32 1; le32 1; le32 1; le32 3
+        gstr tokenizer.ggml.merges; le32 9; le32 8; le64 1; gstr 'a b'
+        gstr tokenizer.ggml.eos_token_id; le32 4; le32 4
+    } >"$d/tokenizer"
+}
+
+# ---- build and run ---------------------------------------------------------
+mkdir -p "$out/artifacts"
+status=0
+for t in "${targets[@]}"; do
+    src=$(sources_for "$t")
+    echo "+ $cc ${cflags[*]} fuzz/$t.c <engine sources> -o build-fuzz/$t" >&2
+    # shellcheck disable=SC2086
+    if ! "$cc" "${cflags[@]}" "$root/fuzz/$t.c" $src -lm -o "$out/$t"; then
+        echo "fuzz $t: build FAILED" >&2
+        exit 2
+    fi
+    corpus=$out/corpus/$t
+    mkdir -p "$corpus"
+    "seed_${t#fuzz_}" "$corpus"
+    log=$out/$t.log
+    echo "+ build-fuzz/$t -max_total_time=$secs -print_final_stats=1 build-fuzz/corpus/$t" >&2
+    # shellcheck disable=SC2086
+    if "$out/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -max_len=8192 \
+        -artifact_prefix="$out/artifacts/$t-" ${FUZZ_FLAGS:-} "$corpus" >"$log" 2>&1; then
+        verdict=ok
+    else
+        verdict=FAILED
+        status=1
+        tail -40 "$log" >&2
+    fi
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    vocab=$(sed -n 's/^fuzz_tok: \(.*vocabulary.*\)$/, \1/p' "$log" | head -1)
+    echo "fuzz $t: ${runs:-?} runs in $secs s (${rate:-?} execs/s), corpus $(ls "$corpus" | wc -l)$vocab, $verdict (log: build-fuzz/$t.log)"
+done
+exit $status

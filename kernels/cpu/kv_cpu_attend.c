@@ -1,0 +1,380 @@
+/*
+ * kv_cpu_attend.c — the hot loops of the CPU backend (see kv_cpu.h).
+ *
+ * One source, two builds: every loop is a static always-inline body written
+ * with GCC vector extensions (8 x float), wrapped once in functions compiled
+ * for AVX2+FMA+F16C and once for the baseline ISA; kv_cpu_backend.c picks a
+ * table at create time from the CPU's features. Both builds perform the same
+ * FP32 operations in the same order (no FMA contraction), so they give
+ * identical results.
+ *
+ * Per chunk of a page (at most one tile of tokens): kv_format_load (the
+ * format's load, or its load_variant for the list's variant of a shared
+ * page) decodes K and V to FP32 tiles — the only per-format step — then,
+ * for each query row that sees tokens of the chunk, logits = q . k (q is
+ * pre-scaled), an online-softmax update (running max m, sum l, accumulator
+ * acc) and acc += p * v. exp is a vectorized polynomial (relative error
+ * 2.6e-7) that returns exactly 0 below -87; arguments are always <= 0 here
+ * (a logit minus a running max or a log-sum-exp).
+ *
+ * Scratch (per thread, from the caller): K tile, V tile (KV_CPU_TILE_FLOATS
+ * each), then one row of tile_stride floats per query row for logits/probs.
+ * A row's logits are padded with -inf up to a whole vector, so padding
+ * lanes get probability exactly 0; the logits themselves come four tokens at
+ * a time (q loaded once per four; a short group repeats its last token).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kv_cpu.h"
+
+/* The vector helpers below are always inlined, so no vector ever crosses a
+ * real call boundary: the ABI warnings GCC and clang give for 32-byte vector
+ * returns in the baseline build do not apply. Helpers take vectors by
+ * pointer, never by value (GCC prints an ABI note for by-value 32-byte
+ * parameters that no pragma silences). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/* Same operations in both builds: no a*b+c contraction into FMA (GCC does
+ * none under -std=c11; clang would, in the AVX2 build only). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+typedef float kv_v8f __attribute__((vector_size(32)));
+typedef uint32_t kv_v8u __attribute__((vector_size(32)));
+
+#define KV_CPU_BODY static inline __attribute__((always_inline))
+
+_Static_assert(KV_CPU_VW == 8, "the loops are written for 8-float vectors");
+
+static inline uint32_t tile_tokens(uint32_t d)
+{
+    return KV_CPU_TILE_FLOATS / d;
+}
+
+static inline uint32_t tile_stride(uint32_t d)
+{
+    return (tile_tokens(d) + KV_CPU_VW - 1) / KV_CPU_VW * KV_CPU_VW;
+}
+
+size_t kv_kern_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
+{
+    return 2u * (size_t)KV_CPU_TILE_FLOATS +
+           (size_t)(max_rows ? max_rows : 1) * tile_stride(head_dim);
+}
+
+KV_CPU_BODY kv_v8f vld(const float *p)
+{
+    kv_v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#define VST(p, v)                                                          \
+    do {                                                                   \
+        const kv_v8f vst_ = (v);                                           \
+        memcpy((p), &vst_, sizeof vst_);                                   \
+    } while (0)
+
+/* Broadcast. Written as vector + scalar: GCC lowers a {x, x, ...}
+ * constructor in a baseline-ISA body lane by lane even after inlining it
+ * into the AVX2 wrapper, but emits one vbroadcastss for this form. */
+KV_CPU_BODY kv_v8f vset1(float x)
+{
+    const kv_v8f zero = {0};
+    return zero + x;
+}
+
+/* *a = lane-wise max(*a, p[0..8)) (keeps *a on ties and NaN). */
+KV_CPU_BODY void vmax_in(kv_v8f *a, const float *p)
+{
+    kv_v8f b = vld(p);
+    kv_v8u m = (kv_v8u)(b > *a);
+    *a = (kv_v8f)(((kv_v8u)b & m) | ((kv_v8u)*a & ~m));
+}
+
+/* Horizontal max / sum of 8 lanes. */
+KV_CPU_BODY float vhmax(const kv_v8f *v)
+{
+    float h[8];
+    memcpy(h, v, sizeof h);
+    float a = h[0] > h[4] ? h[0] : h[4], b = h[1] > h[5] ? h[1] : h[5];
+    float c = h[2] > h[6] ? h[2] : h[6], d = h[3] > h[7] ? h[3] : h[7];
+    a = a > c ? a : c;
+    b = b > d ? b : d;
+    return a > b ? a : b;
+}
+
+KV_CPU_BODY float vhsum(const kv_v8f *v)
+{
+    float h[8];
+    memcpy(h, v, sizeof h);
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+/* exp(src[i] - sub) for i < 8, for arguments <= 0 (larger ones are clamped
+ * to 88); exactly 0 below -87 so that 2^n below stays a normal number.
+ * Max relative error 2.6e-7 over [-87, 0] (checked exhaustively). */
+KV_CPU_BODY kv_v8f vexp(const float *src, float sub)
+{
+    kv_v8f x = vld(src) - vset1(sub);
+    const kv_v8f magic = vset1(12582912.0f); /* 1.5 * 2^23: round to int */
+    kv_v8u dead = (kv_v8u)(x < vset1(-87.0f)); /* all ones where true */
+    kv_v8u big = (kv_v8u)(x > vset1(88.0f));
+    x = (kv_v8f)(((kv_v8u)x & ~big) | ((kv_v8u)vset1(88.0f) & big));
+    kv_v8f t = x * vset1(1.44269504088896341f) + magic;
+    kv_v8f n = t - magic;
+    kv_v8f r = x - n * vset1(0.693359375f);  /* ln2 hi (exact product) */
+    r = r - n * vset1(-2.12194440e-4f);      /* ln2 lo                 */
+    kv_v8f p = vset1(1.0f / 720.0f);
+    p = p * r + vset1(1.0f / 120.0f);
+    p = p * r + vset1(1.0f / 24.0f);
+    p = p * r + vset1(1.0f / 6.0f);
+    p = p * r + vset1(0.5f);
+    p = p * r + vset1(1.0f);
+    p = p * r + vset1(1.0f);
+    kv_v8u e = ((kv_v8u)t - (kv_v8u)magic) << 23; /* n * 2^23, mod 2^32 */
+    return (kv_v8f)(((kv_v8u)p + e) & ~dead);
+}
+
+/* The four horizontal sums of a, b, c, d: {sum a, sum b, sum c, sum d}
+ * written to out[0..3]. Shuffles stay inside 128-bit halves. */
+KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
+                        const kv_v8f *d, float *out)
+{
+    kv_v8f x = __builtin_shufflevector(*a, *b, 0, 8, 1, 9, 4, 12, 5, 13) +
+               __builtin_shufflevector(*a, *b, 2, 10, 3, 11, 6, 14, 7, 15);
+    kv_v8f y = __builtin_shufflevector(*c, *d, 0, 8, 1, 9, 4, 12, 5, 13) +
+               __builtin_shufflevector(*c, *d, 2, 10, 3, 11, 6, 14, 7, 15);
+    kv_v8f z = __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
+    float h[8];
+    memcpy(h, &z, sizeof h);
+    for (int i = 0; i < 4; i++)
+        out[i] = h[i] + h[i + 4];
+}
+
+/* s[i] = q . k_i for i < nv (k_i = kt + i*d, d a multiple of 8). Tokens go
+ * four at a time so q is loaded once per four; a short last group repeats
+ * its last token, so every logit comes from the same operation sequence. */
+KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
+                            uint32_t d, float *s)
+{
+    for (uint32_t i = 0; i < nv; i += 4) {
+        const float *k0 = kt + (size_t)i * d;
+        const float *k1 = i + 1 < nv ? k0 + d : k0;
+        const float *k2 = i + 2 < nv ? k0 + 2 * (size_t)d : k1;
+        const float *k3 = i + 3 < nv ? k0 + 3 * (size_t)d : k2;
+        kv_v8f a0 = vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        for (uint32_t j = 0; j < d; j += KV_CPU_VW) {
+            kv_v8f qv = vld(q + j);
+            a0 += qv * vld(k0 + j);
+            a1 += qv * vld(k1 + j);
+            a2 += qv * vld(k2 + j);
+            a3 += qv * vld(k3 + j);
+        }
+        float r[4];
+        vhsum4(&a0, &a1, &a2, &a3, r);
+        memcpy(s + i, r, (nv - i < 4 ? nv - i : 4) * sizeof *r);
+    }
+}
+
+/* acc[0..d) += sum over i < nv of p[i] * v_i (v_i = vt + i*d). Four
+ * independent accumulators (32 floats) per pass over the tokens. */
+KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
+                            uint32_t nv, uint32_t d)
+{
+    uint32_t j = 0;
+    for (; j + 4 * KV_CPU_VW <= d; j += 4 * KV_CPU_VW) {
+        kv_v8f a0 = vld(acc + j), a1 = vld(acc + j + 8);
+        kv_v8f a2 = vld(acc + j + 16), a3 = vld(acc + j + 24);
+        const float *v = vt + j;
+        for (uint32_t i = 0; i < nv; i++, v += d) {
+            kv_v8f pi = vset1(p[i]);
+            a0 += pi * vld(v);
+            a1 += pi * vld(v + 8);
+            a2 += pi * vld(v + 16);
+            a3 += pi * vld(v + 24);
+        }
+        VST(acc + j, a0);
+        VST(acc + j + 8, a1);
+        VST(acc + j + 16, a2);
+        VST(acc + j + 24, a3);
+    }
+    for (; j < d; j += KV_CPU_VW) {
+        kv_v8f a = vld(acc + j);
+        for (uint32_t i = 0; i < nv; i++)
+            a += vset1(p[i]) * vld(vt + (size_t)i * d + j);
+        VST(acc + j, a);
+    }
+}
+
+/* Tokens of the chunk starting at list token t0 (n tokens) that row r sees. */
+KV_CPU_BODY uint32_t row_visible(const kv_kern_cpu_task_t *t, uint32_t r,
+                                 uint32_t t0, uint32_t n)
+{
+    uint64_t lim = (uint64_t)t->lim0 + r / t->group;
+    if (lim > t->span.t_end)
+        lim = t->span.t_end;
+    if (lim <= t0)
+        return 0;
+    return lim - t0 < n ? (uint32_t)(lim - t0) : n;
+}
+
+/* Pad s[nv ..] to a whole vector with -inf (exp gives 0); returns the
+ * padded length. */
+KV_CPU_BODY uint32_t pad_row(float *s, uint32_t nv)
+{
+    const uint32_t nvr = (nv + KV_CPU_VW - 1) / KV_CPU_VW * KV_CPU_VW;
+    for (uint32_t i = nv; i < nvr; i++)
+        s[i] = -INFINITY;
+    return nvr;
+}
+
+/* One row's online-softmax step over nv tokens of the tiles. */
+KV_CPU_BODY void attend_row(const kv_kern_cpu_task_t *t, uint32_t r,
+                            uint32_t t0, uint32_t nv, const float *kt,
+                            const float *vt, float *s)
+{
+    const uint32_t d = t->geom->head_dim;
+    float *acc = t->acc + (size_t)r * d;
+    logits_row(t->q + (size_t)r * d, kt, nv, d, s);
+    if (t->logits)
+        memcpy(t->logits + r * t->logits_stride + t0, s, nv * sizeof *s);
+
+    const uint32_t nvr = pad_row(s, nv);
+    kv_v8f mx8 = vld(s);
+    for (uint32_t i = KV_CPU_VW; i < nvr; i += KV_CPU_VW)
+        vmax_in(&mx8, s + i);
+    float mx = vhmax(&mx8);
+    float m = t->m[r];
+    if (mx > m) {
+        if (m != -INFINITY) { /* else l and acc are still 0 */
+            float c = expf(m - mx);
+            t->l[r] *= c;
+            for (uint32_t j = 0; j < d; j += KV_CPU_VW)
+                VST(acc + j, vld(acc + j) * vset1(c));
+        }
+        m = mx;
+        t->m[r] = m;
+    }
+    kv_v8f sum = vset1(0.0f);
+    for (uint32_t i = 0; i < nvr; i += KV_CPU_VW) {
+        kv_v8f e = vexp(s + i, m);
+        VST(s + i, e);
+        sum += e;
+    }
+    t->l[r] += vhsum(&sum);
+
+    accumulate(acc, s, vt, nv, d);
+}
+
+/* Walk the span chunk by chunk (a chunk never crosses a page), decoding
+ * K (and V when vt) to the tiles, and call the row step for each row that
+ * sees tokens of the chunk. `stats_mode` selects the stats pass. */
+KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
+                      int stats_mode)
+{
+    const kv_page_geom_t *g = t->geom;
+    const uint32_t d = g->head_dim, tt = tile_tokens(d), ts = tile_stride(d);
+    float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
+    float *srow = vt + KV_CPU_TILE_FLOATS;
+    const kv_kern_cpu_span_t *sp = &t->span;
+    uint32_t pi = sp->page0, off = sp->off0;
+
+    for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
+        const kv_kern_page_t *pg = &sp->pages[pi];
+        uint32_t n = pg->n_tokens - off;
+        if (n > sp->t_end - t0)
+            n = sp->t_end - t0;
+        if (n > tt)
+            n = tt;
+        kv_format_load(pg->format, pg->variant, pg->data, g, off, n, kt,
+                       stats_mode ? NULL : vt);
+        for (uint32_t r = 0; r < t->n_rows; r++) {
+            uint32_t nv = row_visible(t, r, t0, n);
+            if (nv == 0)
+                continue;
+            if (!stats_mode) {
+                attend_row(t, r, t0, nv, kt, vt, srow + (size_t)r * ts);
+                continue;
+            }
+            logits_row(t->q + (size_t)r * d, kt, nv, d, srow);
+            pad_row(srow, nv);
+            for (uint32_t i = 0; i < nv; i += KV_CPU_VW)
+                VST(srow + i, vexp(srow + i, t->lse[r]));
+            for (uint32_t i = 0; i < nv; i++)
+                t->stats[t0 + i] += srow[i];
+        }
+        t0 += n;
+        off += n;
+        if (off == pg->n_tokens) {
+            pi++;
+            off = 0;
+        }
+    }
+}
+
+KV_CPU_BODY void attend_body(const kv_kern_cpu_task_t *t, float *scratch)
+{
+    walk(t, scratch, 0);
+}
+
+KV_CPU_BODY void stats_body(const kv_kern_cpu_task_t *t, float *scratch)
+{
+    memset(t->stats + t->span.t_begin, 0,
+           (size_t)(t->span.t_end - t->span.t_begin) * sizeof(float));
+    walk(t, scratch, 1);
+}
+
+KV_CPU_BODY void stats_from_logits_body(const kv_kern_cpu_task_t *t)
+{
+    for (uint32_t t0 = t->span.t_begin; t0 < t->span.t_end;
+         t0 += KV_CPU_VW) {
+        uint32_t nb = t->span.t_end - t0;
+        nb = nb < KV_CPU_VW ? nb : KV_CPU_VW;
+        kv_v8f sum = vset1(0.0f);
+        for (uint32_t r = 0; r < t->n_rows; r++) {
+            const float *x = t->logits + r * t->logits_stride + t0;
+            float v[KV_CPU_VW];
+            for (uint32_t i = 0; i < KV_CPU_VW; i++)
+                v[i] = i < nb ? x[i] : -INFINITY;
+            sum += vexp(v, t->lse[r]);
+        }
+        memcpy(t->stats + t0, &sum, nb * sizeof(float));
+    }
+}
+
+/* The two builds of the three entry points and their tables. */
+#define KV_CPU_LOOPS(sfx, isa_name, attr)                                    \
+    attr static void attend_##sfx(const kv_kern_cpu_task_t *t, float *s)     \
+    {                                                                        \
+        attend_body(t, s);                                                   \
+    }                                                                        \
+    attr static void stats_##sfx(const kv_kern_cpu_task_t *t, float *s)      \
+    {                                                                        \
+        stats_body(t, s);                                                    \
+    }                                                                        \
+    attr static void stats_from_logits_##sfx(const kv_kern_cpu_task_t *t)    \
+    {                                                                        \
+        stats_from_logits_body(t);                                           \
+    }                                                                        \
+    const kv_kern_cpu_loops_t kv_kern_cpu_loops_##sfx = {                    \
+        .isa = isa_name,                                                     \
+        .attend = attend_##sfx,                                              \
+        .stats = stats_##sfx,                                                \
+        .stats_from_logits = stats_from_logits_##sfx,                        \
+    };
+
+KV_CPU_LOOPS(generic, "generic", )
+#if defined(__x86_64__) || defined(__i386__)
+KV_CPU_LOOPS(avx2, "avx2", __attribute__((target("avx2,fma,f16c"))))
+#else
+const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2 = {
+    .isa = "generic",
+    .attend = attend_generic,
+    .stats = stats_generic,
+    .stats_from_logits = stats_from_logits_generic,
+};
+#endif

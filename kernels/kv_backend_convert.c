@@ -1,0 +1,33 @@
+/*
+ * kv_backend_convert.c — running a conversion on a backend (kv_backend.h,
+ * "conversions"): the backend's op when its ops table lists one, else the
+ * CPU reference kernels (kernels/cpu/kv_cpu_convert.c), which need no
+ * context. So the page table converts through whatever backend the store
+ * runs, and a backend without conversion ops (or none at all: unit tests
+ * of the page table pass NULL) still works. No state.
+ */
+#include <stddef.h>
+
+#include "kernels/cpu/kv_cpu_convert.h"
+#include "kv_backend.h"
+
+int kv_backend_convert(const kv_backend_t *b, const kv_convert_params_t *p)
+{
+    if (b && b->ops && b->ops->convert)
+        return b->ops->convert(b->ctx, p);
+    return kv_kern_cpu_convert(NULL, p);
+}
+
+int kv_backend_merge_select(const kv_backend_t *b, const kv_merge_params_t *p)
+{
+    if (b && b->ops && b->ops->merge_select)
+        return b->ops->merge_select(b->ctx, p);
+    return kv_kern_cpu_merge_select(NULL, p);
+}
+
+int kv_backend_merge(const kv_backend_t *b, const kv_merge_params_t *p)
+{
+    if (b && b->ops && b->ops->merge)
+        return b->ops->merge(b->ctx, p);
+    return kv_kern_cpu_merge(NULL, p);
+}

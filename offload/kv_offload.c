@@ -1,0 +1,546 @@
+/*
+ * kv_offload.c — a page file's life: create (geometry, superblock, empty
+ * index), open (superblock, index, held slots), close/crash, and the
+ * slot-level calls (free, info, list, stats, fault settings).
+ *
+ * Setup order (and teardown in reverse): fd -> pool + slot records ->
+ * stage (aligned staging memory) -> engine (registers the stage and fd) ->
+ * io records. kv_offload_setup() builds the in-memory half for both create
+ * and open once the geometry is known.
+ *
+ * Slots in the pool: right after the pool is made, every id is taken
+ * (ascending indices, in a fresh pool's order), which also tells id_base;
+ * the slots the index does not name are then released from the highest
+ * index down, so the LIFO free stack hands out low, adjacent indices first
+ * (adjacent slots coalesce into one I/O).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc/kv_mem.h"
+#include "kvpage/kvpage.h"
+#include "offload/kv_offload_int.h"
+
+#define KV_OFFLOAD_DEFAULT_QD 64u
+#define KV_OFFLOAD_DEFAULT_IO (256u << 10)
+#define KV_OFFLOAD_STAGE_CAP (64ull << 20)
+
+kv_offload_config_t kv_offload_config_default(void)
+{
+    kv_offload_config_t c;
+    memset(&c, 0, sizeof c);
+    c.engine = KV_OFFLOAD_ENGINE_AUTO;
+    c.queue_depth = KV_OFFLOAD_DEFAULT_QD;
+    return c;
+}
+
+static int kv_pow2(uint32_t x)
+{
+    return x && !(x & (x - 1u));
+}
+
+/* The runtime half of a config (engine, queue, faults): valid for open too. */
+static int kv_offload_check_cfg(const kv_offload_config_t *c)
+{
+    if (c->engine > KV_OFFLOAD_ENGINE_PREAD ||
+        (c->flags & ~(KV_OFFLOAD_BUFFERED | KV_OFFLOAD_NO_FIXED)))
+        return KV_EINVAL;
+    if (c->queue_depth > KV_OFFLOAD_MAX_QD || c->ring_entries > KV_OFFLOAD_MAX_QD ||
+        (c->align && (!kv_pow2(c->align) || c->align < 512 || c->align > 65536)))
+        return KV_ERANGE;
+    return kv_offload_shim_check(&c->fault);
+}
+
+/* O_DIRECT alignment the kernel reports for fd (0 when it reports none). */
+static uint32_t kv_offload_dio_align(int fd)
+{
+#ifdef STATX_DIOALIGN
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+        (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align) {
+        uint32_t a = sx.stx_dio_offset_align;
+        return sx.stx_dio_mem_align > a ? sx.stx_dio_mem_align : a;
+    }
+#else
+    (void)fd;
+#endif
+    return 0;
+}
+
+/* Open path read-write, with O_DIRECT unless `buffered` or refused (EINVAL:
+ * tmpfs and friends); *direct says which. -errno on failure. */
+static int kv_offload_open_fd(const char *path, int buffered, int *direct)
+{
+    if (!buffered) {
+        int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+        if (fd >= 0) {
+            *direct = 1;
+            return fd;
+        }
+        if (errno != EINVAL)
+            return -errno;
+    }
+    *direct = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+static uint64_t kv_offload_new_file_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 48);
+    }
+    return id ? id : 1;
+}
+
+/* ---- in-memory setup / teardown ---------------------------------------------- */
+
+static void kv_offload_teardown(kv_offload_file_t *f)
+{
+    kv_offload_io_fini(f);
+    if (f->eng)
+        f->ops->destroy(f->eng);
+    kv_offload_stage_fini(&f->stage);
+    if (f->recs)
+        kv_mem_free(f->recs, (size_t)f->sb.capacity * sizeof *f->recs);
+    kv_alloc_pool_destroy(f->pool);
+    if (f->fd >= 0)
+        close(f->fd);
+    kv_mem_free(f->path, f->path_bytes);
+    pthread_mutex_destroy(&f->lock);
+    kv_mem_free(f, sizeof *f);
+}
+
+static kv_offload_file_t *kv_offload_file_new(const char *path)
+{
+    kv_offload_file_t *f = kv_mem_calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->fd = -1;
+    pthread_mutex_init(&f->lock, NULL);
+    f->path = kv_offload_path_with(path, "", &f->path_bytes);
+    if (!f->path) {
+        kv_offload_teardown(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Take every slot id, then give back those whose record is FREE. */
+static int kv_offload_slots_init(kv_offload_file_t *f)
+{
+    uint32_t cap = f->sb.capacity;
+    for (uint32_t i = 0; i < cap; i++) {
+        kv_page_id_t id;
+        if (kv_alloc_page(f->pool, &id) != 0)
+            return KV_ENOMEM; /* the pool is destroyed with the file */
+        if (i == 0)
+            f->id_base = id - kv_alloc_page_index(id);
+    }
+    for (uint32_t i = cap; i-- > 0;)
+        if (f->recs[i].state == KV_SLOT_FREE && kv_alloc_release(f->pool, f->id_base | i) != 1)
+            return KV_ESTATE;
+    return 0;
+}
+
+/* Pool, stage, engine, ios, from f->sb and the runtime config. f->recs is
+ * allocated and says which slots are held (all FREE for a new file, the
+ * index's entries VALID for an opened one). */
+static int kv_offload_setup(kv_offload_file_t *f, const kv_offload_config_t *c)
+{
+    f->qd = c->queue_depth ? c->queue_depth : KV_OFFLOAD_DEFAULT_QD;
+    f->n_ios = 2 * f->qd;
+    uint32_t sb = f->sb.slot_bytes;
+    uint32_t io_bytes = c->max_io_bytes ? c->max_io_bytes : KV_OFFLOAD_DEFAULT_IO;
+    f->max_run = io_bytes / sb ? io_bytes / sb : 1;
+    uint64_t units = c->staging_bytes ? c->staging_bytes / sb : (uint64_t)f->n_ios * f->max_run;
+    if (!c->staging_bytes && units * sb > KV_OFFLOAD_STAGE_CAP)
+        units = KV_OFFLOAD_STAGE_CAP / sb;
+    if (units < 1)
+        units = 1;
+    if (units > (1u << 24))
+        return KV_ERANGE;
+    if (f->max_run > units)
+        f->max_run = (uint32_t)units;
+
+    kv_alloc_config_t ac = {.page_bytes = (f->sb.page_bytes + 63u) & ~63u,
+                            .capacity = f->sb.capacity, .tier = KV_TIER_FILE,
+                            .flags = KV_ALLOC_NO_TCACHE};
+    int r = kv_alloc_pool_create(&ac, &f->pool);
+    if (r)
+        return r;
+    r = kv_offload_slots_init(f);
+    if (r)
+        return r;
+    r = kv_offload_stage_init(&f->stage, sb, (uint32_t)units,
+                              f->sb.align > 4096 ? f->sb.align : 4096);
+    if (r)
+        return r;
+
+    kv_offload_engine_cfg_t ec = {.fd = f->fd, .buf = f->stage.base,
+                                  .buf_bytes = (size_t)units * sb, .depth = f->qd,
+                                  .ring_entries = c->ring_entries,
+                                  .fixed = !(c->flags & KV_OFFLOAD_NO_FIXED)};
+    r = KV_ENOTSUP;
+    if (c->engine != KV_OFFLOAD_ENGINE_PREAD) {
+        f->ops = &kv_offload_engine_uring;
+        r = f->ops->create(&ec, &f->eng);
+        if (r && c->engine == KV_OFFLOAD_ENGINE_URING)
+            return r == -ENOSYS || r == -EPERM ? KV_ENOTSUP : r;
+    }
+    if (r) {
+        f->ops = &kv_offload_engine_pread;
+        r = f->ops->create(&ec, &f->eng);
+        if (r)
+            return r;
+    }
+    kv_offload_shim_init(&f->shim, &c->fault, f->sb.align);
+    return kv_offload_io_init(f);
+}
+
+static int kv_offload_recs_alloc(kv_offload_file_t *f)
+{
+    f->recs = kv_mem_calloc(f->sb.capacity, sizeof *f->recs);
+    return f->recs ? 0 : KV_ENOMEM;
+}
+
+/* ---- create / open / close ------------------------------------------------------- */
+
+int kv_offload_create(const char *path, const kv_offload_config_t *cfg,
+                      kv_offload_file_t **out)
+{
+    if (!path || !*path || !cfg || !out)
+        return KV_EINVAL;
+    int r = kv_offload_check_cfg(cfg);
+    if (r)
+        return r;
+    if (cfg->page_bytes < 64 || cfg->page_bytes % 64 ||
+        cfg->page_bytes > KV_OFFLOAD_MAX_PAGE_BYTES || cfg->capacity == 0 ||
+        cfg->capacity > KV_ALLOC_MAX_PAGES)
+        return KV_ERANGE;
+    kv_offload_file_t *f = kv_offload_file_new(path);
+    if (!f)
+        return KV_ENOMEM;
+    int fd0 = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd0 < 0) {
+        r = -errno;
+        kv_offload_teardown(f);
+        return r;
+    }
+    f->fd = kv_offload_open_fd(path, cfg->flags & KV_OFFLOAD_BUFFERED, &f->direct);
+    r = f->fd < 0 ? f->fd : 0;
+    if (r == 0) {
+        uint32_t dio = f->direct ? kv_offload_dio_align(f->fd) : 0;
+        uint32_t a = dio ? dio : 4096u;
+        if (a < 512)
+            a = 512;
+        if (cfg->align > a)
+            a = cfg->align;
+        if (!kv_pow2(a) || a > 65536) {
+            r = KV_ENOTSUP;
+        } else {
+            f->sb.align = a;
+            f->sb.page_bytes = cfg->page_bytes;
+            f->sb.slot_bytes = (KV_OFFLOAD_HDR_BYTES + cfg->page_bytes + a - 1u) & ~(a - 1u);
+            f->sb.capacity = cfg->capacity;
+            f->sb.data_off = (4096u + a - 1u) & ~(uint64_t)(a - 1u);
+            f->sb.file_id = kv_offload_new_file_id();
+        }
+    }
+    if (r == 0) {
+        off_t size = (off_t)(f->sb.data_off + (uint64_t)f->sb.capacity * f->sb.slot_bytes);
+        r = posix_fallocate(fd0, 0, size);
+        if (r == EOPNOTSUPP || r == EINVAL)
+            r = ftruncate(fd0, size) == 0 ? 0 : errno;
+        r = -r;
+    }
+    if (r == 0) {
+        uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+        kv_offload_sb_encode(&f->sb, sbuf);
+        errno = 0;
+        if (pwrite(fd0, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf || fsync(fd0) != 0)
+            r = errno ? -errno : KV_EIO;
+    }
+    close(fd0);
+    if (r == 0)
+        r = kv_offload_recs_alloc(f);
+    if (r == 0) {
+        f->next_serial = 1;
+        r = kv_offload_setup(f, cfg);
+    }
+    if (r == 0)
+        r = kv_offload_index_write(f);
+    if (r != 0) {
+        kv_offload_teardown(f);
+        kv_offload_unlink(path);
+        return r;
+    }
+    *out = f;
+    return 0;
+}
+
+int kv_offload_open(const char *path, const kv_offload_config_t *cfg,
+                    kv_offload_file_t **out)
+{
+    if (!path || !*path || !cfg || !out)
+        return KV_EINVAL;
+    int r = kv_offload_check_cfg(cfg);
+    if (r)
+        return r;
+    kv_offload_file_t *f = kv_offload_file_new(path);
+    if (!f)
+        return KV_ENOMEM;
+    /* the superblock, through a plain descriptor (any alignment works) */
+    int fd0 = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd0 < 0) {
+        r = -errno;
+        kv_offload_teardown(f);
+        return r;
+    }
+    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    struct stat st;
+    if (pread(fd0, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf)
+        r = KV_ECORRUPT;
+    else if (fstat(fd0, &st) != 0)
+        r = -errno;
+    else
+        r = kv_offload_sb_decode(sbuf, &f->sb);
+    close(fd0);
+    if (r == 0 && (uint64_t)st.st_size <
+                      f->sb.data_off + (uint64_t)f->sb.capacity * f->sb.slot_bytes)
+        r = KV_ECORRUPT;
+    if (r == 0 && cfg->page_bytes && cfg->page_bytes != f->sb.page_bytes)
+        r = KV_ERANGE;
+    if (r == 0) {
+        f->fd = kv_offload_open_fd(path, cfg->flags & KV_OFFLOAD_BUFFERED, &f->direct);
+        r = f->fd < 0 ? f->fd : 0;
+    }
+    if (r == 0 && f->direct) {
+        /* moved to a device needing coarser alignment: go buffered */
+        uint32_t dio = kv_offload_dio_align(f->fd);
+        if (dio > f->sb.align) {
+            close(f->fd);
+            f->fd = kv_offload_open_fd(path, 1, &f->direct);
+            r = f->fd < 0 ? f->fd : 0;
+        }
+    }
+    if (r == 0)
+        r = kv_offload_recs_alloc(f);
+    if (r == 0)
+        r = kv_offload_index_read(f);
+    if (r == 0)
+        r = kv_offload_setup(f, cfg);
+    if (r != 0) {
+        kv_offload_teardown(f);
+        return r;
+    }
+    *out = f;
+    return 0;
+}
+
+int kv_offload_close(kv_offload_file_t *f)
+{
+    if (!f)
+        return 0;
+    pthread_mutex_lock(&f->lock);
+    kv_offload_io_drain(f);
+    int r = kv_offload_index_write(f);
+    pthread_mutex_unlock(&f->lock);
+    kv_offload_teardown(f);
+    return r;
+}
+
+void kv_offload_crash(kv_offload_file_t *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->lock);
+    kv_offload_io_drain(f);
+    pthread_mutex_unlock(&f->lock);
+    kv_offload_teardown(f);
+}
+
+int kv_offload_sync(kv_offload_file_t *f)
+{
+    if (!f)
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    int r = kv_offload_index_write(f);
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+int kv_offload_unlink(const char *path)
+{
+    if (!path)
+        return KV_EINVAL;
+    static const char *const sfx[] = {".idx", ".idx.tmp"};
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        char *p = kv_offload_path_with(path, sfx[i], &n);
+        if (p) {
+            unlink(p);
+            kv_mem_free(p, n);
+        }
+    }
+    return unlink(path) == 0 ? 0 : -errno;
+}
+
+/* ---- slots ---------------------------------------------------------------------- */
+
+int kv_offload_free(kv_offload_file_t *f, const kv_offload_slot_t *slots, uint32_t n)
+{
+    if (!f || (!slots && n))
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    int r = 0;
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        if (!kv_alloc_id_valid(f->pool, slots[i])) {
+            r = KV_EINVAL;
+            break;
+        }
+        kv_offload_slotrec_t *rec = &f->recs[kv_offload_slot_index(slots[i])];
+        if (rec->state == KV_SLOT_FREE || rec->free_pending || rec->mark) {
+            r = KV_ESTATE;
+            break;
+        }
+        rec->mark = 1;
+    }
+    for (uint32_t j = 0; j < i; j++)
+        f->recs[kv_offload_slot_index(slots[j])].mark = 0;
+    for (i = 0; r == 0 && i < n; i++) {
+        uint32_t idx = kv_offload_slot_index(slots[i]);
+        kv_offload_slotrec_t *rec = &f->recs[idx];
+        if (rec->state == KV_SLOT_WRITING || rec->readers)
+            rec->free_pending = 1;
+        else
+            kv_offload_slot_release(f, idx);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+static void kv_offload_entry_of(const kv_offload_file_t *f, uint32_t idx,
+                                kv_offload_entry_t *e)
+{
+    const kv_offload_slotrec_t *rec = &f->recs[idx];
+    *e = (kv_offload_entry_t){.slot = f->id_base | idx, .bytes = rec->bytes,
+                              .key = rec->key, .generation = rec->generation,
+                              .tokens = rec->tokens, .format = rec->format};
+}
+
+int kv_offload_info(kv_offload_file_t *f, kv_offload_slot_t slot, kv_offload_entry_t *out)
+{
+    if (!f || !out)
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    int r = KV_EINVAL;
+    if (kv_alloc_id_valid(f->pool, slot)) {
+        uint32_t idx = kv_offload_slot_index(slot);
+        const kv_offload_slotrec_t *rec = &f->recs[idx];
+        r = rec->state == KV_SLOT_VALID && !rec->free_pending ? 0 : KV_ESTATE;
+        if (r == 0)
+            kv_offload_entry_of(f, idx, out);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+static int kv_offload_cmp_entry(const void *a, const void *b)
+{
+    const kv_offload_entry_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->generation != y->generation)
+        return x->generation < y->generation ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+int kv_offload_list(kv_offload_file_t *f, kv_offload_entry_t *out, uint64_t cap,
+                    uint64_t *n)
+{
+    if (!f || !n || (!out && cap))
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < f->sb.capacity; i++)
+        total += f->recs[i].state == KV_SLOT_VALID && !f->recs[i].free_pending;
+    int r = 0;
+    if (cap) {
+        /* sort all of them (the first cap of the sorted list are wanted) */
+        kv_offload_entry_t *all = total ? kv_mem_alloc(total * sizeof *all) : NULL;
+        if (total && !all) {
+            r = KV_ENOMEM;
+        } else {
+            uint64_t k = 0;
+            for (uint32_t i = 0; i < f->sb.capacity; i++)
+                if (f->recs[i].state == KV_SLOT_VALID && !f->recs[i].free_pending)
+                    kv_offload_entry_of(f, i, &all[k++]);
+            if (total)
+                qsort(all, total, sizeof *all, kv_offload_cmp_entry);
+            memcpy(out, all, (cap < total ? cap : total) * sizeof *all);
+            if (all)
+                kv_mem_free(all, total * sizeof *all);
+        }
+    }
+    *n = total;
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+int kv_offload_set_fault(kv_offload_file_t *f, const kv_offload_fault_t *fault)
+{
+    if (!f || !fault || kv_offload_shim_check(fault))
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    kv_offload_shim_init(&f->shim, fault, f->sb.align);
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
+{
+    if (!f || !out)
+        return;
+    pthread_mutex_lock(&f->lock);
+    *out = f->st;
+    kv_alloc_stats_t as;
+    kv_alloc_stats(f->pool, &as);
+    out->engine = f->ops->name;
+    out->direct = (uint32_t)f->direct;
+    out->fixed = (uint32_t)f->ops->fixed(f->eng);
+    out->page_bytes = f->sb.page_bytes;
+    out->slot_bytes = f->sb.slot_bytes;
+    out->align = f->sb.align;
+    out->queue_depth = f->qd;
+    out->max_run = f->max_run;
+    out->staging_units = f->stage.units;
+    out->data_off = f->sb.data_off;
+    out->capacity = f->sb.capacity;
+    out->slots_used = as.used;
+    out->slots_free = as.free;
+    out->staging_used = f->stage.n_used;
+    out->ios_inflight = f->ios_out;
+    out->batches_open = f->n_batches;
+    out->cq_overflows = f->ops->cq_overflows(f->eng);
+    memcpy(out->faults, f->shim.count, sizeof out->faults);
+    pthread_mutex_unlock(&f->lock);
+}
+
+const kv_alloc_pool_t *kv_offload_pool(const kv_offload_file_t *f)
+{
+    return f ? f->pool : NULL;
+}

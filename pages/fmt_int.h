@@ -1,0 +1,156 @@
+/*
+ * fmt_int.h — the INT4 and INT2 page formats (KV_FMT_INT4 = 1,
+ * KV_FMT_INT2 = 2): KIVI/MiniKV asymmetric quantization in groups of 16.
+ *
+ * Quantization (b = bits, 2 or 4; L = 2^b - 1 levels above zero):
+ *   KEYS   per channel, over a group of 16 consecutive tokens;
+ *   VALUES per token,   over a group of 16 consecutive channels.
+ *   scale = (max - min) / L, q = round(clamp((x - min) / scale, 0, L)),
+ *   x^ = q * scale + min (FP32: one multiply, one add, never fused).
+ *   scale and min are stored as IEEE binary16. min is rounded toward -inf
+ *   and scale toward +inf, and codes are computed with the STORED values,
+ *   so |x - x^| <= stored scale / 2 (up to FP32 rounding) for every element
+ *   of a group whose values differ. A constant group (max == min) stores
+ *   min = fp16(x) (round to nearest), scale = +-0 with the sign of min, and
+ *   codes 0: it decodes bit-exactly to fp16(x), also -0 (x itself when x is
+ *   an FP16 value, as appended data is).
+ *
+ * Code packing: codes are little-endian uint32 words; a group's 16 codes
+ * take W = b/2 words and code j sits in word j / P at bits b*(j % P) ..
+ * b*(j % P) + b - 1, P = 32 / b codes per word (least significant first):
+ * INT2: 16 codes in one word, code j at bits 2j..2j+1;
+ * INT4: codes 0..7 in the first word, 8..15 in the second, code j at bits
+ * 4(j%8)..4(j%8)+3.
+ *
+ * Byte layout of one page (T = tokens per page, D = head_dim, a multiple of
+ * 16; G = T / 16 groups; W = b / 2; all offsets in bytes):
+ *
+ *   The page is G group blocks, group-major: tokens 16g .. 16g+15 live in
+ *   the block at g * GB, GB = 2*D*(2b + 4) (= 16*D for INT2, 24*D for INT4).
+ *   Inside a block:
+ *
+ *   +0           K codes  uint32 [W][D]        word w*D + c: the codes of
+ *                                              channel c for tokens
+ *                                              16g + P*w .. (word plane w)
+ *   +2bD         V codes  uint32 [16][D/16][W] token t, channel group cg:
+ *                                              words (t*(D/16) + cg)*W ..,
+ *                                              code j = channel 16cg + j
+ *   +4bD         K scale  binary16 [D]         per channel
+ *   +4bD + 2D    K min    binary16 [D]         per channel
+ *   +4bD + 4D    V scale  binary16 [16][D/16]  per (token, channel group)
+ *   +4bD + 6D    V min    binary16 [16][D/16]
+ *   +4bD + 8D    end of block (= GB)
+ *
+ *   Codes first, then the four parameter arrays adjacent (one FP16->FP32
+ *   conversion per group when K and V are both decoded).
+ *
+ *   Absolute offset of a block member: g * GB + (the offset above), for
+ *   g < G. Bytes from G * GB to page_bytes are unused. No header: the page
+ *   table records the format and the tokens in use. Every word offset is a
+ *   multiple of 4 because D is a multiple of 16.
+ *
+ *   T = 16 * floor(page_bytes / GB); 0 if D is not a multiple of 16 in
+ *   16..1024 (the store's head_dim range; it bounds the decoder's scratch).
+ *   The page must be at least 4-byte aligned (pool pages are).
+ *   Per 16 tokens: INT2 16*D bytes, INT4 24*D, FP16 64*D, so an INT2 page
+ *   holds exactly 4x the tokens of an FP16 page of the same page_bytes and
+ *   INT4 8/3x when page_bytes is a multiple of 192*D (otherwise floor).
+ *   Cost per element: b bits of code + 32 bits of scale/min per 16 elements
+ *   = b + 2 bits: INT2 g16 = 4 bits/element (4x smaller than FP16, not 8x),
+ *   INT4 g16 = 6 bits/element.
+ *
+ * Reading (load): any token range [t0, t0+n) within the page (not only
+ * whole groups), decoded to FP32 rows. Writing (store): PRECONDITION t0 and n multiples of 16 (whole
+ * groups are quantized at once); a misaligned call asserts in debug builds
+ * and writes nothing in NDEBUG builds. Inputs must be finite and within FP16
+ * range (callers validate, as for every format); src_stride >= D. A list
+ * tail that is not a whole group stays FP16 (KIVI), or the caller pads it.
+ * copy is NULL: compaction decodes and re-encodes.
+ */
+#ifndef KV_FMT_INT_H
+#define KV_FMT_INT_H
+
+#include <stdint.h>
+
+#include "kv_format.h"
+#include "kv_half.h"
+
+#define KV_FMT_INT_GROUP 16u /* tokens (K) or channels (V) per group */
+
+/* Bytes of one 16-token group block for head_dim d at b bits. */
+#define KV_FMT_INT_GROUP_BYTES(d, b) (2u * (d) * (2u * (b) + 4u))
+
+_Static_assert(sizeof(kv_half_t) == 2, "scale/min are 2-byte binary16");
+_Static_assert(KV_FMT_INT_GROUP_BYTES(64u, 2u) == 1024u,
+               "INT2 group block, D=64: 4 KiB of codes+params per 64 tokens");
+_Static_assert(KV_FMT_INT_GROUP_BYTES(64u, 4u) == 1536u,
+               "INT4 group block, D=64");
+_Static_assert(KV_FMT_INT_GROUP_BYTES(128u, 2u) == 2048u,
+               "INT2 group block, D=128");
+_Static_assert(KV_FMT_INT_GROUP_BYTES(128u, 4u) == 3072u,
+               "INT4 group block, D=128");
+/* INT2: 4 groups (64 tokens) == one 16-token FP16 page (64*D bytes). */
+_Static_assert(4u * KV_FMT_INT_GROUP_BYTES(64u, 2u) == 16u * 4u * 64u,
+               "INT2 holds exactly 4x the tokens of FP16");
+/* INT4: 8 groups (128 tokens) == 48 FP16 tokens (192*D bytes). */
+_Static_assert(8u * KV_FMT_INT_GROUP_BYTES(64u, 4u) == 48u * 4u * 64u,
+               "INT4 holds 8/3x the tokens of FP16");
+
+/* Offsets (bytes) of the members of one group block; see the layout above. */
+typedef struct kv_fmt_int_layout {
+    uint32_t group_bytes; /* GB: bytes per 16-token group block         */
+    uint32_t k_codes;     /* uint32 [W][D]                              */
+    uint32_t v_codes;     /* uint32 [16][D/16][W]                       */
+    uint32_t k_scale;     /* binary16 [D]                               */
+    uint32_t k_min;       /* binary16 [D]                               */
+    uint32_t v_scale;     /* binary16 [16][D/16]                        */
+    uint32_t v_min;       /* binary16 [16][D/16]                        */
+} kv_fmt_int_layout_t;
+
+static inline kv_fmt_int_layout_t kv_fmt_int_layout(uint32_t d, uint32_t bits)
+{
+    kv_fmt_int_layout_t l;
+    l.group_bytes = KV_FMT_INT_GROUP_BYTES(d, bits);
+    l.k_codes = 0;
+    l.v_codes = 2u * bits * d;
+    l.k_scale = 4u * bits * d;
+    l.k_min = l.k_scale + 2u * d;
+    l.v_scale = l.k_min + 2u * d;
+    l.v_min = l.v_scale + 2u * d;
+    return l;
+}
+
+/* The traits entries (also kv_format_table[KV_FMT_INT4 / KV_FMT_INT2]). */
+extern const kv_format_traits_t kv_fmt_int4;
+extern const kv_format_traits_t kv_fmt_int2;
+
+/* The per-format functions behind the entries (fmt_int.c). */
+uint32_t kv_fmt_int4_tokens_per_page(const kv_page_geom_t *g);
+uint32_t kv_fmt_int2_tokens_per_page(const kv_page_geom_t *g);
+void kv_fmt_int4_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
+                      uint32_t n, float *k, float *v);
+void kv_fmt_int2_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
+                      uint32_t n, float *k, float *v);
+void kv_fmt_int4_store(void *page, const kv_page_geom_t *g, uint32_t t0,
+                       uint32_t n, kv_dtype_t dtype, const void *k,
+                       const void *v, size_t src_stride);
+void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
+                       uint32_t n, kv_dtype_t dtype, const void *k,
+                       const void *v, size_t src_stride);
+
+/* Initialisers of the two entries, for kv_format_table (kv_format.c) and
+ * for kv_fmt_int4 / kv_fmt_int2 themselves: one definition of each entry. */
+#define KV_FMT_INT4_TRAITS                                                  \
+    {                                                                       \
+        .name = "int4", .bits_note = "INT4 g16 = 6 bits/element",           \
+        .tokens_per_page = kv_fmt_int4_tokens_per_page,                     \
+        .load = kv_fmt_int4_load, .store = kv_fmt_int4_store, .copy = NULL, \
+    }
+#define KV_FMT_INT2_TRAITS                                                  \
+    {                                                                       \
+        .name = "int2", .bits_note = "INT2 g16 = 4 bits/element",           \
+        .tokens_per_page = kv_fmt_int2_tokens_per_page,                     \
+        .load = kv_fmt_int2_load, .store = kv_fmt_int2_store, .copy = NULL, \
+    }
+
+#endif /* KV_FMT_INT_H */

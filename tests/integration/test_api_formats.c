@@ -1,0 +1,812 @@
+/*
+ * test_api_formats.c — compressed formats through the public API
+ * (kvpage.h, "compressed formats"): config kv_format/residual,
+ * kv_seq_set_format, kv_seq_quantize, kv_seq_merge_layers, kv_format_note,
+ * and the store's statistics and attention over mixed-format lists.
+ *
+ * Checks:
+ *   - config: kv_format only FP16/INT4/INT2 (KV_EINVAL), residual a
+ *     multiple of 16 in 16..65536 (KV_ERANGE), 0 = 128, INT formats whose
+ *     pages hold no group and shapes whose INT2 pages would hold > 65535
+ *     tokens refused;
+ *   - notes: "FP16 = 16 bits/element", "INT4 g16 = 6 bits/element",
+ *     "INT2 g16 = 4 bits/element", MERGED's note, NULL for unknown;
+ *   - statistics: a (layer, head) of 4096 tokens as INT2 with R = 128 is
+ *     >= 3.5x smaller than FP16 counting metadata (kv_store_stats); an
+ *     INT2 page holds exactly 4x and an INT4 page 8/3x (page_bytes =
+ *     192 * head_dim) the tokens of an FP16 page; bytes per format; the
+ *     ratios are printed with the format notes;
+ *   - NaN/Inf rejected by an INT2 store, nothing stored;
+ *   - attention through kv_attn_decode (batch with a fork, statistics) and
+ *     kv_attn_prefill (statistics from a row) over lists that mix FP16,
+ *     INT4, INT2 and MERGED (both layers of a pair, FP16 and INT4
+ *     directions) pages, GQA 6/2, equals dense double-precision attention
+ *     over the values kv_read returns (relative error <= 1e-3 per row,
+ *     statistics 1e-3); a control shows the INT lists really differ from
+ *     the appended values;
+ *   - merging: norms of every restored token equal the originals, gamma 0
+ *     retains none, gamma 1 keeps all tokens in FP16 (no MERGED page),
+ *     errors (layer 0, differing residuals, bad options, struct_size);
+ *   - fork / copy-on-write / compaction / free across formats: the other
+ *     sequence reads bit-identically, kv_store_check passes, every page and
+ *     metadata byte comes back;
+ *   - allocation failure (kv_fault_arm N = 1..) on set_format, quantize,
+ *     merge and appends that convert: a failed call changes nothing
+ *     (read-back, stats, kv_mem bytes); an append whose conversion failed
+ *     stands and a later one catches up.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "alloc/kv_mem.h"
+#include "kv_test.h"
+
+#define NL 4
+#define NQ 6
+#define NKV 2
+#define GROUP (NQ / NKV)
+#define HD 64
+#define TOL 1e-3
+
+static uint64_t rng = 777;
+static double worst_out, worst_stats;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        exit(2);
+    return p;
+}
+
+static kv_store_t *open_store(uint32_t L, uint32_t nq, uint32_t nkv,
+                              uint32_t page_bytes, uint32_t fmt, uint32_t R,
+                              uint64_t pages)
+{
+    kv_config_t c = kv_config_default();
+    c.n_layers = L;
+    c.n_q_heads = nq;
+    c.n_kv_heads = nkv;
+    c.head_dim = HD;
+    c.page_bytes = page_bytes;
+    c.host_pages = pages;
+    c.n_threads = 2;
+    c.kv_format = fmt;
+    c.residual = R;
+    kv_store_t *s = NULL;
+    int rc = kv_store_create(&c, &s);
+    if (rc) {
+        fprintf(stderr, "store: %s\n", kv_strerror(rc));
+        exit(2);
+    }
+    return s;
+}
+
+/* Append n random tokens to (seq, layer). base_k/base_v (or NULL): values
+ * of the pair's shallower layer the new ones are made similar to. out_k,
+ * out_v (or NULL): receive the appended values. */
+static void gen_append(kv_store_t *s, kv_seq_id_t q, uint32_t layer,
+                       uint32_t n, uint32_t nkv, const float *base_k,
+                       const float *base_v, float *out_k, float *out_v)
+{
+    size_t ne = (size_t)n * nkv * HD;
+    float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+    for (size_t i = 0; i < ne; i++) {
+        k[i] = kv_test_randf(&rng) * 1.5f;
+        v[i] = kv_test_randf(&rng);
+        if (base_k) {
+            k[i] = base_k[i] * 1.3f + 0.25f * k[i];
+            v[i] = base_v[i] * 0.7f + 0.25f * v[i];
+        }
+    }
+    CHECK_OK(kv_append(s, q, layer, n, KV_DTYPE_F32, k, v, NULL));
+    if (out_k)
+        memcpy(out_k, k, ne * 4);
+    if (out_v)
+        memcpy(out_v, v, ne * 4);
+    free(k);
+    free(v);
+}
+
+static void append_rand(kv_store_t *s, kv_seq_id_t q, uint32_t layer,
+                        uint32_t n, uint32_t nkv)
+{
+    gen_append(s, q, layer, n, nkv, NULL, NULL, NULL, NULL);
+}
+
+/* Append n tokens to layers l0 and l0+1, the second similar to the first. */
+static void append_pair(kv_store_t *s, kv_seq_id_t q, uint32_t l0, uint32_t n,
+                        uint32_t nkv)
+{
+    size_t ne = (size_t)n * nkv * HD;
+    float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+    gen_append(s, q, l0, n, nkv, NULL, NULL, k, v);
+    gen_append(s, q, l0 + 1, n, nkv, k, v, NULL, NULL);
+    free(k);
+    free(v);
+}
+
+/* ---- config and notes ------------------------------------------------------ */
+
+static void test_config(void)
+{
+    kv_config_t c = kv_config_default();
+    c.n_layers = 1, c.n_q_heads = 1, c.n_kv_heads = 1, c.head_dim = HD;
+    c.host_pages = 4;
+    kv_store_t *s = NULL;
+    CHECK_EQ(c.kv_format, KV_FMT_FP16);
+    CHECK_EQ(c.residual, 0);
+    kv_config_t b = c;
+    b.kv_format = KV_FMT_MERGED;
+    CHECK_EQ(kv_store_create(&b, &s), KV_EINVAL);
+    b.kv_format = 9;
+    CHECK_EQ(kv_store_create(&b, &s), KV_EINVAL);
+    b = c, b.residual = 24;
+    CHECK_EQ(kv_store_create(&b, &s), KV_ERANGE);
+    b.residual = 65536 + 16;
+    CHECK_EQ(kv_store_create(&b, &s), KV_ERANGE);
+    b = c, b.kv_format = KV_FMT_INT2, b.page_bytes = 512; /* no INT2 group */
+    CHECK_EQ(kv_store_create(&b, &s), KV_ERANGE);
+    b = c, b.head_dim = 16, b.page_bytes = 1u << 20; /* 65536 INT2 tokens */
+    CHECK_EQ(kv_store_create(&b, &s), KV_ERANGE);
+    CHECK(s == NULL);
+    b = c, b.kv_format = KV_FMT_INT4;
+    CHECK_OK(kv_store_create(&b, &s));
+    if (s) {
+        kv_config_t r;
+        CHECK_OK(kv_store_config(s, &r));
+        CHECK_EQ(r.residual, 128);
+        CHECK_EQ(r.kv_format, KV_FMT_INT4);
+        kv_store_destroy(s);
+    }
+    b = c, b.residual = 65536;
+    s = NULL;
+    CHECK_OK(kv_store_create(&b, &s));
+    kv_store_destroy(s);
+}
+
+static void test_notes(void)
+{
+    CHECK(strcmp(kv_format_note(KV_FMT_FP16), "FP16 = 16 bits/element") == 0);
+    CHECK(strcmp(kv_format_note(KV_FMT_INT4), "INT4 g16 = 6 bits/element") == 0);
+    CHECK(strcmp(kv_format_note(KV_FMT_INT2), "INT2 g16 = 4 bits/element") == 0);
+    const char *m = kv_format_note(KV_FMT_MERGED);
+    CHECK(m && strstr(m, "MERGED") && strstr(m, "bits/element"));
+    CHECK(kv_format_note(KV_FMT_COUNT) == NULL);
+    CHECK(kv_format_note((kv_format_t)99) == NULL);
+}
+
+/* ---- statistics ---------------------------------------------------------------- */
+
+static double ratio_of(const kv_stats_t *st)
+{
+    return (double)st->fp16_bytes / (double)(st->kv_bytes + st->meta_bytes);
+}
+
+static void test_ratio(void)
+{
+    /* one (layer, head), 4096 tokens, INT2, R = 128, default 4 KiB pages */
+    kv_store_t *s = open_store(1, 1, 1, 0, KV_FMT_INT2, 128, 256);
+    kv_seq_id_t q;
+    CHECK_OK(kv_seq_create(s, &q));
+    append_rand(s, q, 0, 1000, 1); /* prefill */
+    for (int t = 0; t < 3096; t++)              /* decode */
+        append_rand(s, q, 0, 1, 1);
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ(st.tokens, 4096);
+    CHECK_EQ(st.pages_by_format[KV_FMT_INT2], 64);
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 0);
+    CHECK_EQ(st.tokens / st.pages_by_format[KV_FMT_INT2],
+             4 * st.fp16_tokens_per_page); /* exactly 4x per page */
+    CHECK_EQ(st.bytes_by_format[KV_FMT_INT2], 64 * st.page_bytes);
+    CHECK_EQ(st.kv_bytes, st.bytes_by_format[KV_FMT_INT2]);
+    CHECK_EQ(st.fp16_bytes, 4096ull * 2 * HD * 2);
+    double r = ratio_of(&st);
+    printf("INT2 4096 tokens, R 128: kv %llu + meta %llu bytes vs FP16 %llu: "
+           "%.2fx smaller (%s)\n",
+           (unsigned long long)st.kv_bytes, (unsigned long long)st.meta_bytes,
+           (unsigned long long)st.fp16_bytes, r, kv_format_note(KV_FMT_INT2));
+    CHECK(r >= 3.5);
+    CHECK(r < 4.0); /* metadata counted: never the naive 4x (nor 8x) */
+    /* the 128-token residual of a 4100-token list stays FP16 */
+    append_rand(s, q, 0, 4, 1);
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 1);
+    CHECK(ratio_of(&st) >= 3.5);
+    CHECK_OK(kv_store_check(s));
+    kv_store_destroy(s);
+
+    /* INT4 at page_bytes = 192 * head_dim: 128 tokens per page = 8/3 x 48 */
+    s = open_store(1, 1, 1, 192 * HD, KV_FMT_INT4, 128, 256);
+    CHECK_OK(kv_seq_create(s, &q));
+    append_rand(s, q, 0, 4096, 1);
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ(st.fp16_tokens_per_page, 48);
+    CHECK_EQ(st.pages_by_format[KV_FMT_INT4], 32);
+    CHECK_EQ(3 * (st.tokens / st.pages_by_format[KV_FMT_INT4]),
+             8 * st.fp16_tokens_per_page);
+    r = ratio_of(&st);
+    printf("INT4 4096 tokens, 12 KiB pages: %.2fx smaller (%s)\n", r,
+           kv_format_note(KV_FMT_INT4));
+    CHECK(r >= 2.5 && r < 8.0 / 3.0);
+    kv_store_destroy(s);
+
+    /* MERGED: a layer pair of 2048 tokens, merged pages counted once */
+    s = open_store(2, 1, 1, 0, KV_FMT_FP16, 0, 1024);
+    CHECK_OK(kv_seq_create(s, &q));
+    append_pair(s, q, 0, 2048, 1);
+    kv_merge_opts_t o = kv_merge_opts_default();
+    CHECK_OK(kv_seq_merge_layers(s, q, 1, &o));
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK(st.pages_by_format[KV_FMT_MERGED] > 0);
+    CHECK_EQ(st.kv_bytes, (st.pages_by_format[KV_FMT_MERGED] +
+                           st.pages_by_format[KV_FMT_FP16]) * st.page_bytes);
+    r = ratio_of(&st);
+    printf("MERGED pair, 2048 tokens, gamma 0.05: %llu merged + %llu FP16 "
+           "pages, %.2fx smaller (%s)\n",
+           (unsigned long long)st.pages_by_format[KV_FMT_MERGED],
+           (unsigned long long)st.pages_by_format[KV_FMT_FP16], r,
+           kv_format_note(KV_FMT_MERGED));
+    CHECK(r > 1.5 && r < 2.0);
+    o.dir_format = KV_FMT_INT4;
+    kv_seq_id_t q2;
+    CHECK_OK(kv_seq_create(s, &q2));
+    append_pair(s, q2, 0, 2048, 1);
+    kv_stats_t st0 = st;
+    CHECK_OK(kv_seq_merge_layers(s, q2, 1, &o));
+    CHECK_OK(kv_store_stats(s, &st));
+    double r4 = (double)(st.fp16_bytes - st0.fp16_bytes) /
+                (double)(st.kv_bytes - st0.kv_bytes);
+    printf("MERGED pair, INT4 directions: %.2fx smaller (pages only)\n", r4);
+    CHECK(r4 > 3.0);
+    CHECK_OK(kv_store_check(s));
+    kv_store_destroy(s);
+}
+
+/* ---- errors ------------------------------------------------------------------- */
+
+static void test_errors(void)
+{
+    kv_store_t *s = open_store(3, 2, 2, 0, KV_FMT_INT2, 32, 128);
+    kv_seq_id_t q;
+    CHECK_OK(kv_seq_create(s, &q));
+    CHECK_EQ(kv_seq_set_format(NULL, q, 0, KV_FMT_INT4), KV_EINVAL);
+    CHECK_EQ(kv_seq_set_format(s, q + 1, 0, KV_FMT_INT4), KV_ENOENT);
+    CHECK_EQ(kv_seq_set_format(s, q, 3, KV_FMT_INT4), KV_ERANGE);
+    CHECK_EQ(kv_seq_set_format(s, q, 0, KV_FMT_MERGED), KV_EINVAL);
+    CHECK_EQ(kv_seq_set_format(s, q, 0, (kv_format_t)7), KV_EINVAL);
+    CHECK_EQ(kv_seq_quantize(NULL, q, 0, 0), KV_EINVAL);
+    CHECK_EQ(kv_seq_quantize(s, q + 1, 0, 0), KV_ENOENT);
+    CHECK_EQ(kv_seq_quantize(s, q, 3, 0), KV_ERANGE);
+    kv_merge_opts_t o = kv_merge_opts_default();
+    CHECK_EQ(o.struct_size, sizeof o);
+    CHECK(o.t == 0.6f && o.gamma == 0.05f && o.dir_format == KV_FMT_FP16);
+    CHECK_EQ(kv_seq_merge_layers(NULL, q, 1, &o), KV_EINVAL);
+    CHECK_EQ(kv_seq_merge_layers(s, q + 1, 1, &o), KV_ENOENT);
+    CHECK_EQ(kv_seq_merge_layers(s, q, 0, &o), KV_ERANGE);
+    CHECK_EQ(kv_seq_merge_layers(s, q, 3, &o), KV_ERANGE);
+    kv_merge_opts_t b = o;
+    b.struct_size = 8;
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &b), KV_EVERSION);
+    b = o, b.t = NAN;
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &b), KV_EINVAL);
+    b = o, b.gamma = 1.01f;
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &b), KV_EINVAL);
+    b = o, b.dir_format = KV_FMT_INT2;
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &b), KV_EINVAL);
+    /* NaN / Inf: refused by an INT2 store, nothing stored */
+    float k[2 * HD] = {0}, v[2 * HD] = {0};
+    k[70] = NAN;
+    CHECK_EQ(kv_append(s, q, 0, 1, KV_DTYPE_F32, k, v, NULL), KV_ERANGE);
+    k[70] = 0, v[3] = INFINITY;
+    CHECK_EQ(kv_append(s, q, 0, 1, KV_DTYPE_F32, k, v, NULL), KV_ERANGE);
+    v[3] = 70000.0f;
+    CHECK_EQ(kv_append(s, q, 0, 1, KV_DTYPE_F32, k, v, NULL), KV_ERANGE);
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ(st.tokens, 0);
+    CHECK_EQ(st.pages_used, 0);
+    /* merge needs equal residuals */
+    append_rand(s, q, 0, 10, 2);
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &o), KV_ESTATE);
+    append_rand(s, q, 1, 9, 2);
+    CHECK_EQ(kv_seq_merge_layers(s, q, 1, &o), KV_ESTATE);
+    CHECK_OK(kv_store_check(s));
+    kv_store_destroy(s);
+}
+
+/* ---- attention over mixed formats ---------------------------------------------- */
+
+static kv_store_t *S;
+
+/* Read a whole list (decoded) into fresh arrays. */
+static uint32_t read_list(kv_seq_id_t q, uint32_t l, uint32_t h, float **k,
+                          float **v, int32_t **pos)
+{
+    uint32_t n;
+    CHECK_OK(kv_seq_len(S, q, l, h, &n));
+    *k = xmalloc((size_t)n * HD * 4);
+    *v = xmalloc((size_t)n * HD * 4);
+    if (pos)
+        *pos = xmalloc((size_t)n * 4);
+    CHECK_OK(kv_read(S, q, l, h, 0, n, *k, *v, pos ? *pos : NULL));
+    return n;
+}
+
+/* Dense attention of one query row (all q heads) over tokens [0, lim[g]) of
+ * each kv head's decoded list; out checked, probabilities added to psum. */
+static void ref_row(float *const *lk, float *const *lv, const uint32_t *lim,
+                    const float *q, const float *out, double *const *psum,
+                    const char *what)
+{
+    const double scale = 1.0 / sqrt((double)HD);
+    for (uint32_t h = 0; h < NQ; h++) {
+        uint32_t g = h / GROUP, n = lim[g];
+        double *p = xmalloc((size_t)n * sizeof *p);
+        double mx = -INFINITY, sum = 0, o[HD] = {0}, err = 0, mag = 1e-3;
+        for (uint32_t t = 0; t < n; t++) {
+            double dot = 0;
+            for (int d = 0; d < HD; d++)
+                dot += (double)q[h * HD + d] * lk[g][(size_t)t * HD + d];
+            p[t] = dot * scale;
+            mx = fmax(mx, p[t]);
+        }
+        for (uint32_t t = 0; t < n; t++)
+            sum += (p[t] = exp(p[t] - mx));
+        for (uint32_t t = 0; t < n; t++) {
+            p[t] /= sum;
+            for (int d = 0; d < HD; d++)
+                o[d] += p[t] * lv[g][(size_t)t * HD + d];
+            if (psum)
+                psum[g][t] += p[t];
+        }
+        for (int d = 0; d < HD; d++) {
+            double e = fabs(out[h * HD + d] - o[d]);
+            err = isfinite(out[h * HD + d]) ? fmax(err, e) : INFINITY;
+            mag = fmax(mag, fabs(o[d]));
+        }
+        worst_out = fmax(worst_out, err / mag);
+        if (!(err <= TOL * mag)) {
+            kv_test_fail_++;
+            fprintf(stderr, "%s: q head %u: error %g vs |ref| %g\n", what, h,
+                    err, mag);
+        } else {
+            kv_test_pass_++;
+        }
+        free(p);
+    }
+}
+
+static void check_stats(const float *st, uint32_t stride, double *const *psum,
+                        const uint32_t *len, double count, const char *what)
+{
+    int bad = 0;
+    for (uint32_t g = 0; g < NKV; g++) {
+        double total = 0;
+        for (uint32_t t = 0; t < len[g]; t++) {
+            double a = st[(size_t)g * stride + t], r = psum[g][t];
+            total += a;
+            worst_stats = fmax(worst_stats, fabs(a - r) / fmax(r, 1e-6));
+            if (!(fabs(a - r) <= TOL * r + 1e-7 * count) && bad++ < 3)
+                fprintf(stderr, "%s: stats g %u t %u: %g vs %g\n", what, g, t,
+                        a, r);
+        }
+        if (!(fabs(total - count) <= 1e-3 * count) && bad++ < 3)
+            fprintf(stderr, "%s: stats sum %g vs %g\n", what, total, count);
+    }
+    CHECK(bad == 0);
+}
+
+/* Decode at every layer for a batch, checked against dense over kv_read. */
+static void decode_check(const kv_seq_id_t *ids, uint32_t batch, const char *what)
+{
+    const uint32_t stride = 2048;
+    for (uint32_t l = 0; l < NL; l++) {
+        float *q = xmalloc((size_t)batch * NQ * HD * 4);
+        float *out = xmalloc((size_t)batch * NQ * HD * 4);
+        float **stp = xmalloc(batch * sizeof *stp);
+        for (size_t i = 0; i < (size_t)batch * NQ * HD; i++)
+            q[i] = kv_test_randf(&rng) * 2.0f;
+        for (uint32_t b = 0; b < batch; b++)
+            stp[b] = b == 1 ? NULL : xmalloc((size_t)NKV * stride * 4);
+        kv_decode_t a = {.layer = l, .batch = batch, .seqs = ids, .q = q,
+                         .out = out, .stats = stp, .stats_stride = stride};
+        CHECK_OK(kv_attn_decode(S, &a));
+        for (uint32_t b = 0; b < batch; b++) {
+            float *lk[NKV], *lv[NKV];
+            uint32_t len[NKV];
+            double *ps[NKV];
+            for (uint32_t g = 0; g < NKV; g++) {
+                len[g] = read_list(ids[b], l, g, &lk[g], &lv[g], NULL);
+                ps[g] = calloc(len[g] + 1, sizeof(double));
+            }
+            char w[64];
+            snprintf(w, sizeof w, "%s decode layer %u seq %u", what, l, b);
+            ref_row(lk, lv, len, q + (size_t)b * NQ * HD,
+                    out + (size_t)b * NQ * HD, ps, w);
+            if (stp[b])
+                check_stats(stp[b], stride, ps, len, GROUP, w);
+            for (uint32_t g = 0; g < NKV; g++)
+                free(lk[g]), free(lv[g]), free(ps[g]);
+        }
+        for (uint32_t b = 0; b < batch; b++)
+            free(stp[b]);
+        free(stp), free(q), free(out);
+    }
+}
+
+/* Prefill n_new rows at every layer of q (tokens already appended). */
+static void prefill_check(kv_seq_id_t sq, uint32_t n_new, uint32_t row0)
+{
+    const uint32_t stride = 2048;
+    for (uint32_t l = 0; l < NL; l++) {
+        float *q = xmalloc((size_t)n_new * NQ * HD * 4);
+        float *out = xmalloc((size_t)n_new * NQ * HD * 4);
+        float *st = xmalloc((size_t)NKV * stride * 4);
+        for (size_t i = 0; i < (size_t)n_new * NQ * HD; i++)
+            q[i] = kv_test_randf(&rng) * 2.0f;
+        kv_prefill_t a = {.layer = l, .seq = sq, .n_new = n_new, .q = q,
+                          .out = out, .stats = st, .stats_stride = stride,
+                          .stats_row0 = row0};
+        CHECK_OK(kv_attn_prefill(S, &a));
+        float *lk[NKV], *lv[NKV];
+        uint32_t len[NKV], lim[NKV];
+        double *ps[NKV];
+        for (uint32_t g = 0; g < NKV; g++) {
+            len[g] = read_list(sq, l, g, &lk[g], &lv[g], NULL);
+            ps[g] = calloc(len[g] + 1, sizeof(double));
+        }
+        for (uint32_t r = 0; r < n_new; r++) {
+            for (uint32_t g = 0; g < NKV; g++)
+                lim[g] = len[g] - n_new + r + 1;
+            char w[64];
+            snprintf(w, sizeof w, "prefill layer %u row %u", l, r);
+            ref_row(lk, lv, lim, q + (size_t)r * NQ * HD,
+                    out + (size_t)r * NQ * HD, r >= row0 ? ps : NULL, w);
+        }
+        check_stats(st, stride, ps, len, (double)GROUP * (n_new - row0),
+                    "prefill");
+        for (uint32_t g = 0; g < NKV; g++)
+            free(lk[g]), free(lv[g]), free(ps[g]);
+        free(q), free(out), free(st);
+    }
+}
+
+/* Tokens of every list of q, bit for bit (for "unchanged" checks). */
+typedef struct shot {
+    float *k[NL][NKV], *v[NL][NKV];
+    int32_t *pos[NL][NKV];
+    uint32_t n[NL][NKV];
+} shot_t;
+
+static void shot_take(kv_seq_id_t q, shot_t *s)
+{
+    for (uint32_t l = 0; l < NL; l++)
+        for (uint32_t g = 0; g < NKV; g++)
+            s->n[l][g] = read_list(q, l, g, &s->k[l][g], &s->v[l][g],
+                                   &s->pos[l][g]);
+}
+
+static int shot_same(const shot_t *a, const shot_t *b)
+{
+    for (uint32_t l = 0; l < NL; l++)
+        for (uint32_t g = 0; g < NKV; g++) {
+            uint32_t n = a->n[l][g];
+            if (n != b->n[l][g] ||
+                memcmp(a->k[l][g], b->k[l][g], (size_t)n * HD * 4) ||
+                memcmp(a->v[l][g], b->v[l][g], (size_t)n * HD * 4) ||
+                memcmp(a->pos[l][g], b->pos[l][g], (size_t)n * 4))
+                return 0;
+        }
+    return 1;
+}
+
+static void shot_free(shot_t *s)
+{
+    for (uint32_t l = 0; l < NL; l++)
+        for (uint32_t g = 0; g < NKV; g++)
+            free(s->k[l][g]), free(s->v[l][g]), free(s->pos[l][g]);
+}
+
+static double vnorm(const float *x)
+{
+    double s = 0;
+    for (int d = 0; d < HD; d++)
+        s += (double)x[d] * x[d];
+    return sqrt(s);
+}
+
+static void test_attention(void)
+{
+    uint64_t mem0 = kv_mem_live_bytes();
+    /* layer 0: INT2 (store default), 1: INT4 then INT2, 2-3: a merged pair */
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_INT2, 32, 4096);
+    kv_seq_id_t ids[3];
+    CHECK_OK(kv_seq_create(S, &ids[0]));
+    CHECK_OK(kv_seq_create(S, &ids[1]));
+    float *orig_k = xmalloc((size_t)150 * NKV * HD * 4);
+    for (int i = 0; i < 2; i++) {
+        kv_seq_id_t q = ids[i];
+        CHECK_OK(kv_seq_set_format(S, q, 1, KV_FMT_INT4));
+        CHECK_OK(kv_seq_set_format(S, q, 2, KV_FMT_FP16));
+        CHECK_OK(kv_seq_set_format(S, q, 3, KV_FMT_FP16));
+        gen_append(S, q, 0, 150 + 17 * (uint32_t)i, NKV, NULL, NULL,
+                   i ? NULL : orig_k, NULL);
+        append_rand(S, q, 1, 80, NKV);
+        CHECK_OK(kv_seq_set_format(S, q, 1, KV_FMT_INT2));
+        append_rand(S, q, 1, 70 + 17 * (uint32_t)i, NKV);
+        append_pair(S, q, 2, 150 + 17 * (uint32_t)i, NKV);
+    }
+    /* control: the INT2 layer holds quantized, not the appended values */
+    {
+        float *k, *v;
+        uint32_t n = read_list(ids[0], 0, 0, &k, &v, NULL);
+        double worst = 0;
+        for (uint32_t t = 0; t < 128; t++) /* converted: R = 32 */
+            for (int d = 0; d < HD; d++)
+                worst = fmax(worst, fabs(k[t * HD + d] -
+                                         orig_k[(size_t)t * NKV * HD + d]));
+        CHECK_EQ(n, 150);
+        CHECK(worst > 0.05); /* INT2 error ~ range/6 >> 1e-3 */
+        CHECK(worst < 1.5 * 3 / 6 + 0.01); /* <= scale/2 of a [-1.5,1.5] */
+        free(k), free(v);
+    }
+    free(orig_k);
+    kv_merge_opts_t o = kv_merge_opts_default();
+    o.keep_fp16 = 7;
+    CHECK_OK(kv_seq_merge_layers(S, ids[0], 3, &o));
+    o.dir_format = KV_FMT_INT4;
+    o.keep_fp16 = 0;
+    CHECK_OK(kv_seq_merge_layers(S, ids[1], 3, &o));
+    CHECK_OK(kv_store_check(S));
+    CHECK_OK(kv_seq_fork(S, ids[0], &ids[2]));
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(S, &st));
+    for (int f = 0; f < KV_FMT_COUNT; f++)
+        CHECK(st.pages_by_format[f] > 0);
+    decode_check(ids, 3, "mixed");
+
+    /* decode steps: one token per layer per sequence, merge as we go */
+    shot_t before, after;
+    for (int step = 0; step < 40; step++) {
+        for (int i = 0; i < 3; i++) {
+            append_rand(S, ids[i], 0, 1, NKV);
+            append_rand(S, ids[i], 1, 1, NKV);
+            append_pair(S, ids[i], 2, 1, NKV);
+        }
+        if (step == 20) {
+            shot_take(ids[2], &before);
+            o = kv_merge_opts_default();
+            CHECK_OK(kv_seq_merge_layers(S, ids[0], 3, &o)); /* parent only */
+            shot_take(ids[2], &after);
+            CHECK(shot_same(&before, &after)); /* the fork is untouched */
+            shot_free(&before), shot_free(&after);
+        }
+        if (step % 13 == 0)
+            decode_check(ids, 3, "steps");
+    }
+    CHECK_OK(kv_store_check(S));
+    decode_check(ids, 3, "after steps");
+
+    /* prefill over mixed history */
+    for (uint32_t l = 0; l < NL; l += 2) {
+        if (l == 2)
+            append_pair(S, ids[1], 2, 45, NKV);
+        else {
+            append_rand(S, ids[1], 0, 45, NKV);
+            append_rand(S, ids[1], 1, 45, NKV);
+        }
+    }
+    prefill_check(ids[1], 45, 5);
+
+    /* compaction of one merged layer of the fork; the parent unchanged */
+    shot_take(ids[0], &before);
+    for (uint32_t g = 0; g < NKV; g++) {
+        uint32_t n;
+        CHECK_OK(kv_seq_len(S, ids[2], 3, g, &n));
+        uint32_t *keep = xmalloc(n * 4), nk = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (i < 4 || i % 2)
+                keep[nk++] = i;
+        CHECK_OK(kv_compact(S, ids[2], 3, g, keep, nk));
+        free(keep);
+    }
+    shot_take(ids[0], &after);
+    CHECK(shot_same(&before, &after));
+    shot_free(&before), shot_free(&after);
+    CHECK_OK(kv_store_check(S));
+    decode_check(ids, 3, "after compaction");
+
+    /* norms of merged tokens of seq 1 (INT4 directions) vs a re-read of the
+     * original correlated data is not available here: check instead that
+     * no value is NaN and both layers keep equal positions */
+    for (uint32_t g = 0; g < NKV; g++) {
+        float *k2, *v2, *k3, *v3;
+        int32_t *p2, *p3;
+        uint32_t n2 = read_list(ids[1], 2, g, &k2, &v2, &p2);
+        uint32_t n3 = read_list(ids[1], 3, g, &k3, &v3, &p3);
+        CHECK_EQ(n2, n3);
+        CHECK(memcmp(p2, p3, n2 * 4) == 0);
+        int finite = 1;
+        for (size_t i = 0; i < (size_t)n2 * HD; i++)
+            finite &= isfinite(k2[i]) && isfinite(v3[i]);
+        CHECK(finite);
+        free(k2), free(v2), free(k3), free(v3), free(p2), free(p3);
+    }
+
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(kv_seq_free(S, ids[i]));
+    CHECK_OK(kv_store_stats(S, &st));
+    CHECK_EQ(st.pages_used, 0);
+    CHECK_OK(kv_store_check(S));
+    kv_store_destroy(S);
+    S = NULL;
+    CHECK_EQ(kv_mem_live_bytes(), mem0);
+    printf("worst relative error: output %.2e, stats %.2e\n", worst_out,
+           worst_stats);
+}
+
+/* Merge through the API: norms, gamma edge cases. */
+static void test_merge_api(void)
+{
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
+    kv_seq_id_t q;
+    CHECK_OK(kv_seq_create(S, &q));
+    append_pair(S, q, 0, 100, NKV);
+    append_pair(S, q, 2, 100, NKV);
+    shot_t orig;
+    shot_take(q, &orig);
+    kv_merge_opts_t o = kv_merge_opts_default();
+    o.gamma = 0.0f; /* merge everything */
+    CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(S, &st));
+    /* 100 tokens per head, 15 per FP16-direction page, 2 heads: 14 pages;
+     * layers 0-1 hold no FP16 page any more, layers 2-3 do (7 each) */
+    CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], 14);
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 2 * 2 * 7);
+    o.gamma = 1.0f; /* keep all but tokens minimal in K and V */
+    CHECK_OK(kv_seq_merge_layers(S, q, 3, &o));
+    CHECK_OK(kv_store_stats(S, &st));
+    CHECK(st.pages_by_format[KV_FMT_MERGED] <= 14 + 2);
+    shot_t now;
+    shot_take(q, &now);
+    int norms = 1, exact = 0;
+    for (uint32_t l = 0; l < NL; l++)
+        for (uint32_t g = 0; g < NKV; g++)
+            for (uint32_t i = 0; i < now.n[l][g]; i++) {
+                /* token with the same position in the original */
+                int32_t p = now.pos[l][g][i];
+                const float *a = orig.k[l][g] + (size_t)p * HD;
+                const float *b = now.k[l][g] + (size_t)i * HD;
+                double na = vnorm(a), nb = vnorm(b);
+                norms &= fabs(na - nb) <= 1e-5 * na;
+                na = vnorm(orig.v[l][g] + (size_t)p * HD);
+                nb = vnorm(now.v[l][g] + (size_t)i * HD);
+                norms &= fabs(na - nb) <= 1e-5 * na;
+                if (l >= 2)
+                    exact += memcmp(a, b, HD * 4) == 0;
+            }
+    CHECK(norms);
+    /* gamma 1: all but at most one token per head retained, bit-exact */
+    CHECK(exact >= 2 * NKV * (100 - 1));
+    CHECK_OK(kv_store_check(S));
+    shot_free(&orig), shot_free(&now);
+    kv_store_destroy(S);
+    S = NULL;
+}
+
+/* Allocation failure through the API. */
+static void test_faults(void)
+{
+    uint64_t mem0 = kv_mem_live_bytes();
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 32, 1024);
+    kv_seq_id_t q, c;
+    CHECK_OK(kv_seq_create(S, &q));
+    append_rand(S, q, 0, 40, NKV);
+    append_rand(S, q, 1, 40, NKV);
+    append_pair(S, q, 2, 40, NKV);
+    CHECK_OK(kv_seq_fork(S, q, &c));
+    /* set_format allocates nothing */
+    kv_fault_arm(1);
+    CHECK_OK(kv_seq_set_format(S, q, 0, KV_FMT_INT2));
+    CHECK(!kv_fault_fired());
+    kv_fault_arm(0);
+    CHECK_OK(kv_seq_set_format(S, q, 1, KV_FMT_INT4));
+    shot_t before, after;
+    kv_stats_t s0, s1;
+    int fails = 0, ops = 0;
+    for (int op = 0; op < 3; op++) {
+        for (int n = 1; n < 500; n++) {
+            shot_take(q, &before);
+            CHECK_OK(kv_store_stats(S, &s0));
+            uint64_t live = kv_mem_live_bytes();
+            kv_fault_arm((uint64_t)n);
+            int rc;
+            kv_merge_opts_t o = kv_merge_opts_default();
+            o.keep_fp16 = 3;
+            if (op == 0)
+                rc = kv_seq_quantize(S, q, 0, 5);
+            else if (op == 1)
+                rc = kv_seq_quantize(S, q, 1, 0);
+            else
+                rc = kv_seq_merge_layers(S, q, 3, &o);
+            int fired = kv_fault_fired();
+            kv_fault_arm(0);
+            if (rc == 0) {
+                CHECK(!fired);
+                shot_free(&before);
+                ops++;
+                break;
+            }
+            fails++;
+            CHECK_EQ(rc, KV_ENOMEM);
+            shot_take(q, &after);
+            CHECK_OK(kv_store_stats(S, &s1));
+            CHECK(shot_same(&before, &after));
+            CHECK_EQ(s0.pages_used, s1.pages_used);
+            CHECK_EQ(s0.meta_bytes, s1.meta_bytes);
+            CHECK_EQ(kv_mem_live_bytes(), live);
+            shot_free(&before), shot_free(&after);
+        }
+    }
+    CHECK_EQ(ops, 3);
+    CHECK(fails >= 6);
+    CHECK_OK(kv_store_check(S));
+    CHECK_OK(kv_store_stats(S, &s0));
+    CHECK(s0.pages_by_format[KV_FMT_INT2] > 0 && s0.pages_by_format[KV_FMT_INT4] > 0 &&
+          s0.pages_by_format[KV_FMT_MERGED] > 0);
+    /* appends that convert: fail (unchanged) or succeed, maybe deferred */
+    int deferred = 0;
+    for (int n = 1; n < 500; n++) {
+        shot_take(q, &before);
+        uint64_t live = kv_mem_live_bytes();
+        kv_fault_arm((uint64_t)n);
+        uint64_t r0 = rng;
+        float k[40 * NKV * HD], v[40 * NKV * HD];
+        for (size_t i = 0; i < sizeof k / 4; i++)
+            k[i] = kv_test_randf(&rng), v[i] = kv_test_randf(&rng);
+        int rc = kv_append(S, q, 0, 40, KV_DTYPE_F32, k, v, NULL);
+        int fired = kv_fault_fired();
+        kv_fault_arm(0);
+        if (rc == 0) {
+            uint32_t len;
+            CHECK_OK(kv_seq_len(S, q, 0, 0, &len));
+            CHECK_EQ(len, before.n[0][0] + 40);
+            CHECK_OK(kv_store_check(S));
+            shot_free(&before);
+            if (!fired)
+                break;
+            deferred++; /* the conversion failed: deferred, append stands */
+            continue;
+        }
+        rng = r0;
+        CHECK_EQ(rc, KV_ENOMEM);
+        shot_take(q, &after);
+        CHECK(shot_same(&before, &after));
+        CHECK_EQ(kv_mem_live_bytes(), live);
+        shot_free(&before), shot_free(&after);
+    }
+    CHECK(deferred >= 1);
+    CHECK_OK(kv_store_check(S));
+    CHECK_OK(kv_seq_free(S, q));
+    CHECK_OK(kv_seq_free(S, c));
+    CHECK_OK(kv_store_stats(S, &s0));
+    CHECK_EQ(s0.pages_used, 0);
+    kv_store_destroy(S);
+    S = NULL;
+    CHECK_EQ(kv_mem_live_bytes(), mem0);
+}
+
+int main(void)
+{
+    test_config();
+    test_notes();
+    test_ratio();
+    test_errors();
+    test_attention();
+    test_merge_api();
+    test_faults();
+    return kv_test_end();
+}

@@ -1,0 +1,62 @@
+/*
+ * kv_model_test.h — what the tests/model/ programs share: finding the model
+ * file the way `kvpage run` does (exit 77 = skipped only when it is not
+ * there), loading it with its tokenizer, and small helpers.
+ */
+#ifndef KV_MODEL_TEST_H
+#define KV_MODEL_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_model.h"
+#include "kv_test.h"
+#include "kv_tok.h"
+
+/* Path of the model file, or skip the test when it was never fetched. */
+static inline void kvt_model_path(char *path, size_t len)
+{
+    char err[512];
+    int pinned;
+    int rc = kv_model_find(NULL, path, len, &pinned, err, sizeof err);
+    if (rc == KV_ENOENT) {
+        fprintf(stderr, "%s\n", err);
+        KV_TEST_SKIP("the model file is not there (scripts/fetch_model.sh fetches it)");
+    }
+    if (rc) {
+        fprintf(stderr, "kv_model_find: %s\n", err);
+        exit(1);
+    }
+}
+
+/* Load the model and its tokenizer; any failure ends the test (exit 1). */
+static inline kv_model_t *kvt_load(kv_tok_t **tok)
+{
+    char path[4096], err[512];
+    kvt_model_path(path, sizeof path);
+    kv_model_t *m = NULL;
+    int rc = kv_model_load(path, &m, err, sizeof err);
+    if (!rc && tok)
+        rc = kv_tok_from_gguf(kv_model_gguf(m), tok, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "loading %s: %s (%d)\n", path, err, rc);
+        exit(1);
+    }
+    return m;
+}
+
+/* The chat-template ids of a user prompt (malloc'd); exits on failure. */
+static inline int32_t *kvt_chat(const kv_tok_t *tok, const char *user, uint32_t *n)
+{
+    size_t cnt = 0;
+    if (kv_tok_chat(tok, NULL, user, NULL, 0, &cnt) || !cnt)
+        exit(1);
+    int32_t *ids = malloc(cnt * sizeof *ids);
+    if (!ids || kv_tok_chat(tok, NULL, user, ids, cnt, &cnt))
+        exit(1);
+    *n = (uint32_t)cnt;
+    return ids;
+}
+
+#endif /* KV_MODEL_TEST_H */

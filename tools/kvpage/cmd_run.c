@@ -1,0 +1,353 @@
+/*
+ * cmd_run.c — `kvpage run`: generate text with SmolLM2-135M-Instruct whose
+ * KV cache lives in a kvpage store.
+ *
+ * Finds and checks the model file (kv_model_find/verify: --model, then
+ * $KVPAGE_MODEL, $KVPAGE_MODEL_DIR, the user cache), renders the prompt with
+ * the instruct chat template, prefills it through the store, then samples
+ * (greedy unless --temp > 0) and streams each token to stdout as it comes,
+ * stopping at a control token (<|im_end|>) or --max-new. Then prints the
+ * memory and speed table (or, with --json, one JSON object and no stream).
+ * Progress and errors go to stderr. Exit codes: 0 ok, 1 failure (model
+ * missing or damaged included), 2 usage.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_cli.h"
+#include "kv_model.h"
+#include "kv_tok.h"
+#include "kvpage/kvpage.h"
+
+#define RUN_DEFAULT_PROMPT "Explain in three sentences why the sky is blue."
+
+typedef struct run_opts {
+    const char *prompt, *system, *model, *policy;
+    uint64_t max_new, seed, threads;
+    double temp;
+    int json;
+} run_opts_t;
+
+static void run_usage(void)
+{
+    printf("usage: kvpage run [options]\n"
+           "  --prompt TEXT   the user message (default: \"" RUN_DEFAULT_PROMPT "\")\n"
+           "  --system TEXT   the system message (default: SmolLM's)\n"
+           "  --max-new N     most tokens to generate (default 64)\n"
+           "  --temp T        sampling temperature; 0 = greedy (default 0)\n"
+           "  --seed N        sampling seed (default 1)\n"
+           "  --threads N     compute threads (default: all CPUs)\n"
+           "  --model FILE    the .gguf file (default: $KVPAGE_MODEL, else\n"
+           "                  $KVPAGE_MODEL_DIR or ~/.cache/kvpage/" KV_MODEL_FILE_NAME ")\n"
+           "  --policy NAME   KV cache policy: fp16 (default; the only one so far)\n"
+           "  --json          one JSON object on stdout instead of the stream and table\n"
+           "Fetch the model once with scripts/fetch_model.sh (make run does it).\n");
+}
+
+static int run_parse(int argc, char **argv, run_opts_t *o)
+{
+    *o = (run_opts_t){.prompt = RUN_DEFAULT_PROMPT, .policy = "fp16", .max_new = 64,
+                      .seed = 1};
+    static const struct {
+        const char *name;
+        size_t off;
+        uint64_t lo, hi;
+    } nums[] = {
+        {"--max-new", offsetof(run_opts_t, max_new), 0, 1u << 20},
+        {"--seed", offsetof(run_opts_t, seed), 0, UINT64_MAX},
+        {"--threads", offsetof(run_opts_t, threads), 0, 1024},
+    };
+    static const struct {
+        const char *name;
+        size_t off;
+    } strs[] = {
+        {"--prompt", offsetof(run_opts_t, prompt)},
+        {"--system", offsetof(run_opts_t, system)},
+        {"--model", offsetof(run_opts_t, model)},
+        {"--policy", offsetof(run_opts_t, policy)},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            run_usage();
+            return 1;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        int known = !strcmp(a, "--temp");
+        for (size_t j = 0; j < sizeof nums / sizeof nums[0]; j++)
+            known |= !strcmp(a, nums[j].name);
+        for (size_t j = 0; j < sizeof strs / sizeof strs[0]; j++)
+            known |= !strcmp(a, strs[j].name);
+        if (!known) {
+            fprintf(stderr, "kvpage run: unknown option '%s' (--help lists them)\n", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvpage run: %s needs a value (--help lists the options)\n", a);
+            return -1;
+        }
+        const char *val = argv[i + 1];
+        int done = 0;
+        for (size_t j = 0; j < sizeof nums / sizeof nums[0] && !done; j++)
+            if (!strcmp(a, nums[j].name)) {
+                if (kv_cli_uint(a, val, nums[j].lo, nums[j].hi,
+                                (uint64_t *)((char *)o + nums[j].off)))
+                    return -1;
+                done = 1;
+            }
+        for (size_t j = 0; j < sizeof strs / sizeof strs[0] && !done; j++)
+            if (!strcmp(a, strs[j].name)) {
+                *(const char **)((char *)o + strs[j].off) = val;
+                done = 1;
+            }
+        if (!done && !strcmp(a, "--temp")) {
+            char *end = NULL;
+            o->temp = strtod(val, &end);
+            if (!*val || *end || !(o->temp >= 0 && o->temp <= 100)) {
+                fprintf(stderr, "kvpage run: --temp must be a number in [0, 100], got '%s'\n",
+                        val);
+                return -1;
+            }
+            done = 1;
+        }
+        i++;
+    }
+    if (strcmp(o->policy, "fp16")) {
+        fprintf(stderr, "kvpage run: unknown policy '%s' (valid: fp16)\n", o->policy);
+        return -1;
+    }
+    return 0;
+}
+
+/* JSON string body: escapes quotes, backslashes and control bytes; invalid
+ * UTF-8 bytes become U+FFFD. */
+static void json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+            i++;
+        } else if (c == '\n') {
+            fputs("\\n", f);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            fprintf(f, "\\u%04x", c);
+            i++;
+        } else if (c < 0x80) {
+            fputc(c, f);
+            i++;
+        } else {
+            size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+            int ok = len && i + len <= n;
+            for (size_t j = 1; ok && j < len; j++)
+                ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
+            if (ok && len == 3) /* no overlongs, no surrogates */
+                ok = !(c == 0xe0 && (unsigned char)s[i + 1] < 0xa0) &&
+                     !(c == 0xed && (unsigned char)s[i + 1] >= 0xa0);
+            if (ok && len == 4)
+                ok = !(c == 0xf0 && (unsigned char)s[i + 1] < 0x90) &&
+                     !(c == 0xf4 && (unsigned char)s[i + 1] >= 0x90);
+            if (ok) {
+                fwrite(s + i, 1, len, f);
+                i += len;
+            } else {
+                fputs("\\ufffd", f);
+                i++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+typedef struct run_stream {
+    const kv_tok_t *tok;
+    int print; /* stream pieces to stdout */
+} run_stream_t;
+
+/* Stop at any control token (<|im_end|>, <|endoftext|>, ...); else print. */
+static int run_on_token(void *user, int32_t id)
+{
+    run_stream_t *rs = user;
+    if (kv_tok_type(rs->tok, id) == KV_TOK_CONTROL)
+        return 1;
+    const char *p;
+    size_t len;
+    if (rs->print && !kv_tok_piece(rs->tok, id, &p, &len)) {
+        fwrite(p, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int run_fail(const char *what, int rc, const char *err)
+{
+    if (err && *err)
+        fprintf(stderr, "kvpage run: %s\n", err);
+    else
+        fprintf(stderr, "kvpage run: %s failed: %s (%d)\n", what, kv_strerror(rc), rc);
+    return 1;
+}
+
+typedef struct run_out {
+    const run_opts_t *o;
+    const char *path;
+    uint32_t threads;
+    const kv_stats_t *st;
+    const kv_model_gen_result_t *g;
+    int stopped_control;
+    const char *text;
+    size_t text_len;
+    uint32_t n_lists;          /* layers x kv heads */
+} run_out_t;
+
+static void run_report(const run_out_t *r)
+{
+    const kv_stats_t *st = r->st;
+    const kv_model_gen_result_t *g = r->g;
+    double pf = g->prefill_s > 0 ? g->n_prompt / g->prefill_s : 0;
+    double dc = g->decode_s > 0 ? g->n_decoded / g->decode_s : 0;
+    double ratio = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
+    const char *stop = r->stopped_control ? "eos" : "max_new";
+    if (r->o->json) {
+        printf("{\"command\":\"run\",\"model\":");
+        json_str(stdout, r->path, strlen(r->path));
+        printf(",\"policy\":\"%s\",\"threads\":%u,\"temp\":%g,\"seed\":%llu,"
+               "\"prompt_tokens\":%u,\"generated_tokens\":%u,\"stop\":\"%s\",\"text\":",
+               r->o->policy, r->threads, r->o->temp, (unsigned long long)r->o->seed,
+               g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop);
+        json_str(stdout, r->text, r->text_len);
+        printf(",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"ratio\":%.4f,\"page_bytes\":%u,"
+               "\"pages_used\":%llu,\"pages_capacity\":%llu,\"tier\":\"host\","
+               "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
+               "\"prefill_s\":%.3f,\"decode_s\":%.3f}\n",
+               (unsigned long long)st->kv_bytes, (unsigned long long)st->fp16_bytes, ratio,
+               st->page_bytes, (unsigned long long)st->pages_used,
+               (unsigned long long)st->pages_capacity, pf, dc, g->prefill_s, g->decode_s);
+        return;
+    }
+    printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
+           "%u threads, CPU backend\n\n",
+           g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
+           r->threads);
+    printf("  %-36s %16s\n", "metric", "value");
+    printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
+    printf("  %-36s %16llu\n", "FP16-equivalent bytes (unpaged)",
+           (unsigned long long)st->fp16_bytes);
+    printf("  %-36s %16.3f\n", "compression ratio (FP16 / held)", ratio);
+    printf("  %-36s %16u\n", "page bytes", st->page_bytes);
+    printf("  %-36s %9llu / %llu\n", "pages used / capacity (tier host)",
+           (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
+    printf("  %-36s %16.1f\n", "prefill tokens/s", pf);
+    printf("  %-36s %16.1f\n", "decode tokens/s", dc);
+    printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
+           "(layer, kv head) lists is partly filled)\n",
+           r->n_lists);
+}
+
+int kv_cmd_run(int argc, char **argv)
+{
+    run_opts_t o;
+    int prc = run_parse(argc, argv, &o);
+    if (prc)
+        return prc > 0 ? 0 : 2;
+    char path[4096], err[512] = "";
+    int pinned = 0, rc, ret = 1;
+    if ((rc = kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err)))
+        return run_fail("finding the model", rc, err);
+    fprintf(stderr, "kvpage run: model %s\n", path);
+    if ((rc = kv_model_verify(path, pinned, err, sizeof err)))
+        return run_fail("checking the model", rc, err);
+    kv_model_t *m = NULL;
+    kv_tok_t *tok = NULL;
+    kv_store_t *store = NULL;
+    kv_model_session_t *s = NULL;
+    int32_t *ids = NULL, *out = NULL;
+    char *text = NULL;
+    if ((rc = kv_model_load(path, &m, err, sizeof err))) {
+        fprintf(stderr, "kvpage run: %s%s%s\n", err, pinned ? "; " : "",
+                pinned ? KV_MODEL_FETCH_HINT : "");
+        goto done;
+    }
+    if ((rc = kv_tok_from_gguf(kv_model_gguf(m), &tok, err, sizeof err))) {
+        run_fail("building the tokenizer", rc, err);
+        goto done;
+    }
+    size_t n_prompt = 0;
+    if ((rc = kv_tok_chat(tok, o.system, o.prompt, NULL, 0, &n_prompt)) ||
+        !(ids = malloc(n_prompt * sizeof *ids)) ||
+        (rc = kv_tok_chat(tok, o.system, o.prompt, ids, n_prompt, &n_prompt))) {
+        run_fail("tokenizing the prompt", rc ? rc : KV_ENOMEM, NULL);
+        goto done;
+    }
+    const kv_model_hparams_t *hp = kv_model_hparams(m);
+    if (n_prompt + o.max_new > hp->n_ctx) {
+        fprintf(stderr, "kvpage run: prompt (%zu tokens) + --max-new %llu exceed the model's "
+                "context of %u tokens\n", n_prompt, (unsigned long long)o.max_new, hp->n_ctx);
+        ret = 2;
+        goto done;
+    }
+    uint32_t max_tokens = (uint32_t)(n_prompt + o.max_new);
+    kv_config_t cfg;
+    if ((rc = kv_model_store_config(m, max_tokens, 1, (uint32_t)o.threads, &cfg)) ||
+        (rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
+        run_fail("creating the store", rc, NULL);
+        goto done;
+    }
+    kv_model_session_opts_t so = {.store = store, .max_ctx = max_tokens,
+                                  .n_threads = (int)o.threads};
+    if ((rc = kv_model_session_create(m, &so, &s))) {
+        run_fail("creating the session", rc, NULL);
+        goto done;
+    }
+    out = malloc((o.max_new ? o.max_new : 1) * sizeof *out);
+    if (!out) {
+        run_fail("allocating", KV_ENOMEM, NULL);
+        goto done;
+    }
+    fprintf(stderr, "kvpage run: %zu prompt tokens, prefilling...\n", n_prompt);
+    run_stream_t rs = {.tok = tok, .print = !o.json};
+    kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
+                              .seed = o.seed, .on_token = run_on_token, .user = &rs};
+    kv_model_gen_result_t gr;
+    if ((rc = kv_model_generate(s, ids, (uint32_t)n_prompt, &go, out, &gr))) {
+        run_fail("generation", rc, NULL);
+        goto done;
+    }
+    if ((rc = kv_store_check(store))) {
+        run_fail("kv_store_check", rc, NULL);
+        goto done;
+    }
+    int stopped_control = gr.stopped && gr.n_new && kv_tok_type(tok, out[gr.n_new - 1]) ==
+                                                        KV_TOK_CONTROL;
+    size_t n_text_ids = gr.n_new - (stopped_control ? 1u : 0u), text_len = 0;
+    kv_tok_decode(tok, out, n_text_ids, NULL, 0, &text_len);
+    text = malloc(text_len + 1);
+    if (!text || kv_tok_decode(tok, out, n_text_ids, text, text_len, &text_len)) {
+        run_fail("decoding the output", KV_ENOMEM, NULL);
+        goto done;
+    }
+    kv_stats_t st;
+    kv_store_stats(store, &st);
+    run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
+                    .stopped_control = stopped_control, .text = text, .text_len = text_len,
+                    .n_lists = hp->n_layers * hp->n_kv_heads};
+    run_report(&ro);
+    ret = 0;
+done:
+    free(text);
+    free(out);
+    free(ids);
+    kv_model_session_free(s);
+    kv_store_destroy(store);
+    kv_tok_destroy(tok);
+    kv_model_free(m);
+    return ret;
+}

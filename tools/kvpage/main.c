@@ -1,0 +1,91 @@
+/*
+ * main.c — the `kvpage` command: dispatch to subcommands.
+ *
+ *   kvpage demo [options]   synthetic engine-like workload, prints a table
+ *   kvpage version          library version
+ *   kvpage help             this list
+ *
+ * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kv_cli.h"
+#include "kvpage/kvpage.h"
+
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("kvpage %s\n", kv_version());
+    return 0;
+}
+
+static int cmd_help(int argc, char **argv);
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"demo", kv_cmd_demo, "synthetic workload: sequences prefill and decode through the store"},
+    {"run", kv_cmd_run, "generate text with SmolLM2-135M, its KV cache in the store"},
+    {"version", cmd_version, "print the library version"},
+    {"help", cmd_help, "list the commands"},
+};
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("usage: kvpage <command> [options]   (kvpage <command> --help)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        printf("  %-10s %s\n", commands[i].name, commands[i].help);
+    return 0;
+}
+
+double kv_cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int kv_cli_uint(const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    if (!val || !*val || *val == '-') {
+        fprintf(stderr, "kvpage: %s needs a non-negative integer\n", opt);
+        return -1;
+    }
+    unsigned long long x = strtoull(val, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        fprintf(stderr, "kvpage: %s must be an integer in [%llu, %llu], got '%s'\n",
+                opt, (unsigned long long)lo, (unsigned long long)hi, val);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        cmd_help(0, NULL);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return cmd_help(0, NULL);
+    if (!strcmp(argv[1], "--version"))
+        return cmd_version(0, NULL);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kvpage: unknown command '%s' (kvpage help lists them)\n", argv[1]);
+    return 2;
+}
