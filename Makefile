@@ -48,9 +48,11 @@ fuzz: setup
 
 test: test-plain test-asan fuzz
 
-bench: build
+bench: build model
 	./$(BUILD)/bin/kvbench-alloc --json
 	./$(BUILD)/bin/kvbench-attn --json
+	./$(BUILD)/bin/kvbench-offload --json
+	./$(BUILD)/bin/kvbench-model --json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -19,6 +19,10 @@
  *                   shared, busy machine the median measures the scheduler
  *   kv_bytes        KV bytes one call reads; compare with llc_bytes: a
  *                   working set that fits the LLC is served from cache.
+ *   layers          1 (hot: every call reads the same layer, cache-resident
+ *                   when it fits) or enough layers that together hold
+ *                   >= memcpy_bytes of KV, called round-robin ("cold": every
+ *                   call streams its KV from DRAM, as memcpy does).
  *   loadavg         1-minute load average at the start and the end: figures
  *                   taken on a machine busier than its core count are noise.
  *
@@ -102,96 +106,222 @@ static double memcpy_gbps(size_t bytes, int reps, double *best)
 }
 
 typedef struct result {
-    uint32_t ctx, batch;
+    uint32_t fmt;             /* kv_format_t of the pages timed            */
+    uint32_t ctx, batch, layers;
+    int cold;                 /* 1: layers rotate, KV read from DRAM       */
     double sec, gbps, tokens_per_s, frac;
     double sec_best, gbps_best, frac_best;
-    uint64_t kv_bytes;
+    uint64_t kv_bytes;        /* page bytes one call reads (store stats)   */
+    uint64_t set_bytes;       /* page bytes of every layer timed           */
+    double speedup, speedup_best, bytes_ratio; /* vs the FP16 row         */
     int err;
 } result_t;
 
-/* Fill a store with `batch` sequences of ctx tokens and time decode. */
-static result_t bench_decode(uint32_t ctx, uint32_t batch, uint32_t threads,
-                             double min_time, double memcpy_rate,
-                             double memcpy_best)
+static const char *fmt_name(uint32_t f)
 {
-    result_t r = {.ctx = ctx, .batch = batch};
+    static const char *const names[] = {"fp16", "int4", "int2", "merged"};
+    return f < KV_FMT_COUNT ? names[f] : "?";
+}
+
+/* K/V of one chunk of `chunk` tokens for layer l: the same random values
+ * for every layer, except that an odd layer of a MERGED store adds a small
+ * perturbation (layers of a pair are correlated, as MiniCache assumes). */
+static void fill_chunk(float *k, float *v, const float *k0, const float *v0,
+                       size_t n, uint32_t fmt, uint32_t l)
+{
+    for (size_t j = 0; j < n; j++) {
+        float e = fmt == KV_FMT_MERGED && l % 2 ? 0.05f * randf() : 0.0f;
+        k[j] = k0[j] + e;
+        v[j] = v0[j] - e;
+    }
+}
+
+/* One store being timed: its pages, queries and call times. */
+typedef struct run {
+    kv_store_t *st;
+    kv_seq_id_t seqs[64];
+    float *q, *out;     /* [batch][N_Q][HEAD_DIM]                      */
+    double *t;          /* [cap] seconds per call                      */
+    size_t n, cap;      /* calls timed                                 */
+} run_t;
+
+static void run_free(run_t *u)
+{
+    free(u->q);
+    free(u->out);
+    free(u->t);
+    kv_store_destroy(u->st);
+    memset(u, 0, sizeof *u);
+}
+
+/* Fill `layers` layers of a store of format fmt with `batch` sequences of
+ * ctx tokens. INT4/INT2: the store converts as it appends (kv_format,
+ * residual 128). MERGED: FP16 appends, then kv_seq_merge_layers on each
+ * pair (layers must be even); decode reads both layers of each pair (the
+ * odd one through variant 1). Sets r->kv_bytes from the store's stats. */
+static int setup(result_t *r, run_t *u, uint32_t threads)
+{
+    const uint32_t fmt = r->fmt, ctx = r->ctx, batch = r->batch;
+    const uint32_t layers = r->layers;
     kv_config_t cfg = kv_config_default();
-    cfg.n_layers = 1;
+    cfg.n_layers = layers;
     cfg.n_q_heads = N_Q;
     cfg.n_kv_heads = N_KV;
     cfg.head_dim = HEAD_DIM;
     cfg.n_threads = threads;
-    cfg.host_pages = (uint64_t)batch * N_KV * (ctx / 16 + 2) + 16;
-    kv_store_t *st = NULL;
-    kv_seq_id_t seqs[64];
+    cfg.host_pages = (uint64_t)layers * batch * N_KV * (ctx / 16 + 2) + 64;
+    if (fmt == KV_FMT_MERGED) /* merged pages before the FP16 ones go */
+        cfg.host_pages += (uint64_t)batch * N_KV * (ctx / 8 + 2);
+    if (fmt == KV_FMT_INT4 || fmt == KV_FMT_INT2) {
+        cfg.kv_format = fmt;
+        cfg.residual = 128;
+    }
     const uint32_t chunk = 512;
-    float *k = malloc(sizeof(float) * chunk * N_KV * HEAD_DIM);
-    float *v = malloc(sizeof(float) * chunk * N_KV * HEAD_DIM);
-    float *q = malloc(sizeof(float) * batch * N_Q * HEAD_DIM);
-    float *out = malloc(sizeof(float) * batch * N_Q * HEAD_DIM);
-    double *t = NULL;
-    if (!k || !v || !q || !out || batch > 64) {
-        r.err = KV_ENOMEM;
+    const size_t cn = (size_t)chunk * N_KV * HEAD_DIM;
+    const size_t qn = (size_t)batch * N_Q * HEAD_DIM;
+    float *k0 = malloc(sizeof(float) * cn), *v0 = malloc(sizeof(float) * cn);
+    float *k = malloc(sizeof(float) * cn), *v = malloc(sizeof(float) * cn);
+    int err = 0;
+    u->cap = 1 << 16;
+    u->q = malloc(sizeof(float) * qn);
+    u->out = malloc(sizeof(float) * qn);
+    u->t = malloc(u->cap * sizeof *u->t);
+    if (!k0 || !v0 || !k || !v || !u->q || !u->out || !u->t || batch > 64 ||
+        (fmt == KV_FMT_MERGED && layers % 2)) {
+        err = KV_ENOMEM;
         goto done;
     }
-    if ((r.err = kv_store_create(&cfg, &st)))
+    if ((err = kv_store_create(&cfg, &u->st)))
         goto done;
+    for (size_t j = 0; j < cn; j++) {
+        k0[j] = randf(); /* one chunk of values serves every append */
+        v0[j] = randf();
+    }
     for (uint32_t b = 0; b < batch; b++) {
-        if ((r.err = kv_seq_create(st, &seqs[b])))
+        if ((err = kv_seq_create(u->st, &u->seqs[b])))
             goto done;
-        for (uint32_t done_t = 0; done_t < ctx; done_t += chunk) {
-            uint32_t n = ctx - done_t < chunk ? ctx - done_t : chunk;
-            for (size_t j = 0; j < (size_t)n * N_KV * HEAD_DIM; j++) {
-                k[j] = randf();
-                v[j] = randf();
+        for (uint32_t l = 0; l < layers; l++) {
+            fill_chunk(k, v, k0, v0, cn, fmt, l);
+            for (uint32_t done_t = 0; done_t < ctx; done_t += chunk) {
+                uint32_t n = ctx - done_t < chunk ? ctx - done_t : chunk;
+                if ((err = kv_append(u->st, u->seqs[b], l, n, KV_DTYPE_F32, k,
+                                     v, NULL)))
+                    goto done;
             }
-            if ((r.err = kv_append(st, seqs[b], 0, n, KV_DTYPE_F32, k, v,
-                                   NULL)))
+            if (fmt == KV_FMT_MERGED && l % 2 &&
+                (err = kv_seq_merge_layers(u->st, u->seqs[b], l, NULL)))
                 goto done;
         }
     }
-    for (size_t j = 0; j < (size_t)batch * N_Q * HEAD_DIM; j++)
-        q[j] = randf();
-    kv_decode_t d = {.layer = 0, .batch = batch, .seqs = seqs, .q = q,
-                     .out = out};
-    for (int w = 0; w < 3; w++)
-        if ((r.err = kv_attn_decode(st, &d)))
-            goto done;
-    size_t cap = 1 << 16, n = 0;
-    t = malloc(cap * sizeof *t);
-    if (!t) {
-        r.err = KV_ENOMEM;
+    kv_stats_t ss;
+    if ((err = kv_store_stats(u->st, &ss)))
         goto done;
-    }
-    double start = now_s();
-    while (n < cap && (n < 7 || now_s() - start < min_time)) {
-        double t0 = now_s();
-        if ((r.err = kv_attn_decode(st, &d)))
-            goto done;
-        t[n++] = now_s() - t0;
-    }
-    r.sec = median(t, n); /* sorts t */
-    r.sec_best = t[0];
-    r.kv_bytes = (uint64_t)ctx * batch * N_KV * 2 * HEAD_DIM * 2;
-    r.gbps = (double)r.kv_bytes / r.sec / 1e9;
-    r.gbps_best = (double)r.kv_bytes / r.sec_best / 1e9;
-    r.tokens_per_s = (double)ctx * batch / r.sec;
-    r.frac = memcpy_rate > 0 ? r.gbps / memcpy_rate : 0.0;
-    r.frac_best = memcpy_best > 0 ? r.gbps_best / memcpy_best : 0.0;
+    r->set_bytes = ss.kv_bytes;
+    if (fmt == KV_FMT_MERGED) /* a call reads the pair's merged pages and */
+        r->kv_bytes = (ss.bytes_by_format[KV_FMT_MERGED] + /* its own half */
+                       (ss.kv_bytes - ss.bytes_by_format[KV_FMT_MERGED]) /
+                           2) /
+                      (layers / 2);
+    else
+        r->kv_bytes = ss.kv_bytes / layers;
+    for (size_t j = 0; j < qn; j++)
+        u->q[j] = randf();
 done:
-    free(t);
+    free(k0);
+    free(v0);
     free(k);
     free(v);
-    free(q);
-    free(out);
-    kv_store_destroy(st);
-    return r;
+    return err;
+}
+
+/* One decode call on the store's next layer (round-robin); its time is
+ * recorded when `record`. */
+static int call(const result_t *r, run_t *u, size_t i, int record)
+{
+    kv_decode_t d = {.layer = (uint32_t)(i % r->layers), .batch = r->batch,
+                     .seqs = u->seqs, .q = u->q, .out = u->out};
+    double t0 = now_s();
+    int err = kv_attn_decode(u->st, &d);
+    if (record && !err && u->n < u->cap)
+        u->t[u->n++] = now_s() - t0;
+    return err;
+}
+
+static void finish(result_t *r, run_t *u, double memcpy_rate,
+                   double memcpy_best)
+{
+    r->sec = median(u->t, u->n); /* sorts t */
+    r->sec_best = u->t[0];
+    r->gbps = (double)r->kv_bytes / r->sec / 1e9;
+    r->gbps_best = (double)r->kv_bytes / r->sec_best / 1e9;
+    r->tokens_per_s = (double)r->ctx * r->batch / r->sec;
+    r->frac = memcpy_rate > 0 ? r->gbps / memcpy_rate : 0.0;
+    r->frac_best = memcpy_best > 0 ? r->gbps_best / memcpy_best : 0.0;
+}
+
+/* Page bytes per layer relative to FP16 at D = 64, 4 KiB pages (for
+ * choosing how many layers make a cold working set; the rows report the
+ * measured bytes): INT4 32 tokens/page (1 KiB unused), INT2 64, MERGED
+ * about half of a pair's FP16 per layer. */
+static uint32_t fp16_bytes_over(uint32_t fmt)
+{
+    return fmt == KV_FMT_INT2 ? 4u : fmt == KV_FMT_FP16 ? 1u : 2u;
+}
+
+/* The rows of one (ctx, batch, hot/cold) point, FP16 first. The four
+ * stores are built first, then timed interleaved (one call of each format
+ * in turn), so that a busy machine slows every format alike; speedups and
+ * byte ratios are against the FP16 row of the same point. */
+static size_t bench_point(result_t *res, uint32_t ctx, uint32_t batch,
+                          int cold, size_t mbytes, uint32_t threads,
+                          double min_time, double mc, double mc_best)
+{
+    run_t runs[KV_FMT_COUNT];
+    memset(runs, 0, sizeof runs);
+    int err = 0;
+    for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
+        uint32_t layers = f == KV_FMT_MERGED ? 2 : 1;
+        if (cold) { /* KV of all layers >= the memcpy buffer */
+            uint64_t per = (uint64_t)ctx * batch * N_KV * 2 * HEAD_DIM * 2 /
+                           fp16_bytes_over(f);
+            layers = (uint32_t)((mbytes + per - 1) / per);
+            layers += f == KV_FMT_MERGED && layers % 2;
+        }
+        res[f] = (result_t){.fmt = f, .ctx = ctx, .batch = batch,
+                            .layers = layers, .cold = cold};
+        if (!err)
+            err = res[f].err = setup(&res[f], &runs[f], threads);
+    }
+    size_t warm = 0;
+    for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
+        warm = res[f].layers > warm ? res[f].layers : warm;
+    for (size_t i = 0; !err && i < (warm > 3 ? warm : 3); i++)
+        for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++)
+            err = res[f].err = call(&res[f], &runs[f], i, 0);
+    double start = now_s();
+    for (size_t i = 0; !err && (i < 7 || now_s() - start <
+                                              min_time * KV_FMT_COUNT);
+         i++)
+        for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++)
+            err = res[f].err = call(&res[f], &runs[f], i, 1);
+    for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
+        if (!err)
+            finish(&res[f], &runs[f], mc, mc_best);
+        run_free(&runs[f]);
+    }
+    for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++) {
+        res[f].speedup = res[0].sec / res[f].sec;
+        res[f].speedup_best = res[0].sec_best / res[f].sec_best;
+        res[f].bytes_ratio = (double)res[f].kv_bytes / (double)res[0].kv_bytes;
+    }
+    return KV_FMT_COUNT;
 }
 
 int main(int argc, char **argv)
 {
     int json = 0, quick = 0;
-    uint32_t threads = 2;
+    uint32_t threads = 2, only_ctx = 0;
+    double min_time_arg = 0.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = 1;
@@ -199,8 +329,14 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
+            min_time_arg = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
+            only_ctx = (uint32_t)strtoul(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--json] [--quick] [--threads N]\n",
+            fprintf(stderr,
+                    "usage: %s [--json] [--quick] [--threads N] [--ctx N] "
+                    "[--min-time S]\n",
                     argv[0]);
             return 2;
         }
@@ -219,18 +355,27 @@ int main(int argc, char **argv)
     double mc_best;
     double mc = memcpy_gbps(mbytes, quick ? 3 : 9, &mc_best);
 
-    static const uint32_t ctxs[] = {1024, 2048, 4096, 8192, 16384, 32768};
-    static const uint32_t quick_ctxs[] = {1024, 8192};
+    static const uint32_t ctxs[] = {1024, 4096, 16384, 32768};
+    static const uint32_t quick_ctxs[] = {1024, 16384};
     const uint32_t *cl = quick ? quick_ctxs : ctxs;
     size_t ncl = quick ? 2 : sizeof ctxs / sizeof ctxs[0];
-    double min_time = quick ? 0.05 : 0.4;
-    result_t res[16];
+    if (only_ctx) {
+        cl = &only_ctx;
+        ncl = 1;
+    }
+    double min_time = min_time_arg > 0 ? min_time_arg : quick ? 0.05 : 0.4;
+    result_t res[64];
     size_t nr = 0;
     for (size_t i = 0; i < ncl; i++)
-        res[nr++] = bench_decode(cl[i], 1, threads, min_time, mc, mc_best);
-    const uint32_t b4[] = {2048, 8192};
-    for (size_t i = 0; i < (quick ? 1u : 2u); i++)
-        res[nr++] = bench_decode(b4[i], 4, threads, min_time, mc, mc_best);
+        nr += bench_point(res + nr, cl[i], 1, 0, mbytes, threads, min_time, mc,
+                          mc_best);
+    if (!only_ctx && !quick)
+        nr += bench_point(res + nr, 8192, 4, 0, mbytes, threads, min_time, mc,
+                          mc_best);
+    /* from memory: KV of all layers >= the memcpy buffer, read round-robin */
+    if (!quick)
+        nr += bench_point(res + nr, only_ctx ? only_ctx : 16384, 1, 1, mbytes,
+                          threads, min_time, mc, mc_best);
 
     if (getloadavg(load1, 1) != 1)
         load1[0] = -1.0;
@@ -238,8 +383,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (size_t i = 0; i < nr; i++)
         if (res[i].err) {
-            fprintf(stderr, "ctx %u batch %u: %s\n", res[i].ctx, res[i].batch,
-                    kv_strerror(res[i].err));
+            fprintf(stderr, "%s ctx %u batch %u: %s\n", fmt_name(res[i].fmt),
+                    res[i].ctx, res[i].batch, kv_strerror(res[i].err));
             rc = 1;
         }
     if (json) {
@@ -252,31 +397,46 @@ int main(int argc, char **argv)
                threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes, llc, cpus,
                load0[0], load1[0]);
         for (size_t i = 0; i < nr; i++)
-            printf("%s{\"format\":\"fp16\",\"ctx\":%u,\"batch\":%u,"
-                   "\"us_per_call\":%.2f,\"kv_bytes\":%llu,\"gbps\":%.3f,"
+            printf("%s{\"format\":\"%s\",\"note\":\"%s\",\"ctx\":%u,"
+                   "\"batch\":%u,\"layers\":%u,\"source\":\"%s\","
+                   "\"us_per_call\":%.2f,\"kv_bytes\":%llu,"
+                   "\"set_bytes\":%llu,\"gbps\":%.3f,"
                    "\"tokens_per_s\":%.0f,\"frac_of_memcpy\":%.3f,"
-                   "\"us_best\":%.2f,\"gbps_best\":%.3f,\"frac_best\":%.3f}",
-                   i ? "," : "", res[i].ctx, res[i].batch, res[i].sec * 1e6,
-                   (unsigned long long)res[i].kv_bytes, res[i].gbps,
+                   "\"us_best\":%.2f,\"gbps_best\":%.3f,\"frac_best\":%.3f,"
+                   "\"speedup_vs_fp16\":%.3f,\"speedup_best_vs_fp16\":%.3f,"
+                   "\"bytes_vs_fp16\":%.4f}",
+                   i ? "," : "", fmt_name(res[i].fmt),
+                   kv_format_note((kv_format_t)res[i].fmt), res[i].ctx,
+                   res[i].batch, res[i].layers,
+                   res[i].cold ? "memory" : "cache", res[i].sec * 1e6,
+                   (unsigned long long)res[i].kv_bytes,
+                   (unsigned long long)res[i].set_bytes, res[i].gbps,
                    res[i].tokens_per_s, res[i].frac, res[i].sec_best * 1e6,
-                   res[i].gbps_best, res[i].frac_best);
+                   res[i].gbps_best, res[i].frac_best, res[i].speedup,
+                   res[i].speedup_best, res[i].bytes_ratio);
         printf("]}\n");
     } else {
-        printf("decode attention, cpu backend, %u threads, fp16 pages\n",
-               threads);
+        printf("decode attention, cpu backend, %u threads\n", threads);
         printf("memcpy %.2f GB/s median, %.2f best (bytes read, 1 thread, "
                "%zu MiB buffer, LLC %zu MiB); load average %.2f -> %.2f on "
                "%ld cpus\n", mc, mc_best, mbytes >> 20, llc >> 20, load0[0],
                load1[0], cpus);
-        printf("%8s %6s %12s %10s %10s %14s %8s %10s %8s\n", "ctx", "batch",
-               "us/call", "KV MiB", "GB/s", "tokens/s", "frac", "best GB/s",
-               "best fr");
+        printf("source: cache = the layers timed fit the LLC; memory = layers "
+               "rotate over >= %zu MiB of pages\n", mbytes >> 20);
+        for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
+            printf("  %-6s %s\n", fmt_name(f), kv_format_note((kv_format_t)f));
+        printf("%-6s %6s %5s %6s %6s %10s %9s %8s %13s %8s %7s %7s %7s\n",
+               "format", "ctx", "batch", "layers", "source", "us/call",
+               "KV MiB", "GB/s", "tokens/s", "frac", "x fp16", "best x",
+               "bytes");
         for (size_t i = 0; i < nr; i++)
-            printf("%8u %6u %12.2f %10.2f %10.3f %14.0f %8.3f %10.3f %8.3f\n",
-                   res[i].ctx, res[i].batch, res[i].sec * 1e6,
-                   (double)res[i].kv_bytes / 1048576.0, res[i].gbps,
-                   res[i].tokens_per_s, res[i].frac, res[i].gbps_best,
-                   res[i].frac_best);
+            printf("%-6s %6u %5u %6u %6s %10.2f %9.2f %8.3f %13.0f %8.3f "
+                   "%7.2f %7.2f %7.3f\n",
+                   fmt_name(res[i].fmt), res[i].ctx, res[i].batch,
+                   res[i].layers, res[i].cold ? "memory" : "cache",
+                   res[i].sec * 1e6, (double)res[i].kv_bytes / 1048576.0,
+                   res[i].gbps, res[i].tokens_per_s, res[i].frac,
+                   res[i].speedup, res[i].speedup_best, res[i].bytes_ratio);
     }
     return rc;
 }

@@ -20,6 +20,7 @@
 #include "kernels/kv_backend.h"
 #include "kvpage/kvpage.h"
 #include "pages/kv_page.h"
+#include "kv_policy_int.h"
 #include "kv_store_int.h"
 
 #define KV_MAX_LAYERS     4096u
@@ -137,6 +138,7 @@ void kv_store_destroy(kv_store_t *s)
 {
     if (!s)
         return;
+    kv_pol_table_destroy(s);
     kv_backend_destroy(&s->backend);
     kv_page_table_destroy(s->pt);
     kv_alloc_pool_destroy(s->pool);
@@ -174,7 +176,7 @@ int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
         out->bytes_by_format[f] = pt.pages_by_format[f] * s->cfg.page_bytes;
         out->kv_bytes += out->bytes_by_format[f];
     }
-    out->meta_bytes = pt.meta_bytes + sizeof *s;
+    out->meta_bytes = pt.meta_bytes + sizeof *s + kv_pol_meta_bytes(s);
     out->fp16_bytes = pt.tokens * 2u * s->cfg.head_dim * 2u;
     return 0;
 }
@@ -199,14 +201,26 @@ int kv_seq_free(kv_store_t *s, kv_seq_id_t seq)
 {
     if (!s)
         return KV_EINVAL;
-    return kv_page_seq_free(s->pt, seq);
+    int rc = kv_page_seq_free(s->pt, seq);
+    if (rc == 0)
+        kv_pol_seq_drop(s, seq);
+    return rc;
 }
 
 int kv_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t *child)
 {
     if (!s || !child)
         return KV_EINVAL;
-    return kv_page_seq_fork(s->pt, parent, child);
+    kv_seq_id_t c;
+    int rc = kv_page_seq_fork(s->pt, parent, &c);
+    if (rc)
+        return rc;
+    if ((rc = kv_pol_seq_fork(s, parent, c))) {
+        kv_page_seq_free(s->pt, c); /* all-or-nothing */
+        return rc;
+    }
+    *child = c;
+    return 0;
 }
 
 /* The list of (seq, layer, head) after validating all three; *rc tells why
@@ -338,7 +352,7 @@ static int scale_resolve(const kv_store_t *s, float scale, float *out)
     return 0;
 }
 
-int kv_attn_decode(kv_store_t *s, const kv_decode_t *a)
+int kv_store_decode_raw(kv_store_t *s, const kv_decode_t *a)
 {
     if (!s || !a || !a->seqs || !a->q || !a->out || a->batch == 0)
         return KV_EINVAL;
@@ -393,7 +407,7 @@ int kv_attn_decode(kv_store_t *s, const kv_decode_t *a)
     return rc;
 }
 
-int kv_attn_prefill(kv_store_t *s, const kv_prefill_t *a)
+int kv_store_prefill_raw(kv_store_t *s, const kv_prefill_t *a)
 {
     if (!s || !a || !a->q || !a->out || a->n_new == 0)
         return KV_EINVAL;
@@ -441,4 +455,28 @@ int kv_attn_prefill(kv_store_t *s, const kv_prefill_t *a)
     rc = s->backend.ops->attn_prefill(s->backend.ctx, &p);
     runs_free(&r);
     return rc;
+}
+
+/* Sequences with a policy that wants statistics go through the policy
+ * module (kv_policy_state.c); everything else straight to the backend. */
+int kv_attn_decode(kv_store_t *s, const kv_decode_t *a)
+{
+    if (!s || !a)
+        return KV_EINVAL;
+    for (uint32_t b = 0; s->pol && a->seqs && b < a->batch; b++) {
+        kv_pol_seq_t *ps = kv_pol_get(s, a->seqs[b]);
+        if (ps && kv_pol_wants(ps))
+            return kv_pol_attn_decode(s, a);
+    }
+    return kv_store_decode_raw(s, a);
+}
+
+int kv_attn_prefill(kv_store_t *s, const kv_prefill_t *a)
+{
+    if (!s || !a)
+        return KV_EINVAL;
+    kv_pol_seq_t *ps = kv_pol_get(s, a->seq);
+    if (ps && kv_pol_wants(ps))
+        return kv_pol_attn_prefill(s, a, ps);
+    return kv_store_prefill_raw(s, a);
 }

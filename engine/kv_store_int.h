@@ -18,6 +18,14 @@ struct kv_store {
     kv_alloc_pool_t *pool; /* host tier                         */
     kv_page_table_t *pt;
     kv_backend_t backend;
+    struct kv_pol_table *pol; /* policy states by seq id (kv_policy_state.c); */
+                              /* NULL until the first kv_seq_set_policy      */
 };
+
+/* Attention without policy statistics (kv_store.c): the public calls
+ * validate and run these, or hand sequences with a policy to
+ * kv_policy_state.c, which calls these with its own stats buffers. */
+int kv_store_prefill_raw(kv_store_t *s, const kv_prefill_t *a);
+int kv_store_decode_raw(kv_store_t *s, const kv_decode_t *a);
 
 #endif /* KV_STORE_INT_H */

@@ -19,6 +19,8 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -386,14 +388,13 @@ int kv_offload_unlink(const char *path)
 {
     if (!path)
         return KV_EINVAL;
+    /* no allocation here: it also cleans up after a failed create */
     static const char *const sfx[] = {".idx", ".idx.tmp"};
+    char p[PATH_MAX + 16];
     for (int i = 0; i < 2; i++) {
-        size_t n;
-        char *p = kv_offload_path_with(path, sfx[i], &n);
-        if (p) {
+        int n = snprintf(p, sizeof p, "%s%s", path, sfx[i]);
+        if (n > 0 && (size_t)n < sizeof p)
             unlink(p);
-            kv_mem_free(p, n);
-        }
     }
     return unlink(path) == 0 ? 0 : -errno;
 }

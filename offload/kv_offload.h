@@ -72,7 +72,8 @@ typedef uint64_t kv_offload_ticket_t;   /* one submitted batch; never 0       */
 #define KV_OFFLOAD_MAX_QD 4096u                /* largest queue_depth         */
 
 typedef enum kv_offload_engine_kind {
-    KV_OFFLOAD_ENGINE_AUTO  = 0, /* io_uring if it initialises, else pread    */
+    KV_OFFLOAD_ENGINE_AUTO  = 0, /* io_uring if it initialises (any error:    */
+                                 /* -ENOSYS, -EPERM, memlock...), else pread */
     KV_OFFLOAD_ENGINE_URING = 1, /* io_uring only (error if unavailable)      */
     KV_OFFLOAD_ENGINE_PREAD = 2, /* pread/pwrite fallback                     */
 } kv_offload_engine_kind_t;

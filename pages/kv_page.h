@@ -201,4 +201,12 @@ void kv_page_table_totals(const kv_page_table_t *pt, kv_page_totals_t *out);
  * referenced (the table must be the pool's only user for that part). */
 int kv_page_table_check(const kv_page_table_t *pt);
 
+/* Overwrite the VALUE rows of tokens [t0, t0+n) of one list (v: [n][head_dim]
+ * FP32, finite and within FP16 range) — CaM (kv_page_update.c). Every token
+ * must sit in an FP16 entry (else KV_EINVAL); shared pages are copied first
+ * (CoW). All-or-nothing; allocates nothing when no touched page is shared.
+ * Errors: KV_EINVAL, KV_ENOENT, KV_ERANGE, KV_ENOMEM. */
+int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
+                     uint32_t head, uint32_t t0, uint32_t n, const float *v);
+
 #endif /* KV_PAGE_H */

@@ -22,11 +22,19 @@
  * before; a later merge of new tokens appends another [MERGED][RETAINED]
  * segment after this one.
  *
+ * Fill (kv_page.h): RETAINED pages are full but the last. A merge that
+ * retains every one of its tokens adds no MERGED entry, so its RETAINED
+ * entries would continue the previous segment's RETAINED run behind that
+ * run's partly filled last page. Such a merge packs instead: the previous
+ * partly filled RETAINED page (both lists: same tokens, same fill) joins
+ * the call as `pre` leading tokens marked retained, read as a source and
+ * rewritten with the new ones to fresh pages; its old page is released
+ * (never written: it may be shared). Order and positions are unchanged.
+ *
  * All-or-nothing: validation, selection (scratch only), then every entry
  * array, position array and page is allocated before the first write.
  */
 #include <assert.h>
-#include <math.h>
 #include <string.h>
 
 #include "fmt_merged.h"
@@ -49,10 +57,13 @@ typedef struct side {
 typedef struct merge_plan {
     side_t s[2];       /* A (layer-1), B (layer)                      */
     uint32_t m;        /* tokens merged or retained; 0: nothing       */
-    uint32_t n_ret;    /* of them retained                            */
+    uint32_t pre;      /* leading tokens of a previous RETAINED page  */
+                       /* repacked with them (0: none)                */
+    uint32_t n_ret;    /* retained, pre included                      */
     uint32_t n_mp;     /* MERGED pages                                */
     uint32_t n_rp;     /* FP16 retained pages per layer               */
-    uint32_t ret0;     /* this head's first retain[] slot             */
+    uint32_t ret0;     /* retain[] slot of this head's first new      */
+                       /* token (pre slots precede it)                */
     uint32_t id0;      /* ids: [n_mp][n_rp A][n_rp B][fresh A][fresh B] */
 } merge_plan_t;
 
@@ -139,8 +150,8 @@ typedef struct work {
 } work_t;
 
 /* Rewrite positions of tokens [s0, s0+m) of l merged-first. */
-static void side_positions(kv_page_table_t *pt, side_t *s, uint32_t m,
-                           const uint8_t *ret, int32_t *tmp)
+static void side_positions(side_t *s, uint32_t m, const uint8_t *ret,
+                           int32_t *tmp)
 {
     kv_page_list_t *l = s->l;
     uint32_t s0 = l->n_tokens - s->res, k = 0;
@@ -155,19 +166,38 @@ static void side_positions(kv_page_table_t *pt, side_t *s, uint32_t m,
         l->cap_pos = s->cap_pos;
         s->pos = NULL;
     }
-    (void)pt;
     if (l->pos)
         memcpy(l->pos + s0, tmp, (size_t)m * sizeof *tmp);
 }
 
-/* Merge one head as planned (nothing fails). */
+/* Tokens of the partly filled RETAINED entry just before the residual,
+ * if both lists have one with the same fill; else 0. */
+static uint32_t pack_prev(const merge_plan_t *p, uint32_t T)
+{
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < 2; j++) {
+        const kv_page_list_t *l = p->s[j].l;
+        uint32_t r0 = p->s[j].cut.r0;
+        if (r0 == 0)
+            return 0;
+        const kv_page_ent_t *e = &l->ents[r0 - 1];
+        if (e->format != KV_FMT_FP16 || e->flags != KV_PAGE_ENT_RETAINED ||
+            e->n_tokens >= T || (j && e->n_tokens != n))
+            return 0;
+        n = e->n_tokens;
+    }
+    return n;
+}
+
+/* Merge one head as planned (nothing fails). ret: the new tokens' marks,
+ * preceded by p->pre marks of 1. */
 static void write_head(kv_page_table_t *pt, merge_plan_t *p,
                        const kv_page_merge_opts_t *o, const uint8_t *ret,
                        const kv_page_id_t *ids, work_t *w)
 {
     const kv_page_geom_t *g = &pt->cfg.geom;
     const uint32_t mcap = kv_fmt_merged_capacity(g, o->dir_format);
-    const uint32_t T = pt->fp16_tpp, nm = p->m - p->n_ret;
+    const uint32_t T = pt->fp16_tpp, nm = p->pre + p->m - p->n_ret;
     const kv_page_id_t *mids = ids, *rids[2] = {ids + p->n_mp,
                                                 ids + p->n_mp + p->n_rp};
     const kv_page_id_t *fids = ids + p->n_mp + 2 * p->n_rp;
@@ -185,8 +215,8 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
     kv_merge_params_t mp = {
         .geom = *g,
         .src = {w->src, w->src + ns0}, .n_src = {ns0, ns1}, .src_off = {0, 0},
-        .n_tokens = p->m, .t = o->t, .gamma = o->gamma,
-        .dir_format = o->dir_format, .retain = (uint8_t *)ret,
+        .n_tokens = p->pre + p->m, .t = o->t, .gamma = o->gamma,
+        .dir_format = o->dir_format, .retain = (uint8_t *)ret - p->pre,
         .dst = w->ptrs, .n_dst = p->n_mp,
         .ret = {w->ptrs + p->n_mp, w->ptrs + p->n_mp + p->n_rp},
         .n_ret = {p->n_rp, p->n_rp}, .scratch = w->fl,
@@ -204,24 +234,29 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
     /* both lists */
     for (uint32_t j = 0; j < 2; j++) {
         side_t *s = &p->s[j];
-        side_positions(pt, s, p->m, ret, w->pos);
+        side_positions(s, p->m, ret, w->pos);
         kv_page_cut_apply(pt, s->l, &s->cut, s->cut.fresh ? *fids++ : 0);
         kv_page_ent_t *ins =
             kv_page_ents_open(pt, s->l, s->cut.r0, s->cut.e_s,
                               p->n_mp + p->n_rp, s->ents, s->cap_ents);
         s->ents = NULL;
-        uint32_t left = nm;
-        for (uint32_t i = 0; i < p->n_mp; i++, left -= mcap < left ? mcap : left)
+        uint32_t left = nm; /* merged pages: full but the last */
+        for (uint32_t i = 0; i < p->n_mp; i++) {
+            uint32_t cnt = left < mcap ? left : mcap;
             *ins++ = (kv_page_ent_t){
                 .id = mids[i], .format = KV_FMT_MERGED,
                 .flags = (uint8_t)(j ? KV_PAGE_ENT_UPPER : 0),
-                .n_tokens = (uint16_t)(left < mcap ? left : mcap)};
-        left = p->n_ret;
-        for (uint32_t i = 0; i < p->n_rp; i++, left -= T < left ? T : left)
-            *ins++ = (kv_page_ent_t){
-                .id = rids[j][i], .format = KV_FMT_FP16,
-                .flags = KV_PAGE_ENT_RETAINED,
-                .n_tokens = (uint16_t)(left < T ? left : T)};
+                .n_tokens = (uint16_t)cnt};
+            left -= cnt;
+        }
+        left = p->n_ret; /* this layer's retained pages, likewise */
+        for (uint32_t i = 0; i < p->n_rp; i++) {
+            uint32_t cnt = left < T ? left : T;
+            *ins++ = (kv_page_ent_t){.id = rids[j][i], .format = KV_FMT_FP16,
+                                     .flags = KV_PAGE_ENT_RETAINED,
+                                     .n_tokens = (uint16_t)cnt};
+            left -= cnt;
+        }
     }
 }
 
@@ -248,14 +283,15 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     if (!plans)
         return KV_ENOMEM;
     int rc = KV_OK;
-    uint64_t sum_m = 0;
+    uint64_t sum_m = 0, sum_r = 0;
     uint32_t max_m = 0, max_src = 0;
     for (uint32_t h = 0; h < H && !rc; h++) {
         merge_plan_t *p = &plans[h];
         rc = plan_head(pt, kv_page_list_at(pt, seq, layer - 1, h),
                        kv_page_list_at(pt, seq, layer, h), o->keep_fp16, p);
-        p->ret0 = (uint32_t)sum_m;
+        p->ret0 = (uint32_t)sum_r + T; /* [T pre slots][m] per head */
         sum_m += p->m;
+        sum_r += (uint64_t)T + p->m;
         max_m = p->m > max_m ? p->m : max_m;
         uint32_t ns = p->m ? kv_page_cut_n_src(&p->s[0].cut) +
                                  kv_page_cut_n_src(&p->s[1].cut)
@@ -268,13 +304,16 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     }
 
     /* Scratch: retain marks, then one work block; sized for the worst
-     * head (pointers: every token its own page, bounded by max_m). */
+     * head (pointers: every token its own page, bounded by max_m), with
+     * room for a repacked previous page (one source, < T tokens). */
+    max_src += 2;
+    uint32_t max_t = max_m + T;
     size_t fl_n = (size_t)KV_CONVERT_SCRATCH_FLOATS(g->head_dim) * sizeof(float);
     size_t src_n = (size_t)max_src * sizeof(kv_kern_page_t);
-    size_t ptr_n = ((size_t)max_m / mcap + 2u * ((size_t)max_m / T) + 3u) *
+    size_t ptr_n = ((size_t)max_t / mcap + 2u * ((size_t)max_t / T) + 3u) *
                    sizeof(void *);
     size_t pos_n = (size_t)max_m * sizeof(int32_t);
-    uint8_t *ret = kv_page_scratch_get(&ret_s, NULL, 0, (size_t)sum_m);
+    uint8_t *ret = kv_page_scratch_get(&ret_s, NULL, 0, (size_t)sum_r);
     char *wb = ret ? kv_page_scratch_get(&work_s, NULL, 0,
                                          fl_n + src_n + ptr_n + pos_n)
                    : NULL;
@@ -308,7 +347,13 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
             break;
         for (uint32_t i = 0; i < p->m; i++)
             p->n_ret += ret[p->ret0 + i] != 0;
-        p->n_mp = (p->m - p->n_ret + mcap - 1) / mcap;
+        if (p->n_ret == p->m && (p->pre = pack_prev(p, T)) != 0) {
+            memset(ret + p->ret0 - p->pre, 1, p->pre);
+            p->n_ret += p->pre;
+            p->s[0].cut.r0--;
+            p->s[1].cut.r0--;
+        }
+        p->n_mp = (p->pre + p->m - p->n_ret + mcap - 1) / mcap;
         p->n_rp = (p->n_ret + T - 1) / T;
     }
 

@@ -11,6 +11,7 @@
 #include "kv_quant_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -18,11 +19,25 @@
 
 static int simd_state = -1; /* -1 unknown, 0 off, 1 on */
 
+/* CPUID: AVX2 (leaf 7 ebx bit 5), FMA (leaf 1 ecx 12), F16C (ecx 29), and
+ * the OS saving YMM state (OSXSAVE ecx 27, XCR0 bits 1-2). Written with
+ * cpuid.h rather than __builtin_cpu_supports, which not every compiler
+ * knows "f16c" for. */
 static int cpu_has_avx2(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const unsigned need1 = (1u << 12) | (1u << 27) | (1u << 28) | (1u << 29);
+    if ((c & need1) != need1)
+        return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u)
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 5) & 1u;
 }
 
 int kv_q_have_avx2(void)

@@ -262,13 +262,56 @@ KV_API kv_merge_opts_t kv_merge_opts_default(void);
  * opts NULL = the defaults. Errors: KV_ENOENT, KV_ERANGE (layer 0 or out of
  * range), KV_ESTATE (the two layers' tokens differ), KV_EVERSION
  * (struct_size), KV_EINVAL (t or gamma outside [0, 1], dir_format),
- * KV_ENOMEM. */
+ * KV_ENOTSUP (a page too small for one merged token), KV_ENOMEM. */
 KV_API int kv_seq_merge_layers(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                                const kv_merge_opts_t *opts);
 
 /* The bits-per-element note of a format, e.g. "INT2 g16 = 4 bits/element"
  * (print it wherever a ratio is shown); NULL for an unknown format. */
 KV_API const char *kv_format_note(kv_format_t fmt);
+
+/* ---- policies ---------------------------------------------------------- */
+
+/* A policy decides what a sequence keeps and in which format: token
+ * selection (StreamingLLM, H2O, SnapKV, MiniKV), quantization (KIVI INT4/
+ * INT2), layer merging (MiniCache), lazy-layer trimming (SimLayerKV) and
+ * eviction merging (CaM), composed with '+'. It is data, parsed from a
+ * string, e.g. "fp16", "kivi2", "h2o:hh=0.1,rw=0.1+cam:m=16",
+ * "minikv:hh=0.25,rw=0.25,pyramid=7", "simlayerkv:delta=0.9,w=1024+int4",
+ * "minicache:from=0.5,t=0.6,gamma=0.05+int4" (the full grammar, every key
+ * and the valid compositions: docs/policies.md).
+ *
+ * With a policy set on a sequence the store itself collects the exact
+ * attention statistics the policy needs during kv_attn_prefill/decode on
+ * that sequence (nothing otherwise), and acts at kv_seq_prefill_end and
+ * kv_seq_step_end. Attention calls on a sequence with a policy write its
+ * statistics: they must not run concurrently for the same sequence. */
+typedef struct kv_policy kv_policy_t; /* opaque, immutable once parsed */
+
+/* Parse spec. On error returns KV_EINVAL and writes a message naming the
+ * offending method/key/value into err (if err_len > 0). */
+KV_API int kv_policy_parse(const char *spec, kv_policy_t **out, char *err,
+                           size_t err_len);
+KV_API void kv_policy_destroy(kv_policy_t *policy);
+/* The canonical spec (every key with its value), NUL-terminated; KV_ERANGE
+ * if it does not fit in len. */
+KV_API int kv_policy_describe(const kv_policy_t *policy, char *buf, size_t len);
+
+/* Attach a policy (copied) to a sequence, before its first append; forks
+ * inherit it with its state. NULL detaches (keeps what is stored).
+ * Errors: KV_ENOENT, KV_ESTATE (sequence not empty), KV_ENOTSUP. */
+KV_API int kv_seq_set_policy(kv_store_t *store, kv_seq_id_t seq,
+                             const kv_policy_t *policy);
+
+/* The prompt is in (every layer appended and prefilled): apply prefill-end
+ * decisions (selection, quantization, merging, lazy-layer marking). */
+KV_API int kv_seq_prefill_end(kv_store_t *store, kv_seq_id_t seq);
+
+/* One decode step is done on every layer: apply per-step decisions
+ * (H2O/StreamingLLM eviction + CaM merging, SimLayerKV trimming after the
+ * first decode token, MiniCache merging of new tokens, residual
+ * quantization). */
+KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
 
 /* ---- attention --------------------------------------------------------- */
 

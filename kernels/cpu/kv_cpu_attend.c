@@ -5,8 +5,10 @@
  * with GCC vector extensions (8 x float), wrapped once in functions compiled
  * for AVX2+FMA+F16C and once for the baseline ISA; kv_cpu_backend.c picks a
  * table at create time from the CPU's features. Both builds perform the same
- * FP32 operations in the same order (no FMA contraction), so they give
- * identical results.
+ * FP32 operations in the same order, so they give identical results: the
+ * multiply-adds of the dot products and of the V accumulation are fused
+ * (fmaf, one rounding; vfmadd in the AVX2 build, the libm fmaf per lane in
+ * the baseline one) and nothing else is (no FMA contraction).
  *
  * Per chunk of a page (at most one tile of tokens): kv_format_load (the
  * format's load, or its load_variant for the list's variant of a shared
@@ -138,6 +140,15 @@ KV_CPU_BODY kv_v8f vexp(const float *src, float sub)
     return (kv_v8f)(((kv_v8u)p + e) & ~dead);
 }
 
+/* *acc += a * b lane-wise, fused (one rounding). GCC turns the lane loop
+ * into one vfmadd in the AVX2 build; the baseline build calls fmaf, which
+ * rounds identically. */
+KV_CPU_BODY void vfma_in(kv_v8f *acc, const kv_v8f *a, const kv_v8f *b)
+{
+    for (int i = 0; i < 8; i++)
+        (*acc)[i] = __builtin_fmaf((*a)[i], (*b)[i], (*acc)[i]);
+}
+
 /* The four horizontal sums of a, b, c, d: {sum a, sum b, sum c, sum d}
  * written to out[0..3]. Shuffles stay inside 128-bit halves. */
 KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
@@ -157,7 +168,9 @@ KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
 
 /* s[i] = q . k_i for i < nv (k_i = kt + i*d, d a multiple of 8). Tokens go
  * four at a time so q is loaded once per four; a short last group repeats
- * its last token, so every logit comes from the same operation sequence. */
+ * its last token, so every logit comes from the same operation sequence.
+ * Each token has two accumulators (even and odd vectors of the row, summed
+ * at the end): eight independent FMA chains hide the FMA latency. */
 KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
                             uint32_t d, float *s)
 {
@@ -167,21 +180,49 @@ KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
         const float *k2 = i + 2 < nv ? k0 + 2 * (size_t)d : k1;
         const float *k3 = i + 3 < nv ? k0 + 3 * (size_t)d : k2;
         kv_v8f a0 = vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        for (uint32_t j = 0; j < d; j += KV_CPU_VW) {
-            kv_v8f qv = vld(q + j);
-            a0 += qv * vld(k0 + j);
-            a1 += qv * vld(k1 + j);
-            a2 += qv * vld(k2 + j);
-            a3 += qv * vld(k3 + j);
+        kv_v8f b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        uint32_t j = 0;
+        for (; j + 2 * KV_CPU_VW <= d; j += 2 * KV_CPU_VW) {
+            kv_v8f qv = vld(q + j), qw = vld(q + j + KV_CPU_VW);
+            kv_v8f x0 = vld(k0 + j), x1 = vld(k1 + j);
+            kv_v8f x2 = vld(k2 + j), x3 = vld(k3 + j);
+            vfma_in(&a0, &qv, &x0);
+            vfma_in(&a1, &qv, &x1);
+            vfma_in(&a2, &qv, &x2);
+            vfma_in(&a3, &qv, &x3);
+            x0 = vld(k0 + j + KV_CPU_VW);
+            x1 = vld(k1 + j + KV_CPU_VW);
+            x2 = vld(k2 + j + KV_CPU_VW);
+            x3 = vld(k3 + j + KV_CPU_VW);
+            vfma_in(&b0, &qw, &x0);
+            vfma_in(&b1, &qw, &x1);
+            vfma_in(&b2, &qw, &x2);
+            vfma_in(&b3, &qw, &x3);
         }
+        if (j < d) { /* d an odd multiple of 8 */
+            kv_v8f qv = vld(q + j);
+            kv_v8f x0 = vld(k0 + j), x1 = vld(k1 + j);
+            kv_v8f x2 = vld(k2 + j), x3 = vld(k3 + j);
+            vfma_in(&a0, &qv, &x0);
+            vfma_in(&a1, &qv, &x1);
+            vfma_in(&a2, &qv, &x2);
+            vfma_in(&a3, &qv, &x3);
+        }
+        a0 += b0;
+        a1 += b1;
+        a2 += b2;
+        a3 += b3;
         float r[4];
         vhsum4(&a0, &a1, &a2, &a3, r);
         memcpy(s + i, r, (nv - i < 4 ? nv - i : 4) * sizeof *r);
     }
 }
 
-/* acc[0..d) += sum over i < nv of p[i] * v_i (v_i = vt + i*d). Four
- * independent accumulators (32 floats) per pass over the tokens. */
+/* acc[0..d) += sum over i < nv of p[i] * v_i (v_i = vt + i*d). Per pass
+ * over the tokens, 32 floats of acc in two sets of four accumulators (even
+ * tokens into the first, which starts from acc, odd into the second, which
+ * starts from 0; acc = first + second at the end): eight independent FMA
+ * chains hide the FMA latency. */
 KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
                             uint32_t nv, uint32_t d)
 {
@@ -189,23 +230,46 @@ KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
     for (; j + 4 * KV_CPU_VW <= d; j += 4 * KV_CPU_VW) {
         kv_v8f a0 = vld(acc + j), a1 = vld(acc + j + 8);
         kv_v8f a2 = vld(acc + j + 16), a3 = vld(acc + j + 24);
+        kv_v8f b0 = vset1(0.0f), b1 = b0, b2 = b0, b3 = b0;
         const float *v = vt + j;
-        for (uint32_t i = 0; i < nv; i++, v += d) {
-            kv_v8f pi = vset1(p[i]);
-            a0 += pi * vld(v);
-            a1 += pi * vld(v + 8);
-            a2 += pi * vld(v + 16);
-            a3 += pi * vld(v + 24);
+        uint32_t i = 0;
+        for (; i + 2 <= nv; i += 2, v += 2 * (size_t)d) {
+            kv_v8f pi = vset1(p[i]), pn = vset1(p[i + 1]);
+            kv_v8f x0 = vld(v), x1 = vld(v + 8);
+            kv_v8f x2 = vld(v + 16), x3 = vld(v + 24);
+            vfma_in(&a0, &pi, &x0);
+            vfma_in(&a1, &pi, &x1);
+            vfma_in(&a2, &pi, &x2);
+            vfma_in(&a3, &pi, &x3);
+            x0 = vld(v + d);
+            x1 = vld(v + d + 8);
+            x2 = vld(v + d + 16);
+            x3 = vld(v + d + 24);
+            vfma_in(&b0, &pn, &x0);
+            vfma_in(&b1, &pn, &x1);
+            vfma_in(&b2, &pn, &x2);
+            vfma_in(&b3, &pn, &x3);
         }
-        VST(acc + j, a0);
-        VST(acc + j + 8, a1);
-        VST(acc + j + 16, a2);
-        VST(acc + j + 24, a3);
+        if (i < nv) {
+            kv_v8f pi = vset1(p[i]);
+            kv_v8f x0 = vld(v), x1 = vld(v + 8);
+            kv_v8f x2 = vld(v + 16), x3 = vld(v + 24);
+            vfma_in(&a0, &pi, &x0);
+            vfma_in(&a1, &pi, &x1);
+            vfma_in(&a2, &pi, &x2);
+            vfma_in(&a3, &pi, &x3);
+        }
+        VST(acc + j, a0 + b0);
+        VST(acc + j + 8, a1 + b1);
+        VST(acc + j + 16, a2 + b2);
+        VST(acc + j + 24, a3 + b3);
     }
     for (; j < d; j += KV_CPU_VW) {
         kv_v8f a = vld(acc + j);
-        for (uint32_t i = 0; i < nv; i++)
-            a += vset1(p[i]) * vld(vt + (size_t)i * d + j);
+        for (uint32_t i = 0; i < nv; i++) {
+            kv_v8f pi = vset1(p[i]), x = vld(vt + (size_t)i * d + j);
+            vfma_in(&a, &pi, &x);
+        }
         VST(acc + j, a);
     }
 }

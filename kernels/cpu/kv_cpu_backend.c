@@ -12,6 +12,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_cpu.h"
+#include "kv_cpu_convert.h"
 
 #define KV_CPU_MAX_THREADS 1024u
 
@@ -43,6 +44,9 @@ static const kv_backend_ops_t cpu_ops = {
     .attn_decode = kv_kern_cpu_decode,
     .attn_prefill = kv_kern_cpu_prefill,
     .destroy = cpu_destroy,
+    .convert = kv_kern_cpu_convert,
+    .merge_select = kv_kern_cpu_merge_select,
+    .merge = kv_kern_cpu_merge,
 };
 
 int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)

@@ -27,6 +27,11 @@
  *   - merging: norms of every restored token equal the originals, gamma 0
  *     retains none, gamma 1 keeps all tokens in FP16 (no MERGED page),
  *     errors (layer 0, differing residuals, bad options, struct_size);
+ *     repeated policy merges that retain everything (minicache gamma 1,
+ *     prompt then decode tokens) keep the fill invariant, read back the
+ *     originals (FP16-rounded) and leave a fork's shared retained pages
+ *     unwritten; a repacking head beside a merging one keeps the heads'
+ *     retention marks apart (page counts per format);
  *   - fork / copy-on-write / compaction / free across formats: the other
  *     sequence reads bit-identically, kv_store_check passes, every page and
  *     metadata byte comes back;
@@ -697,6 +702,145 @@ static void test_merge_api(void)
     S = NULL;
 }
 
+/* MiniCache policy with gamma 1 (every token retained) merging the prompt,
+ * then the decode tokens every 16 steps: each merge that adds no MERGED
+ * entry must repack the previous partly filled RETAINED page, so the fill
+ * invariant holds (kv_store_check), the retained tokens read back
+ * (FP16-rounded) at their positions, and a fork sharing those pages is not
+ * written. */
+#define PK_PROMPT 40
+#define PK_STEPS 16
+#define PK_N (PK_PROMPT + PK_STEPS)
+
+static void pk_append(kv_seq_id_t q, uint32_t n, uint32_t t0, float *ok,
+                      float *ov)
+{
+    size_t ne = (size_t)n * NKV * HD, row = (size_t)NKV * HD;
+    float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+    for (uint32_t pair = 0; pair < NL; pair += 2) {
+        gen_append(S, q, pair, n, NKV, NULL, NULL, k, v);
+        memcpy(ok + ((size_t)pair * PK_N + t0) * row, k, ne * 4);
+        memcpy(ov + ((size_t)pair * PK_N + t0) * row, v, ne * 4);
+        gen_append(S, q, pair + 1, n, NKV, k, v, NULL, NULL);
+    }
+    free(k);
+    free(v);
+}
+
+/* 1 if y ([HD]) is x ([HD]) rounded to FP16 (half an ulp, 2^-11). */
+static int fp16_of(const float *x, const float *y)
+{
+    for (uint32_t c = 0; c < HD; c++)
+        if (fabsf(x[c] - y[c]) > fabsf(x[c]) * 0x1p-11f + 1e-7f)
+            return 0;
+    return 1;
+}
+
+static void test_merge_pack(void)
+{
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
+    kv_policy_t *pol = NULL;
+    char err[128];
+    CHECK_OK(kv_policy_parse("minicache:from=0,gamma=1", &pol, err,
+                             sizeof err));
+    kv_seq_id_t q, f;
+    CHECK_OK(kv_seq_create(S, &q));
+    CHECK_OK(kv_seq_set_policy(S, q, pol));
+    size_t row = (size_t)NKV * HD, all = (size_t)NL * PK_N * row;
+    float *ok = xmalloc(all * 4), *ov = xmalloc(all * 4);
+    pk_append(q, PK_PROMPT, 0, ok, ov);
+    CHECK_OK(kv_seq_prefill_end(S, q));
+    CHECK_OK(kv_store_check(S));
+    CHECK_OK(kv_seq_fork(S, q, &f));
+    shot_t fork0, fork1, now;
+    shot_take(f, &fork0);
+    int bad = 0;
+    for (uint32_t st = 0; st < PK_STEPS; st++) {
+        pk_append(q, 1, PK_PROMPT + st, ok, ov);
+        CHECK_OK(kv_seq_step_end(S, q));
+        bad += kv_store_check(S) != KV_OK;
+    }
+    CHECK_EQ(bad, 0);
+    shot_take(f, &fork1);
+    CHECK(shot_same(&fork0, &fork1));
+    /* shallower layers of each pair: every retained token is its original;
+     * (FP16-rounded); at most one merged token per head and merge */
+    shot_take(q, &now);
+    uint32_t exact = 0, total = 0;
+    for (uint32_t l = 0; l < NL; l += 2)
+        for (uint32_t g = 0; g < NKV; g++)
+            for (uint32_t i = 0; i < now.n[l][g]; i++) {
+                int32_t p = now.pos[l][g][i];
+                const float *a = ok + ((size_t)l * PK_N + p) * row + g * HD;
+                const float *b = ov + ((size_t)l * PK_N + p) * row + g * HD;
+                total++;
+                exact += fp16_of(a, now.k[l][g] + (size_t)i * HD) &&
+                         fp16_of(b, now.v[l][g] + (size_t)i * HD);
+            }
+    CHECK_EQ(total, (NL / 2) * NKV * PK_N);
+    CHECK(exact + 2u * (NL / 2) * NKV >= total);
+    shot_free(&fork0), shot_free(&fork1), shot_free(&now);
+    free(ok), free(ov);
+    kv_policy_destroy(pol);
+    kv_store_destroy(S);
+    S = NULL;
+}
+
+/* Direct merges, gamma 1, heads side by side. Layer 0 holds unit vectors
+ * e0; layer 1 rotates them toward e1 by angles chosen per token. Head 0:
+ * the newest 8 tokens of each call are zero in layer 1 (theta 0 = d_min
+ * for K and V: merged), the others at growing angles (retained). Head 1:
+ * K angles grow and V angles shrink with the token, so no token is
+ * minimal in both (all retained). The second merge repacks head 1's partly
+ * filled RETAINED page while head 0 adds a MERGED entry; each head must
+ * keep its own retention marks (kv_store_check, pages per format). */
+static void pk_rot(float *x, double a, float scale)
+{
+    memset(x, 0, HD * sizeof *x);
+    x[0] = (float)cos(a) * scale;
+    x[1] = (float)sin(a) * scale;
+}
+
+static void test_merge_pack_heads(void)
+{
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
+    kv_seq_id_t q;
+    CHECK_OK(kv_seq_create(S, &q));
+    kv_merge_opts_t o = kv_merge_opts_default();
+    o.gamma = 1.0f;
+    const uint32_t parts[2] = {PK_PROMPT, PK_STEPS};
+    for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
+        uint32_t n = parts[r];
+        size_t ne = (size_t)n * NKV * HD;
+        float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+        for (uint32_t i = 0; i < n * NKV; i++) {
+            pk_rot(k + (size_t)i * HD, 0.0, 1.0f);
+            pk_rot(v + (size_t)i * HD, 0.0, 0.5f);
+        }
+        CHECK_OK(kv_append(S, q, 0, n, KV_DTYPE_F32, k, v, NULL));
+        for (uint32_t i = 0; i < n; i++) {
+            double a = 0.1 + 0.02 * (t0 + i), b = 1.5 - 0.02 * (t0 + i);
+            float *k0 = k + (size_t)i * NKV * HD, *v0 = v + (size_t)i * NKV * HD;
+            pk_rot(k0, a, i >= n - 8 ? 0.0f : 2.0f);
+            pk_rot(v0, a, i >= n - 8 ? 0.0f : 0.7f);
+            pk_rot(k0 + HD, a, 2.0f);
+            pk_rot(v0 + HD, b, 0.7f);
+        }
+        CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
+        free(k), free(v);
+        CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
+        CHECK_OK(kv_store_check(S));
+    }
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(S, &st));
+    /* per layer, 16-token FP16 pages: head 0 [M8][R16 R16][M8][R8],
+     * head 1 [R16 R16 R8] then repacked [R16 R16][R16 R8] */
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 2 * (3 + 4));
+    CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], 2);
+    kv_store_destroy(S);
+    S = NULL;
+}
+
 /* Allocation failure through the API. */
 static void test_faults(void)
 {
@@ -807,6 +951,8 @@ int main(void)
     test_errors();
     test_attention();
     test_merge_api();
+    test_merge_pack();
+    test_merge_pack_heads();
     test_faults();
     return kv_test_end();
 }

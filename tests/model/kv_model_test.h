@@ -14,20 +14,29 @@
 #include "kv_test.h"
 #include "kv_tok.h"
 
-/* Path of the model file, or skip the test when it was never fetched. */
-static inline void kvt_model_path(char *path, size_t len)
+/* Path of the model file: 0, or KV_ENOENT (with a message) when it was
+ * never fetched. Other failures end the test (exit 1). */
+static inline int kvt_find_model(char *path, size_t len)
 {
     char err[512];
     int pinned;
     int rc = kv_model_find(NULL, path, len, &pinned, err, sizeof err);
     if (rc == KV_ENOENT) {
         fprintf(stderr, "%s\n", err);
-        KV_TEST_SKIP("the model file is not there (scripts/fetch_model.sh fetches it)");
+        return rc;
     }
     if (rc) {
         fprintf(stderr, "kv_model_find: %s\n", err);
         exit(1);
     }
+    return 0;
+}
+
+/* Path of the model file, or skip the test when it was never fetched. */
+static inline void kvt_model_path(char *path, size_t len)
+{
+    if (kvt_find_model(path, len))
+        KV_TEST_SKIP("the model file is not there (scripts/fetch_model.sh fetches it)");
 }
 
 /* Load the model and its tokenizer; any failure ends the test (exit 1). */

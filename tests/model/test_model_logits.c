@@ -20,8 +20,10 @@
  *     ||d|| / ||logits|| <= 1e-2, KL(dense || paged) <= 5e-4 nats, the same
  *     argmax wherever it is not a near-tie, and greedy decoding chooses the
  *     same tokens. (The values seen are printed.)
- * Also: greedy output and logits are bit-identical across runs and across
- * thread counts (1 vs 2, engine and store); a fork decoded in a batch with
+ * The prompt in one chunk and in chunks of 16 gives the same rows (within
+ * the same bounds), and asking for the last 3 rows only gives those rows'
+ * exact bits. Greedy output and logits are bit-identical across runs and
+ * across thread counts (1 vs 2, engine and store); a fork decoded in a batch with
  * its parent gives the parent's logits bit for bit; bad token ids and
  * context overflow are refused without changing the session; a forward pass
  * that runs out of pages mid-way (KV_ENOMEM) leaves the session and the
@@ -211,6 +213,25 @@ static void test_paged_vs_dense(const kv_model_t *m, const int32_t *ids, uint32_
     cmp_rows(lp, ld, n, V, &pre);
     print_cmp("prefill logits, paged vs dense, every prompt row", &pre);
     check_cmp(&pre);
+    /* The same prompt in one chunk: rows land in the same places. */
+    kv_store_t *st1 = new_store(m, CTX, 1, 1);
+    kv_model_session_t *s1 = new_session(m, st1, 256, 1);
+    float *l1 = malloc((size_t)n * V * 4);
+    CHECK_OK(kv_model_forward(s1, ids, n, l1, n));
+    cmp_stats_t ch = {0};
+    cmp_rows(l1, lp, n, V, &ch);
+    print_cmp("prefill logits, one chunk vs chunks of 16 (paged)", &ch);
+    check_cmp(&ch);
+    /* Only the last 3 rows asked for: the same bits as those rows above. */
+    kv_model_session_free(s1);
+    s1 = new_session(m, st1, 256, 1);
+    float *l3 = malloc((size_t)3 * V * 4);
+    CHECK_OK(kv_model_forward(s1, ids, n, l3, 3));
+    CHECK(!memcmp(l3, l1 + (size_t)(n - 3) * V, (size_t)3 * V * 4));
+    free(l3);
+    free(l1);
+    kv_model_session_free(s1);
+    kv_store_destroy(st1);
     /* Greedy decoding on both. */
     cmp_stats_t dec = {0};
     int32_t tp = kv_model_argmax(lp + (size_t)(n - 1) * V, V), td = tp;

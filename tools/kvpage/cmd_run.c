@@ -42,7 +42,8 @@ static void run_usage(void)
            "  --threads N     compute threads (default: all CPUs)\n"
            "  --model FILE    the .gguf file (default: $KVPAGE_MODEL, else\n"
            "                  $KVPAGE_MODEL_DIR or ~/.cache/kvpage/" KV_MODEL_FILE_NAME ")\n"
-           "  --policy NAME   KV cache policy: fp16 (default; the only one so far)\n"
+           "  --policy SPEC   KV cache policy (default fp16), e.g. kivi2, h2o:hh=0.1,rw=0.1,\n"
+           "                  minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)\n"
            "  --json          one JSON object on stdout instead of the stream and table\n"
            "Fetch the model once with scripts/fetch_model.sh (make run does it).\n");
 }
@@ -118,10 +119,14 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
         }
         i++;
     }
-    if (strcmp(o->policy, "fp16")) {
-        fprintf(stderr, "kvpage run: unknown policy '%s' (valid: fp16)\n", o->policy);
+    kv_policy_t *pol = NULL;
+    char perr[256] = "";
+    if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
+        fprintf(stderr, "kvpage run: --policy '%s': %s (grammar: docs/policies.md)\n",
+                o->policy, perr);
         return -1;
     }
+    kv_policy_destroy(pol);
     return 0;
 }
 
@@ -169,13 +174,23 @@ static void json_str(FILE *f, const char *s, size_t n)
 
 typedef struct run_stream {
     const kv_tok_t *tok;
-    int print; /* stream pieces to stdout */
+    int print;          /* stream pieces to stdout                        */
+    kv_store_t *store;  /* the policy's sequence: prefill end at the first */
+    kv_seq_id_t seq;    /* token, a step end after every later one        */
+    uint32_t n_seen;    /* tokens seen so far                             */
+    int rc;             /* a policy call's error (stops generation)       */
 } run_stream_t;
 
-/* Stop at any control token (<|im_end|>, <|endoftext|>, ...); else print. */
+/* Tell the policy where generation stands (the first token comes from the
+ * prompt's logits; each later one from a decode step); stop at any control
+ * token (<|im_end|>, <|endoftext|>, ...); else print. */
 static int run_on_token(void *user, int32_t id)
 {
     run_stream_t *rs = user;
+    rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
+                          : kv_seq_prefill_end(rs->store, rs->seq);
+    if (rs->rc)
+        return 1;
     if (kv_tok_type(rs->tok, id) == KV_TOK_CONTROL)
         return 1;
     const char *p;
@@ -307,17 +322,28 @@ int kv_cmd_run(int argc, char **argv)
         run_fail("creating the session", rc, NULL);
         goto done;
     }
+    kv_seq_id_t seq;
+    kv_policy_t *pol = NULL;
+    if ((rc = kv_model_session_seq(s, &seq)) ||
+        (rc = kv_policy_parse(o.policy, &pol, err, sizeof err)) ||
+        (rc = kv_seq_set_policy(store, seq, pol))) {
+        kv_policy_destroy(pol);
+        run_fail("attaching the policy", rc, NULL);
+        goto done;
+    }
+    kv_policy_destroy(pol);
     out = malloc((o.max_new ? o.max_new : 1) * sizeof *out);
     if (!out) {
         run_fail("allocating", KV_ENOMEM, NULL);
         goto done;
     }
     fprintf(stderr, "kvpage run: %zu prompt tokens, prefilling...\n", n_prompt);
-    run_stream_t rs = {.tok = tok, .print = !o.json};
+    run_stream_t rs = {.tok = tok, .print = !o.json, .store = store, .seq = seq};
     kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
                               .seed = o.seed, .on_token = run_on_token, .user = &rs};
     kv_model_gen_result_t gr;
-    if ((rc = kv_model_generate(s, ids, (uint32_t)n_prompt, &go, out, &gr))) {
+    if ((rc = kv_model_generate(s, ids, (uint32_t)n_prompt, &go, out, &gr)) ||
+        (rc = rs.rc)) {
         run_fail("generation", rc, NULL);
         goto done;
     }

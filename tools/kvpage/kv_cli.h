@@ -13,6 +13,7 @@
 
 int kv_cmd_demo(int argc, char **argv);
 int kv_cmd_run(int argc, char **argv);
+int kv_cmd_eval(int argc, char **argv);
 
 /* Monotonic clock in seconds. */
 double kv_cli_now(void);

@@ -33,6 +33,7 @@ static const struct {
 } commands[] = {
     {"demo", kv_cmd_demo, "synthetic workload: sequences prefill and decode through the store"},
     {"run", kv_cmd_run, "generate text with SmolLM2-135M, its KV cache in the store"},
+    {"eval", kv_cmd_eval, "compare KV cache policies: perplexity, retrieval, fidelity"},
     {"version", cmd_version, "print the library version"},
     {"help", cmd_help, "list the commands"},
 };

@@ -1,0 +1,175 @@
+/*
+ * kv_policy_run.c — what a sequence's policy does at prefill end and after
+ * every decode step (kv_seq_prefill_end, kv_seq_step_end), in this order:
+ *
+ *   prefill end: resolve budgets against the prompt length T (fractions of
+ *   T; MiniKV pyramid per layer); SimLayerKV (prefill mode) marks lazy
+ *   layers; per (layer, kv_head): lazy -> trim to sink + last w, else the
+ *   selection (StreamingLLM, H2O, SnapKV, MiniKV; CaM on evictions); then
+ *   the kept tokens' format (set_format + quantize, all but the last T mod R
+ *   tokens); MiniCache merges its layer pairs.
+ *   step end: SimLayerKV (decode mode) decides after the first step; lazy
+ *   layers trim, StreamingLLM/H2O evict (+CaM); a list whose residual
+ *   reached R after a compaction is re-quantized; MiniCache merges a pair's
+ *   new tokens once `every` of them are in both layers.
+ *
+ * Failure: these touch many lists one after another and are not
+ * all-or-nothing as a whole. On an error (KV_ENOMEM) every list is either
+ * done or untouched, the store is consistent (kv_store_check passes) and
+ * the policy state matches the lists; calling the same function again
+ * finishes the job with the same result (each step is idempotent: a list
+ * already at its budget is left alone, the phase only advances on success).
+ */
+#include "alloc/kv_mem.h"
+#include "kv_policy_int.h"
+
+/* Tokens in the trailing run of plain (unflagged) FP16 entries of a list. */
+static uint32_t residual_tokens(const kv_page_list_t *l)
+{
+    uint32_t n = 0;
+    for (uint32_t e = l->n_ents; e > 0; e--) {
+        const kv_page_ent_t *ent = &l->ents[e - 1];
+        if (ent->format != KV_FMT_FP16 || ent->flags)
+            break;
+        n += ent->n_tokens;
+    }
+    return n;
+}
+
+static uint32_t mc_first(const kv_store_t *s, const kv_policy_t *p)
+{
+    return (uint32_t)(s->cfg.n_layers * p->mc_from) + 1; /* upper layer of 1st pair */
+}
+
+static int mc_merge(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p, uint32_t min_new)
+{
+    kv_merge_opts_t o = kv_merge_opts_default();
+    o.t = (float)p->mc_t;
+    o.gamma = (float)p->mc_gamma;
+    o.dir_format = p->fmt_given ? KV_FMT_INT4 : KV_FMT_FP16;
+    for (uint32_t l = mc_first(s, p); l < s->cfg.n_layers; l += 2) {
+        uint32_t r0 = residual_tokens(kv_page_list_get(s->pt, seq, l - 1, 0));
+        uint32_t r1 = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
+        if (r0 == 0 || r0 != r1 || r0 < min_new)
+            continue;
+        int rc = kv_seq_merge_layers(s, seq, l, &o);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Re-quantize layers whose residual reached R (after compaction). */
+static int requantize(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p)
+{
+    if (p->mc || (!p->sel && !p->sim) || p->fmt == KV_FMT_FP16)
+        return 0;
+    const uint32_t R = s->cfg.residual;
+    for (uint32_t l = 0; l < s->cfg.n_layers; l++) {
+        uint32_t r = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
+        if (r < R)
+            continue;
+        int rc = kv_seq_set_format(s, seq, l, (kv_format_t)p->fmt);
+        if (!rc)
+            rc = kv_seq_quantize(s, seq, l, r % R);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void sim_decide(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
+{
+    const kv_policy_t *p = &ps->pol;
+    for (uint32_t l = 0; l < s->cfg.n_layers; l++) {
+        uint32_t n = kv_page_list_get(s->pt, seq, l, 0)->n_tokens;
+        ps->lazy[l] = ps->sim_mass[l] > p->sim_delta && n > p->sim_sink + p->sim_w;
+    }
+    ps->sim_decided = 1;
+}
+
+/* Per list: lazy trim or selection. */
+static int lists_apply(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, int at_prefill)
+{
+    for (uint32_t l = 0; l < s->cfg.n_layers; l++)
+        for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
+            int rc = ps->lazy && ps->lazy[l] ? kv_pol_sim_trim(s, seq, ps, l, h)
+                                             : kv_pol_select_list(s, seq, ps, l, h, at_prefill);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+int kv_seq_prefill_end(kv_store_t *s, kv_seq_id_t seq)
+{
+    if (!s)
+        return KV_EINVAL;
+    if (!kv_page_seq_live(s->pt, seq))
+        return KV_ENOENT;
+    kv_pol_seq_t *ps = kv_pol_get(s, seq);
+    if (!ps || ps->decoding)
+        return 0;
+    const kv_policy_t *p = &ps->pol;
+    uint32_t T = ps->prompt_len;
+    if (T == 0) { /* first attempt (a retry keeps the budgets) */
+        T = kv_page_list_get(s->pt, seq, 0, 0)->n_tokens;
+        ps->prompt_len = T;
+        uint32_t hh = kv_pol_amount(p->hh, T);
+        for (uint32_t l = 0; l < s->cfg.n_layers; l++)
+            ps->hh_layer[l] = p->sel == KV_POL_SEL_MINIKV
+                                  ? kv_pol_pyramid(hh, p->pyramid, l, s->cfg.n_layers)
+                                  : hh;
+        ps->recent = kv_pol_amount(p->recent, T);
+        if (ps->recent == 0 && p->sel != KV_POL_SEL_SNAPKV)
+            ps->recent = 1; /* the newest token always stays */
+    }
+    if (T == 0) {
+        ps->decoding = 1;
+        return 0;
+    }
+    if (p->sim && p->sim_mode == KV_POL_SIM_PREFILL && !ps->sim_decided)
+        sim_decide(s, seq, ps);
+    int rc = lists_apply(s, seq, ps, 1);
+    if (!rc && p->sel && p->fmt != KV_FMT_FP16) {
+        const uint32_t R = s->cfg.residual;
+        for (uint32_t l = 0; l < s->cfg.n_layers && !rc; l++) {
+            uint32_t r = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
+            rc = kv_seq_set_format(s, seq, l, (kv_format_t)p->fmt);
+            if (!rc && r)
+                rc = kv_seq_quantize(s, seq, l, r % R);
+        }
+    }
+    if (!rc && p->mc)
+        rc = mc_merge(s, seq, p, 1);
+    if (!rc)
+        ps->decoding = 1;
+    return rc;
+}
+
+int kv_seq_step_end(kv_store_t *s, kv_seq_id_t seq)
+{
+    if (!s)
+        return KV_EINVAL;
+    if (!kv_page_seq_live(s->pt, seq))
+        return KV_ENOENT;
+    kv_pol_seq_t *ps = kv_pol_get(s, seq);
+    if (!ps)
+        return 0;
+    int rc;
+    if (!ps->decoding && (rc = kv_seq_prefill_end(s, seq)))
+        return rc;
+    const kv_policy_t *p = &ps->pol;
+    if (p->sim && p->sim_mode == KV_POL_SIM_DECODE && !ps->sim_decided)
+        sim_decide(s, seq, ps);
+    rc = 0;
+    if (p->sel == KV_POL_SEL_STREAM || p->sel == KV_POL_SEL_H2O || p->sim)
+        rc = lists_apply(s, seq, ps, 0);
+    if (!rc)
+        rc = requantize(s, seq, p);
+    if (!rc && p->mc)
+        rc = mc_merge(s, seq, p, p->mc_every);
+    if (!rc)
+        ps->steps++;
+    return rc;
+}

@@ -1,0 +1,316 @@
+/*
+ * kv_policy_select.c — which tokens a list keeps, and keeping them.
+ *
+ * Selection works per (layer, kv_head) list on scores parallel to the list
+ * (kv_policy_int.h): StreamingLLM (sinks + recent), H2O and MiniKV (top-hh
+ * accumulated attention outside the recent window + the window), SnapKV
+ * (top C-w of the max-pooled window scores + the window), SimLayerKV trim
+ * (sink + last w). kv_pol_keep compacts the list and its score vectors and,
+ * with CaM, first merges each evicted token's value into the m tokens
+ * that follow it, heavy hitters skipped (V_j += M V_e / m, M ~
+ * Bernoulli(clamp(A_e / mean A_j, 0, 1)), one draw per evicted token and kv
+ * head, in position order; see cam_plan).
+ * kv_pol_keep is all-or-nothing: CaM's value update is undone (in place, no
+ * allocation: its pages are private by then) if the compaction fails.
+ * Ties in top-k keep the lower index.
+ */
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/kv_mem.h"
+#include "kv_policy_int.h"
+
+uint32_t kv_pol_amount(kv_pol_amount_t a, uint32_t T)
+{
+    if (!a.is_ratio)
+        return (uint32_t)a.v;
+    return (uint32_t)floor(a.v * T + 0.5);
+}
+
+uint32_t kv_pol_pyramid(uint32_t h, uint32_t p, uint32_t l, uint32_t L)
+{
+    if (p == 0 || L < 2)
+        return h;
+    double hi = 2.0 * h - (double)h / p, lo = (double)h / p;
+    double x = hi + (lo - hi) * (double)l / (double)(L - 1);
+    return (uint32_t)floor(x + 0.5);
+}
+
+void kv_pol_maxpool(const float *in, uint32_t n, uint32_t kernel, float *out)
+{
+    uint32_t r = kernel / 2;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t a = i > r ? i - r : 0, b = i + r < n ? i + r : n - 1;
+        float m = in[a];
+        for (uint32_t j = a + 1; j <= b; j++)
+            m = in[j] > m ? in[j] : m;
+        out[i] = m;
+    }
+}
+
+/* Sort key: descending score, then ascending index. */
+static uint64_t key_of(float f, uint32_t i)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending order */
+    return ((uint64_t)~u << 32) | i;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+uint32_t kv_pol_topk_keep(const float *score, uint32_t n_cand, uint32_t n,
+                          uint32_t k, uint32_t *keep, uint32_t *scratch)
+{
+    uint32_t m = 0;
+    if (k >= n_cand) {
+        for (uint32_t i = 0; i < n_cand; i++)
+            keep[m++] = i;
+    } else if (k + 1 == n_cand) { /* evict one: the lowest, highest index on ties */
+        uint32_t worst = 0;
+        for (uint32_t i = 1; i < n_cand; i++)
+            if (score[i] <= score[worst])
+                worst = i;
+        for (uint32_t i = 0; i < n_cand; i++)
+            if (i != worst)
+                keep[m++] = i;
+    } else if (k) {
+        uint64_t *keys = (uint64_t *)(void *)scratch;
+        for (uint32_t i = 0; i < n_cand; i++)
+            keys[i] = key_of(score[i], i);
+        qsort(keys, n_cand, sizeof *keys, cmp_u64);
+        for (uint32_t i = 0; i < k; i++)
+            keep[m++] = (uint32_t)keys[i];
+        qsort(keep, m, sizeof *keep, cmp_u32);
+    }
+    for (uint32_t i = n_cand; i < n; i++)
+        keep[m++] = i;
+    return m;
+}
+
+static void vec_compact(kv_pol_vec_t *v, const uint32_t *keep, uint32_t n_keep)
+{
+    if (!v || v->n == 0)
+        return;
+    for (uint32_t i = 0; i < n_keep; i++)
+        v->v[i] = keep[i] < v->n ? v->v[keep[i]] : 0.0f;
+    v->n = n_keep < v->n ? n_keep : v->n;
+}
+
+static double rng_uniform(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return (double)(*x >> 11) / 9007199254740992.0;
+}
+
+/* CaM over one list (old indices): the evicted tokens, in position order,
+ * each merge into the next m tokens after them that are not kept heavy
+ * hitters (the then-oldest tokens of a window sliding over the sequence;
+ * for a single eviction while decoding: the m oldest of the recent window).
+ * Merged values travel on when their token is evicted later, so only the
+ * first mm tokens of the final window [t0, t0+mm) change: their originals
+ * go to ov, their new values to nv ([mm][D]). vb: [n - e0][D] scratch. */
+static int cam_plan(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                    uint32_t head, const uint32_t *keep, uint32_t n_keep, uint32_t n,
+                    uint32_t t0, uint32_t mm, float *ov, float *nv, float *vb,
+                    uint32_t e0, uint8_t *cls)
+{
+    const uint32_t D = s->cfg.head_dim, m = ps->pol.cam_m;
+    kv_pol_vec_t *acc = &ps->acc[layer * s->cfg.n_kv_heads + head];
+    int rc = kv_pol_vec_resize(s, acc, n);
+    if (rc || (rc = kv_page_read(s->pt, seq, layer, head, e0, n - e0, NULL, vb, NULL)))
+        return rc;
+    /* cls: 0 evicted, 1 kept heavy hitter, 2 recent window */
+    for (uint32_t i = e0, k = 0; i < n; i++) {
+        while (k < n_keep && keep[k] < i)
+            k++;
+        cls[i - e0] = i >= t0 ? 2 : (k < n_keep && keep[k] == i) ? 1 : 0;
+    }
+    uint32_t *tg = (uint32_t *)(void *)(cls + (n - e0)); /* [m] targets */
+    for (uint32_t e = e0; e < t0; e++) {
+        if (cls[e - e0] != 0)
+            continue;
+        uint32_t nt = 0;
+        double mean = 0;
+        for (uint32_t j = e + 1; j < n && nt < m; j++)
+            if (cls[j - e0] != 1) {
+                tg[nt++] = j;
+                mean += acc->v[j];
+            }
+        if (nt == 0)
+            continue;
+        mean /= nt;
+        double p = mean > 0 ? acc->v[e] / mean : acc->v[e] > 0;
+        p = p < 0 ? 0 : p > 1 ? 1 : p;
+        int mask = ps->pol.cam_force || rng_uniform(&ps->rng) < p;
+        if (!mask)
+            continue;
+        const float *ve = vb + (size_t)(e - e0) * D;
+        for (uint32_t q = 0; q < nt; q++) {
+            float *vj = vb + (size_t)(tg[q] - e0) * D;
+            for (uint32_t d = 0; d < D; d++) {
+                float x = vj[d] + ve[d] / (float)m;
+                vj[d] = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;
+            }
+        }
+    }
+    memcpy(nv, vb + (size_t)(t0 - e0) * D, (size_t)mm * D * sizeof *nv);
+    return kv_page_read(s->pt, seq, layer, head, t0, mm, NULL, ov, NULL);
+}
+
+int kv_pol_keep(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                uint32_t head, const uint32_t *keep, uint32_t n_keep, uint32_t win_tokens)
+{
+    const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, head);
+    const uint32_t n = l->n_tokens, D = s->cfg.head_dim;
+    if (n_keep >= n)
+        return 0;
+    int cam = ps->pol.cam && win_tokens > 0;
+    uint32_t mm = 0, t0 = 0;
+    float *mem = NULL;
+    size_t bytes = 0;
+    uint64_t rng0 = ps->rng;
+    int rc = 0;
+    if (cam) {
+        mm = ps->pol.cam_m < win_tokens ? ps->pol.cam_m : win_tokens;
+        t0 = n - win_tokens;
+        uint32_t e0 = 0; /* first evicted token */
+        while (e0 < n_keep && keep[e0] == e0)
+            e0++;
+        bytes = ((size_t)2 * mm * D + (size_t)(n - e0) * D) * sizeof *mem +
+                (n - e0) + (size_t)ps->pol.cam_m * sizeof(uint32_t) + 8;
+        if (!(mem = kv_mem_alloc(bytes)))
+            return KV_ENOMEM;
+        float *vb = mem + (size_t)2 * mm * D;
+        uint8_t *cls = (uint8_t *)(vb + (size_t)(n - e0) * D);
+        cls += (4 - ((uintptr_t)cls + (n - e0)) % 4) % 4; /* align targets */
+        rc = cam_plan(s, seq, ps, layer, head, keep, n_keep, n, t0, mm, mem,
+                      mem + (size_t)mm * D, vb, e0, cls);
+        if (!rc)
+            rc = kv_page_update_v(s->pt, seq, layer, head, t0, mm, mem + (size_t)mm * D);
+        if (rc) {
+            ps->rng = rng0;
+            kv_mem_free(mem, bytes);
+            return rc;
+        }
+    }
+    rc = kv_page_compact(s->pt, seq, layer, head, keep, n_keep);
+    if (rc) {
+        if (cam) {
+            int urc = kv_page_update_v(s->pt, seq, layer, head, t0, mm, mem);
+            assert(urc == 0);
+            (void)urc;
+            ps->rng = rng0;
+        }
+    } else {
+        const uint32_t i = layer * s->cfg.n_kv_heads + head;
+        if (ps->acc)
+            vec_compact(&ps->acc[i], keep, n_keep);
+        if (ps->win)
+            vec_compact(&ps->win[i], keep, n_keep);
+    }
+    kv_mem_free(mem, bytes);
+    return rc;
+}
+
+int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                    uint32_t head)
+{
+    const kv_policy_t *p = &ps->pol;
+    uint32_t n = kv_page_list_get(s->pt, seq, layer, head)->n_tokens;
+    if (n <= p->sim_sink + p->sim_w)
+        return 0;
+    uint32_t n_keep = p->sim_sink + p->sim_w;
+    uint32_t *keep = kv_mem_alloc(n_keep * sizeof *keep);
+    if (!keep)
+        return KV_ENOMEM;
+    for (uint32_t i = 0; i < n_keep; i++)
+        keep[i] = i < p->sim_sink ? i : n - n_keep + i;
+    int rc = kv_pol_keep(s, seq, ps, layer, head, keep, n_keep, 0);
+    kv_mem_free(keep, n_keep * sizeof *keep);
+    return rc;
+}
+
+int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                       uint32_t head, int at_prefill)
+{
+    const kv_policy_t *p = &ps->pol;
+    const uint32_t n = kv_page_list_get(s->pt, seq, layer, head)->n_tokens;
+    const uint32_t i = layer * s->cfg.n_kv_heads + head;
+    uint32_t budget, n_cand, k, win;
+    const float *score = NULL;
+    switch (p->sel) {
+    case KV_POL_SEL_STREAM:
+        win = ps->recent;
+        budget = p->sink + win;
+        n_cand = n > win ? n - win : 0;
+        k = p->sink;
+        break;
+    case KV_POL_SEL_H2O:
+    case KV_POL_SEL_MINIKV:
+        if (p->sel == KV_POL_SEL_MINIKV && !at_prefill)
+            return 0; /* heavy hitters frozen while decoding */
+        win = ps->recent;
+        k = ps->hh_layer[layer];
+        budget = k + win;
+        n_cand = n > win ? n - win : 0;
+        break;
+    case KV_POL_SEL_SNAPKV:
+        if (!at_prefill)
+            return 0;
+        budget = ps->hh_layer[layer];
+        win = p->window < n ? p->window : n;
+        win = win < budget ? win : budget;
+        k = budget - win;
+        n_cand = n - win;
+        break;
+    default:
+        return 0;
+    }
+    if (n <= budget)
+        return 0;
+    size_t bytes = (size_t)n * sizeof(uint32_t) + (size_t)n_cand * sizeof(uint64_t) +
+                   (size_t)n_cand * sizeof(float);
+    char *mem = kv_mem_alloc(bytes);
+    if (!mem)
+        return KV_ENOMEM;
+    uint64_t *scr = (uint64_t *)(void *)mem;
+    float *pooled = (float *)(void *)(mem + (size_t)n_cand * sizeof(uint64_t));
+    uint32_t *keep = (uint32_t *)(void *)(pooled + n_cand);
+    int rc = 0;
+    if (p->sel == KV_POL_SEL_STREAM) {
+        memset(pooled, 0, n_cand * sizeof *pooled);
+        for (uint32_t t = 0; t < n_cand && t < k; t++)
+            pooled[t] = 1.0f; /* the sinks */
+        score = pooled;
+    } else {
+        kv_pol_vec_t *v = p->sel == KV_POL_SEL_SNAPKV ? &ps->win[i] : &ps->acc[i];
+        rc = kv_pol_vec_resize(s, v, n);
+        score = v->v;
+        if (p->sel == KV_POL_SEL_SNAPKV && n_cand) {
+            kv_pol_maxpool(v->v, n_cand, p->kernel, pooled);
+            score = pooled;
+        }
+    }
+    if (rc == 0) {
+        uint32_t n_keep = kv_pol_topk_keep(score, n_cand, n, k, keep, (uint32_t *)(void *)scr);
+        uint32_t cam_win = p->sel == KV_POL_SEL_STREAM || p->sel == KV_POL_SEL_H2O ? win : 0;
+        rc = kv_pol_keep(s, seq, ps, layer, head, keep, n_keep, cam_win);
+    }
+    kv_mem_free(mem, bytes);
+    return rc;
+}

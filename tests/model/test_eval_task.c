@@ -1,0 +1,192 @@
+/*
+ * test_eval_task.c — the retrieval items of `kvpage eval` (tools/kvpage/
+ * eval_task.c, compiled into this program): seeded determinism, needle
+ * placement by depth, the variable chain's order, fitting to a token budget
+ * with a stand-in token counter, exact-match scoring, bad input. Needs no
+ * model file.
+ */
+#include <string.h>
+
+#include "kv_test.h"
+#include "tools/kvpage/eval_task.c"
+
+/* Stand-in tokenizer: one token per space-separated word of user + prime,
+ * plus a fixed template overhead. */
+static long count_words(void *user, const eval_item_t *it)
+{
+    long *calls = user, n = 20;
+    (*calls)++;
+    const char *parts[2] = {it->user, it->prime};
+    for (int k = 0; k < 2; k++)
+        for (const char *p = parts[k]; *p; p++)
+            n += (*p != ' ' && *p != '\n') && (p == parts[k] || p[-1] == ' ' || p[-1] == '\n');
+    return n;
+}
+
+static const char *find(const eval_item_t *it, const char *s)
+{
+    return strstr(it->user, s);
+}
+
+static void test_determinism(void)
+{
+    for (int kind = 0; kind < EVAL_TASK_COUNT; kind++) {
+        eval_item_spec_t s = {.kind = (eval_task_kind_t)kind, .seed = 42, .n_units = 50,
+                              .depth_pct = 30};
+        eval_item_t a, b, c;
+        CHECK_OK(eval_item_make(&s, &a));
+        CHECK_OK(eval_item_make(&s, &b));
+        s.seed = 43;
+        CHECK_OK(eval_item_make(&s, &c));
+        CHECK(a.user_len == b.user_len && !memcmp(a.user, b.user, a.user_len));
+        CHECK(!strcmp(a.answer, b.answer) && !strcmp(a.prime, b.prime));
+        CHECK(strcmp(a.answer, c.answer)); /* another seed, another answer */
+        CHECK_EQ(strlen(a.user), a.user_len);
+        CHECK(a.max_new > 0);
+        eval_item_free(&a);
+        eval_item_free(&b);
+        eval_item_free(&c);
+    }
+}
+
+static void test_passkey_depth(void)
+{
+    const char *first = "The grass is green.", *last = "There and back again.";
+    eval_item_spec_t s = {.kind = EVAL_TASK_PASSKEY, .seed = 7, .n_units = 100};
+    for (uint32_t d = 0; d <= 100; d += 25) {
+        s.depth_pct = d;
+        eval_item_t it;
+        CHECK_OK(eval_item_make(&s, &it));
+        CHECK_EQ(strlen(it.answer), 5);
+        char needle[64];
+        snprintf(needle, sizeof needle, "The pass key is %s. Remember it.", it.answer);
+        const char *n = find(&it, needle), *f0 = find(&it, first);
+        CHECK(n && f0);
+        /* filler sentences before the needle: d% of 100 */
+        uint32_t before = 0;
+        for (const char *p = it.user; n && p < n; p++)
+            before += *p == '.' && p > it.user && p[-1] != ' ';
+        /* the intro has 3 sentences ending in '.' */
+        CHECK_EQ(before, 3 + d);
+        if (d == 100) {
+            const char *q = strstr(it.user, "What is the pass key?");
+            CHECK(q && n > strstr(it.user, last) && q > n);
+        }
+        CHECK(!strcmp(it.prime, "The pass key is"));
+        eval_item_free(&it);
+    }
+}
+
+static void test_needle(void)
+{
+    eval_item_spec_t s = {.kind = EVAL_TASK_NEEDLE, .seed = 11, .n_units = 80, .depth_pct = 60};
+    eval_item_t it;
+    CHECK_OK(eval_item_make(&s, &it));
+    uint32_t n = 0;
+    for (const char *p = it.user; (p = strstr(p, "One of the special magic numbers for ")); p++)
+        n++;
+    CHECK_EQ(n, EVAL_NEEDLES);
+    /* the asked key is in the question and in the prime; its value is the answer */
+    const char *q = strstr(it.user, "What is the special magic number for ");
+    CHECK(q != NULL);
+    char word[32] = "";
+    if (q)
+        sscanf(q + strlen("What is the special magic number for "), "%31s", word);
+    char needle[96];
+    snprintf(needle, sizeof needle, "numbers for %s is: %s.", word, it.answer);
+    CHECK(find(&it, needle) != NULL);
+    CHECK(strstr(it.prime, word) != NULL);
+    eval_item_free(&it);
+}
+
+static void test_vt(void)
+{
+    eval_item_spec_t s = {.kind = EVAL_TASK_VT, .seed = 5, .n_units = 60, .depth_pct = 100};
+    for (int round = 0; round < 2; round++, s.depth_pct = 10) {
+        eval_item_t it;
+        CHECK_OK(eval_item_make(&s, &it));
+        char names[EVAL_VT_VARS][8];
+        CHECK_EQ(sscanf(it.answer, "%7s %7s %7s %7s %7s", names[0], names[1], names[2],
+                        names[3], names[4]),
+                 EVAL_VT_VARS);
+        const char *prev = it.user;
+        for (unsigned i = 1; i < EVAL_VT_VARS; i++) { /* X_i = X_{i-1}, in order */
+            char stmt[64];
+            snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", names[i], names[i - 1]);
+            const char *at = find(&it, stmt);
+            CHECK(at && at > prev);
+            prev = at ? at : prev;
+            CHECK(strcmp(names[i], names[i - 1]));
+        }
+        eval_item_free(&it);
+    }
+}
+
+static void test_fit(void)
+{
+    long calls = 0;
+    for (int kind = 0; kind < EVAL_TASK_COUNT; kind++)
+        for (uint32_t target = 200; target <= 5000; target = target * 3 + 1) {
+            eval_item_spec_t s = {.kind = (eval_task_kind_t)kind, .seed = 3, .depth_pct = 50};
+            eval_item_t it;
+            uint32_t n = 0;
+            CHECK_OK(eval_item_fit(&s, target, count_words, &calls, &it, &n));
+            CHECK(n <= target);
+            CHECK_EQ(n, count_words(&calls, &it));
+            eval_item_free(&it);
+            /* one more unit would not fit */
+            s.n_units++;
+            CHECK_OK(eval_item_make(&s, &it));
+            CHECK(count_words(&calls, &it) > (long)target);
+            eval_item_free(&it);
+        }
+    CHECK(calls < 1000); /* the search is logarithmic, not a scan */
+    eval_item_spec_t s = {.kind = EVAL_TASK_PASSKEY, .seed = 3};
+    eval_item_t it;
+    CHECK_EQ(eval_item_fit(&s, 10, count_words, &calls, &it, NULL), KV_ERANGE);
+}
+
+static void test_score(void)
+{
+    eval_item_t it = {.answer = "51095"};
+    const char *ok[] = {" 51095.", "51095", "The pass key is 51095 indeed"};
+    const char *bad[] = {" 510951", " 5109", "1. 51095", "", " fifty"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK_EQ(eval_item_score(&it, ok[i], strlen(ok[i])), 1);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_EQ(eval_item_score(&it, bad[i], strlen(bad[i])), 0);
+    eval_item_t vt = {.answer = "ABCDE FGHIJ KLMNO"};
+    const char *g1 = " ABCDE, FGHIJ and KLMNO.", *g2 = " ABCDE, FGHIJ.",
+               *g3 = " ABCDEX, FGHIJ, KLMNO";
+    CHECK_EQ(eval_item_score(&vt, g1, strlen(g1)), 1);
+    CHECK_EQ(eval_item_score(&vt, g2, strlen(g2)), 0);
+    CHECK_EQ(eval_item_score(&vt, g3, strlen(g3)), 0);
+}
+
+static void test_bad_input(void)
+{
+    eval_item_t it = {.user = NULL};
+    eval_item_spec_t s = {.kind = EVAL_TASK_PASSKEY, .depth_pct = 101};
+    CHECK_EQ(eval_item_make(&s, &it), KV_EINVAL);
+    s = (eval_item_spec_t){.kind = EVAL_TASK_COUNT};
+    CHECK_EQ(eval_item_make(&s, &it), KV_EINVAL);
+    CHECK(it.user == NULL);
+    eval_task_kind_t k;
+    CHECK_EQ(eval_task_parse("passkeyx", 8, &k), KV_EINVAL);
+    CHECK_OK(eval_task_parse("vt", 2, &k));
+    CHECK_EQ(k, EVAL_TASK_VT);
+    CHECK(eval_task_name(EVAL_TASK_COUNT) == NULL);
+    eval_item_free(NULL);
+}
+
+int main(void)
+{
+    test_determinism();
+    test_passkey_depth();
+    test_needle();
+    test_vt();
+    test_fit();
+    test_score();
+    test_bad_input();
+    return kv_test_end();
+}

@@ -1,0 +1,715 @@
+/*
+ * cmd_eval.c — `kvpage eval`: what each KV cache policy costs in quality, on
+ * identical inputs, with SmolLM2-135M-Instruct running through the store.
+ *
+ *   ppl       prefill P tokens of a long Debian text, then teacher-forced
+ *             decoding of G more, one token at a time (kv_model_decode, the
+ *             policy's step end after each): perplexity over those G
+ *   passkey / needle / vt
+ *             retrieval items (eval_task.h) fitted to each --ctx token budget,
+ *             needle at each --depths; chat template + answer prefix;
+ *             greedy; exact match
+ *   fidelity  during the ppl decode of each policy, the attention output of
+ *             every layer for the last --probe-rows rows against FP16's
+ *             (post_attn hook): ||out - out_fp16|| / ||out_fp16|| per layer
+ *
+ * Every item is run under every policy before the next item (fp16 first: it
+ * is the reference), each in a fresh store holding that one sequence, so
+ * kv_store_stats at the end of the item is that sequence's footprint.
+ * Progress on stderr; results as JSON / Markdown / SVG (eval_report.h).
+ * Exit codes: 0 ok, 1 failure, 2 usage.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "eval_policy.h"
+#include "eval_report.h"
+#include "eval_task.h"
+#include "kv_cli.h"
+#include "kv_model.h"
+#include "kv_sha256.h"
+#include "kv_tok.h"
+#include "kvpage/kvpage.h"
+
+#define EVAL_MAX_LIST 64u /* entries of a comma list */
+#define EVAL_TEXT_DIR "/usr/share/common-licenses/"
+
+typedef struct eval_opts {
+    const char *model, *policies, *texts, *ctx, *depths, *tasks;
+    const char *json, *md, *svg;
+    uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items;
+} eval_opts_t;
+
+static void eval_usage(void)
+{
+    printf("usage: kvpage eval [options]\n"
+           "  --policies LIST   comma-separated policy specs (default fp16,kivi4,kivi2,"
+           "minicache);\n"
+           "                    fp16 is always run first, as the reference\n"
+           "  --tasks LIST      of ppl,passkey,needle,vt,fidelity (default: all)\n"
+           "  --texts LIST      perplexity texts: names under " EVAL_TEXT_DIR " or paths\n"
+           "                    (default GPL-3)\n"
+           "  --ppl-prefill P   prompt tokens before the scored ones (default 1024)\n"
+           "  --ppl-gen G       teacher-forced tokens scored (default 128)\n"
+           "  --probe-rows N    fidelity: last decode rows compared (default 16)\n"
+           "  --ctx LIST        retrieval token budgets (default 1024)\n"
+           "  --depths LIST     needle depths in percent (default 0,50,100)\n"
+           "  --items N         retrieval items per (task, ctx, depth) (default 1)\n"
+           "  --seed N          item generator seed (default 1)\n"
+           "  --threads N       compute threads (default: all CPUs)\n"
+           "  --model FILE      the .gguf file (as for kvpage run)\n"
+           "  --json FILE       write the JSON report (- = stdout)\n"
+           "  --md FILE         write the Markdown table (- = stdout; default: stdout\n"
+           "                    when no other output is asked for)\n"
+           "  --svg FILE        write the plot of quality against KV bytes\n");
+}
+
+static int eval_parse(int argc, char **argv, eval_opts_t *o)
+{
+    *o = (eval_opts_t){.policies = "fp16,kivi4,kivi2,minicache",
+                       .tasks = "ppl,passkey,needle,vt,fidelity", .texts = "GPL-3",
+                       .ctx = "1024", .depths = "0,50,100", .ppl_prefill = 1024,
+                       .ppl_gen = 128, .seed = 1, .probe_rows = 16, .items = 1};
+    static const struct {
+        const char *name;
+        size_t off;
+        uint64_t lo, hi;
+    } nums[] = {
+        {"--ppl-prefill", offsetof(eval_opts_t, ppl_prefill), 1, 1u << 20},
+        {"--ppl-gen", offsetof(eval_opts_t, ppl_gen), 1, 1u << 20},
+        {"--probe-rows", offsetof(eval_opts_t, probe_rows), 0, 1u << 16},
+        {"--items", offsetof(eval_opts_t, items), 1, 1000},
+        {"--seed", offsetof(eval_opts_t, seed), 0, UINT64_MAX},
+        {"--threads", offsetof(eval_opts_t, threads), 0, 1024},
+    };
+    static const struct {
+        const char *name;
+        size_t off;
+    } strs[] = {
+        {"--policies", offsetof(eval_opts_t, policies)}, {"--tasks", offsetof(eval_opts_t, tasks)},
+        {"--texts", offsetof(eval_opts_t, texts)},       {"--ctx", offsetof(eval_opts_t, ctx)},
+        {"--depths", offsetof(eval_opts_t, depths)},     {"--model", offsetof(eval_opts_t, model)},
+        {"--json", offsetof(eval_opts_t, json)},         {"--md", offsetof(eval_opts_t, md)},
+        {"--svg", offsetof(eval_opts_t, svg)},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            eval_usage();
+            return 1;
+        }
+        int done = 0;
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvpage eval: %s: unknown option or missing value (--help)\n", a);
+            return -1;
+        }
+        for (size_t j = 0; j < sizeof nums / sizeof nums[0] && !done; j++)
+            if (!strcmp(a, nums[j].name)) {
+                if (kv_cli_uint(a, argv[i + 1], nums[j].lo, nums[j].hi,
+                                (uint64_t *)((char *)o + nums[j].off)))
+                    return -1;
+                done = 1;
+            }
+        for (size_t j = 0; j < sizeof strs / sizeof strs[0] && !done; j++)
+            if (!strcmp(a, strs[j].name)) {
+                *(const char **)((char *)o + strs[j].off) = argv[i + 1];
+                done = 1;
+            }
+        if (!done) {
+            fprintf(stderr, "kvpage eval: unknown option '%s' (--help lists them)\n", a);
+            return -1;
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* Split a comma list into at most EVAL_MAX_LIST pieces of buf (modified). */
+static uint32_t split_list(char *buf, char **out)
+{
+    uint32_t n = 0;
+    for (char *p = buf; p && n < EVAL_MAX_LIST;) {
+        char *c = strchr(p, ',');
+        if (c)
+            *c = 0;
+        if (*p)
+            out[n++] = p;
+        p = c ? c + 1 : NULL;
+    }
+    return n;
+}
+
+/* A comma list of integers in [lo, hi]; -1 after a message on error. */
+static int parse_uints(const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                       uint32_t *out, uint32_t *n)
+{
+    char buf[1024], *parts[EVAL_MAX_LIST];
+    snprintf(buf, sizeof buf, "%s", val);
+    *n = split_list(buf, parts);
+    if (!*n) {
+        fprintf(stderr, "kvpage eval: %s needs at least one value\n", opt);
+        return -1;
+    }
+    for (uint32_t i = 0; i < *n; i++) {
+        uint64_t x;
+        if (kv_cli_uint(opt, parts[i], lo, hi, &x))
+            return -1;
+        out[i] = (uint32_t)x;
+    }
+    return 0;
+}
+
+/* ---- the run state --------------------------------------------------------- */
+
+typedef struct eval_state {
+    const eval_opts_t *o;
+    kv_model_t *m;
+    kv_tok_t *tok;
+    const kv_model_hparams_t *hp;
+    uint32_t threads;
+    eval_policy_t pol[EVAL_MAX_LIST];
+    const char *pol_names[EVAL_MAX_LIST];
+    uint32_t n_pol;
+    float *logits;                 /* [vocab] */
+    eval_result_t *res;
+    uint32_t n_res, cap_res;
+    eval_item_rec_t *items;
+    uint32_t n_items, cap_items;
+    /* fidelity */
+    uint32_t probe_rows;
+    float *ref;                    /* [probe_rows][n_layers][QD] of fp16   */
+    double *fid_err;               /* [n_pol][n_texts][n_layers]          */
+    eval_fidelity_t *fid;
+    uint32_t n_fid;
+    /* progress */
+    uint32_t done, total;
+    double t0;
+    int tty;
+} eval_state_t;
+
+static void progress(eval_state_t *E, uint32_t p, const char *task, uint32_t ctx, int depth)
+{
+    E->done++;
+    char d[24] = "";
+    if (depth >= 0)
+        snprintf(d, sizeof d, " depth %3d%%", depth);
+    fprintf(stderr, "%s[eval %3u/%u] %-12s %-8s ctx %5u%s  %6.1f s%s", E->tty ? "\r" : "",
+            E->done, E->total, E->pol_names[p], task, ctx, d, kv_cli_now() - E->t0,
+            E->tty ? "   " : "\n");
+    fflush(stderr);
+}
+
+static void *grow(void *p, uint32_t *cap, uint32_t n, size_t size)
+{
+    if (n < *cap)
+        return p;
+    uint32_t c = *cap ? *cap * 2 : 64;
+    void *q = realloc(p, (size_t)c * size);
+    if (q)
+        *cap = c;
+    return q;
+}
+
+/* One fresh store with one session under policy p. */
+typedef struct eval_run {
+    kv_store_t *st;
+    kv_model_session_t *s;
+    kv_seq_id_t seq;
+} eval_run_t;
+
+static void run_close(eval_run_t *r)
+{
+    kv_model_session_free(r->s);
+    kv_store_destroy(r->st);
+    *r = (eval_run_t){0};
+}
+
+static int run_open(eval_state_t *E, uint32_t p, uint32_t max_tokens, eval_run_t *r)
+{
+    *r = (eval_run_t){0};
+    kv_config_t cfg;
+    int rc = kv_model_store_config(E->m, max_tokens, 1, E->threads, &cfg);
+    if (rc)
+        return rc;
+    cfg.host_pages += cfg.host_pages / 4 + 64; /* conversions, merges in flight */
+    kv_model_session_opts_t so = {.max_ctx = max_tokens, .n_threads = (int)E->threads};
+    if ((rc = kv_store_create(&cfg, &r->st)))
+        return rc;
+    so.store = r->st;
+    if ((rc = kv_model_session_create(E->m, &so, &r->s)) ||
+        (rc = kv_model_session_seq(r->s, &r->seq)) ||
+        (rc = eval_policy_attach(&E->pol[p], r->st, r->seq)))
+        run_close(r);
+    return rc;
+}
+
+/* The footprint of the run's one sequence, into res (summed; see finish). */
+static int run_account(eval_run_t *r, eval_result_t *res)
+{
+    kv_stats_t st;
+    int rc = kv_store_check(r->st);
+    if (rc || (rc = kv_store_stats(r->st, &st)))
+        return rc;
+    res->kv_bytes += st.kv_bytes;
+    res->fp16_bytes += st.fp16_bytes;
+    res->meta_bytes += st.meta_bytes;
+    for (unsigned f = 0; f < KV_FMT_COUNT; f++)
+        if (st.pages_by_format[f])
+            res->formats |= 1u << f;
+    return 0;
+}
+
+static void res_average(eval_result_t *res, uint32_t n)
+{
+    if (n > 1) {
+        res->kv_bytes = (res->kv_bytes + n / 2) / n;
+        res->fp16_bytes = (res->fp16_bytes + n / 2) / n;
+        res->meta_bytes = (res->meta_bytes + n / 2) / n;
+    }
+}
+
+static int push_result(eval_state_t *E, const eval_result_t *res)
+{
+    eval_result_t *p = grow(E->res, &E->cap_res, E->n_res, sizeof *p);
+    if (!p)
+        return KV_ENOMEM;
+    E->res = p;
+    E->res[E->n_res++] = *res;
+    return 0;
+}
+
+/* ---- perplexity + fidelity ------------------------------------------------- */
+
+typedef struct probe {
+    eval_state_t *E;
+    int ref;             /* 1: record into E->ref; 0: compare with it      */
+    int64_t row;         /* probe row of the current decode step, or -1    */
+    double *num, *den;   /* [n_layers] squared norms (compare mode)        */
+} probe_t;
+
+static int probe_post(void *user, const kv_model_layer_io_t *io, const float *out)
+{
+    probe_t *pr = user;
+    if (io->n != 1 || pr->row < 0)
+        return 0;
+    const kv_model_hparams_t *hp = pr->E->hp;
+    size_t qd = (size_t)hp->n_q_heads * hp->head_dim;
+    float *ref = pr->E->ref + ((size_t)pr->row * hp->n_layers + io->layer) * qd;
+    if (pr->ref) {
+        memcpy(ref, out, qd * sizeof *out);
+        return 0;
+    }
+    for (size_t i = 0; i < qd; i++) {
+        double d = (double)out[i] - ref[i];
+        pr->num[io->layer] += d * d;
+        pr->den[io->layer] += (double)ref[i] * ref[i];
+    }
+    return 0;
+}
+
+static int eval_ppl_text(eval_state_t *E, uint32_t t, const int32_t *ids, int fidelity)
+{
+    const uint32_t P = (uint32_t)E->o->ppl_prefill, G = (uint32_t)E->o->ppl_gen;
+    const uint32_t L = E->hp->n_layers;
+    double *num = NULL, *den = NULL;
+    if (fidelity && (!(num = calloc(L, sizeof *num)) || !(den = calloc(L, sizeof *den)))) {
+        free(num);
+        return KV_ENOMEM;
+    }
+    int rc = 0;
+    for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+        eval_run_t r;
+        if ((rc = run_open(E, p, P + G, &r)))
+            break;
+        probe_t pr = {.E = E, .ref = p == 0, .row = -1, .num = num, .den = den};
+        if (fidelity) {
+            memset(num, 0, L * sizeof *num);
+            memset(den, 0, L * sizeof *den);
+            kv_model_hook_t hook = {.post_attn = probe_post, .user = &pr};
+            kv_model_session_set_hook(r.s, &hook);
+        }
+        double nll = 0;
+        rc = kv_model_forward(r.s, ids, P, NULL, 0);
+        if (!rc)
+            rc = eval_policy_prefill_end(&E->pol[p], r.st, r.seq);
+        for (uint32_t i = 0; i < G && !rc; i++) {
+            pr.row = i + E->probe_rows >= G ? (int64_t)(i + E->probe_rows - G) : -1;
+            if (!(rc = kv_model_decode(r.s, ids[P + i], E->logits)) &&
+                !(rc = eval_policy_step_end(&E->pol[p], r.st, r.seq)))
+                nll += kv_model_nll(E->logits, E->hp->vocab, ids[P + i + 1]);
+        }
+        eval_result_t res = {.policy = p, .task = EVAL_RES_PPL, .ctx = P + G, .text = t,
+                             .nll = nll / G, .value = exp(nll / G)};
+        if (!rc)
+            rc = run_account(&r, &res);
+        run_close(&r);
+        if (!rc)
+            rc = push_result(E, &res);
+        if (!rc && fidelity && p > 0) {
+            double *e = E->fid_err + ((size_t)E->n_fid) * L;
+            for (uint32_t l = 0; l < L; l++)
+                e[l] = den[l] > 0 ? sqrt(num[l] / den[l]) : 0;
+            E->fid[E->n_fid++] = (eval_fidelity_t){.policy = p, .text = t,
+                                                   .rows = E->probe_rows, .rel_err = e};
+        }
+        progress(E, p, "ppl", P + G, -1);
+    }
+    free(num);
+    free(den);
+    return rc;
+}
+
+/* Read, hash and tokenize a text; ids gets P + G + 1 tokens (malloc). */
+static int load_text(eval_state_t *E, const char *name, eval_text_t *t, int32_t **ids)
+{
+    *t = (eval_text_t){.name = name};
+    snprintf(t->path, sizeof t->path, "%s%s", strchr(name, '/') ? "" : EVAL_TEXT_DIR, name);
+    FILE *f = fopen(t->path, "rb");
+    if (!f) {
+        fprintf(stderr, "kvpage eval: cannot read text '%s' (%s); --texts takes names under "
+                EVAL_TEXT_DIR " or paths\n", name, t->path);
+        return KV_ENOENT;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 65536 > cap) {
+            char *nb = realloc(buf, cap = len + 65536 * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return KV_ENOMEM;
+            }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+    } while (got);
+    fclose(f);
+    kv_sha256_t h;
+    uint8_t d[32];
+    kv_sha256_init(&h);
+    kv_sha256_update(&h, buf, len);
+    kv_sha256_final(&h, d);
+    kv_sha256_hex(d, t->sha256);
+    t->bytes = len;
+    size_t n = 0;
+    int rc = kv_tok_encode(E->tok, buf, len, 0, NULL, 0, &n);
+    if (!rc && !(*ids = malloc((n ? n : 1) * sizeof **ids)))
+        rc = KV_ENOMEM;
+    if (!rc && (rc = kv_tok_encode(E->tok, buf, len, 0, *ids, n, &n))) {
+        free(*ids);
+        *ids = NULL;
+    }
+    free(buf);
+    if (rc)
+        return rc;
+    t->tokens = (uint32_t)n;
+    uint64_t need = E->o->ppl_prefill + E->o->ppl_gen + 1;
+    if (n < need) {
+        fprintf(stderr, "kvpage eval: text %s has %zu tokens; --ppl-prefill + --ppl-gen + 1 = "
+                "%llu needed\n", t->path, n, (unsigned long long)need);
+        free(*ids);
+        *ids = NULL;
+        return KV_ERANGE;
+    }
+    return 0;
+}
+
+/* ---- retrieval ------------------------------------------------------------- */
+
+/* Tokens of the item's whole prompt: chat template + answer prefix. */
+static long count_item(void *user, const eval_item_t *it)
+{
+    eval_state_t *E = user;
+    size_t a = 0, b = 0;
+    int rc = kv_tok_chat(E->tok, NULL, it->user, NULL, 0, &a);
+    if (!rc)
+        rc = kv_tok_encode(E->tok, it->prime, strlen(it->prime), 0, NULL, 0, &b);
+    return rc ? rc : (long)(a + b);
+}
+
+static int item_ids(eval_state_t *E, const eval_item_t *it, int32_t **ids, uint32_t *n)
+{
+    long total = count_item(E, it);
+    if (total < 0)
+        return (int)total;
+    if (!(*ids = malloc((size_t)total * sizeof **ids)))
+        return KV_ENOMEM;
+    size_t a = 0, b = 0;
+    int rc = kv_tok_chat(E->tok, NULL, it->user, *ids, (size_t)total, &a);
+    if (!rc)
+        rc = kv_tok_encode(E->tok, it->prime, strlen(it->prime), 0, *ids + a,
+                           (size_t)total - a, &b);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        return rc;
+    }
+    *n = (uint32_t)(a + b);
+    return 0;
+}
+
+/* Prefill, then greedy decoding until a control token or max_new. */
+static int run_item(eval_state_t *E, uint32_t p, const eval_item_t *it, const int32_t *ids,
+                    uint32_t n, eval_result_t *res, eval_item_rec_t *rec)
+{
+    eval_run_t r;
+    int rc = run_open(E, p, n + it->max_new, &r);
+    if (rc)
+        return rc;
+    int32_t out[64];
+    uint32_t n_out = 0;
+    rc = kv_model_forward(r.s, ids, n, E->logits, 1);
+    if (!rc)
+        rc = eval_policy_prefill_end(&E->pol[p], r.st, r.seq);
+    while (!rc && n_out < it->max_new && n_out < 64) {
+        int32_t next = kv_model_argmax(E->logits, E->hp->vocab);
+        if (kv_tok_type(E->tok, next) == KV_TOK_CONTROL)
+            break;
+        out[n_out++] = next;
+        if (n_out == it->max_new)
+            break;
+        if (!(rc = kv_model_decode(r.s, next, E->logits)))
+            rc = eval_policy_step_end(&E->pol[p], r.st, r.seq);
+    }
+    if (!rc)
+        rc = run_account(&r, res);
+    run_close(&r);
+    if (rc)
+        return rc;
+    char text[512];
+    size_t len = 0;
+    if (kv_tok_decode(E->tok, out, n_out, text, sizeof text - 1, &len))
+        len = 0;
+    text[len] = 0;
+    rec->ok = eval_item_score(it, text, len);
+    size_t keep = len < sizeof rec->got - 1 ? len : sizeof rec->got - 1;
+    memcpy(rec->got, text, keep);
+    rec->got[keep] = 0;
+    snprintf(rec->expect, sizeof rec->expect, "%s", it->answer);
+    res->n_items++;
+    res->n_correct += (uint32_t)rec->ok;
+    return 0;
+}
+
+static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx,
+                          const uint32_t *depths, uint32_t n_depths)
+{
+    eval_result_t res[EVAL_MAX_LIST];
+    for (uint32_t p = 0; p < E->n_pol; p++)
+        res[p] = (eval_result_t){.policy = p, .task = (int)kind, .ctx = ctx};
+    int rc = 0;
+    for (uint32_t d = 0; d < n_depths && !rc; d++)
+        for (uint32_t k = 0; k < E->o->items && !rc; k++) {
+            uint64_t s = E->o->seed ^ ((uint64_t)kind << 56) ^ ((uint64_t)ctx << 24) ^
+                         ((uint64_t)depths[d] << 16) ^ k;
+            eval_item_spec_t spec = {.kind = kind, .seed = eval_mix64(&s),
+                                     .depth_pct = depths[d]};
+            eval_item_t it;
+            uint32_t n_tok = 0;
+            int32_t *ids = NULL;
+            if ((rc = eval_item_fit(&spec, ctx, count_item, E, &it, &n_tok))) {
+                if (rc == KV_ERANGE)
+                    fprintf(stderr, "kvpage eval: --ctx %u is too small for a %s item\n", ctx,
+                            eval_task_name(kind));
+                break;
+            }
+            rc = item_ids(E, &it, &ids, &n_tok);
+            for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+                eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
+                if (!ir) {
+                    rc = KV_ENOMEM;
+                    break;
+                }
+                E->items = ir;
+                eval_item_rec_t *rec = &E->items[E->n_items];
+                *rec = (eval_item_rec_t){.policy = p, .task = (int)kind, .ctx = ctx,
+                                         .tokens = n_tok, .depth_pct = depths[d]};
+                if (!(rc = run_item(E, p, &it, ids, n_tok, &res[p], rec)))
+                    E->n_items++;
+                progress(E, p, eval_task_name(kind), ctx, (int)depths[d]);
+            }
+            free(ids);
+            eval_item_free(&it);
+        }
+    for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+        res[p].value = res[p].n_items ? (double)res[p].n_correct / res[p].n_items : 0;
+        res_average(&res[p], res[p].n_items);
+        rc = push_result(E, &res[p]);
+    }
+    return rc;
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+static int write_out(const char *path, int (*fn)(FILE *, const eval_report_t *),
+                     const eval_report_t *r)
+{
+    if (!path)
+        return 0;
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    int rc = f ? fn(f, r) : -1;
+    if (f && f != stdout && fclose(f))
+        rc = -1;
+    if (rc)
+        fprintf(stderr, "kvpage eval: cannot write %s\n", path);
+    return rc;
+}
+
+/* Parse policies (fp16 first, added if missing) and tasks. */
+static int setup_lists(eval_state_t *E, char *pbuf, int *want)
+{
+    char *parts[EVAL_MAX_LIST], err[320] = "";
+    uint32_t n = split_list(pbuf, parts);
+    E->pol_names[E->n_pol++] = "fp16";
+    for (uint32_t i = 0; i < n && E->n_pol < EVAL_MAX_LIST; i++)
+        if (strcmp(parts[i], "fp16"))
+            E->pol_names[E->n_pol++] = parts[i];
+    for (uint32_t i = 0; i < E->n_pol; i++)
+        if (eval_policy_parse(E->pol_names[i], &E->pol[i], err, sizeof err)) {
+            fprintf(stderr, "kvpage eval: %s\n", err);
+            return -1;
+        }
+    char tbuf[256], *tparts[EVAL_MAX_LIST];
+    snprintf(tbuf, sizeof tbuf, "%s", E->o->tasks);
+    uint32_t nt = split_list(tbuf, tparts);
+    for (uint32_t i = 0; i < nt; i++) {
+        eval_task_kind_t k;
+        if (!strcmp(tparts[i], "ppl"))
+            want[EVAL_TASK_COUNT] = 1;
+        else if (!strcmp(tparts[i], "fidelity"))
+            want[EVAL_TASK_COUNT + 1] = 1;
+        else if (!eval_task_parse(tparts[i], strlen(tparts[i]), &k))
+            want[k] = 1;
+        else {
+            fprintf(stderr, "kvpage eval: unknown task '%s' (ppl, passkey, needle, vt, "
+                    "fidelity)\n", tparts[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int kv_cmd_eval(int argc, char **argv)
+{
+    eval_opts_t o;
+    int prc = eval_parse(argc, argv, &o);
+    if (prc)
+        return prc > 0 ? 0 : 2;
+    eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2)};
+    char pbuf[1024], xbuf[1024], *tnames[EVAL_MAX_LIST];
+    snprintf(pbuf, sizeof pbuf, "%s", o.policies);
+    snprintf(xbuf, sizeof xbuf, "%s", o.texts);
+    int want[EVAL_TASK_COUNT + 2] = {0}; /* tasks..., ppl, fidelity */
+    char path[4096], err[512] = "";
+    int pinned = 0, rc, ret = 1;
+    eval_text_t texts[EVAL_MAX_LIST];
+    int32_t *text_ids[EVAL_MAX_LIST] = {0};
+    uint32_t n_loaded = 0;
+    uint32_t ctx[EVAL_MAX_LIST], depths[EVAL_MAX_LIST], n_ctx = 0, n_depths = 0;
+    uint32_t n_texts = split_list(xbuf, tnames);
+    if (setup_lists(&E, pbuf, want) ||
+        parse_uints("--ctx", o.ctx, 64, 1u << 20, ctx, &n_ctx) ||
+        parse_uints("--depths", o.depths, 0, 100, depths, &n_depths)) {
+        for (uint32_t i = 0; i < E.n_pol; i++) /* unparsed ones are zeroed */
+            eval_policy_destroy(&E.pol[i]);
+        return 2;
+    }
+    if (want[EVAL_TASK_COUNT + 1] && !want[EVAL_TASK_COUNT]) {
+        fprintf(stderr, "kvpage eval: the fidelity probes run inside ppl: add ppl to --tasks\n");
+        ret = 2;
+        goto done;
+    }
+    if (want[EVAL_TASK_COUNT] && !n_texts) {
+        fprintf(stderr, "kvpage eval: --texts is empty\n");
+        ret = 2;
+        goto done;
+    }
+    if ((rc = kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err)) ||
+        (rc = kv_model_verify(path, pinned, err, sizeof err))) {
+        fprintf(stderr, "kvpage eval: %s\n", err);
+        goto done;
+    }
+    if ((rc = kv_model_load(path, &E.m, err, sizeof err)) ||
+        (rc = kv_tok_from_gguf(kv_model_gguf(E.m), &E.tok, err, sizeof err))) {
+        fprintf(stderr, "kvpage eval: %s\n", err);
+        goto done;
+    }
+    E.hp = kv_model_hparams(E.m);
+    E.threads = o.threads ? (uint32_t)o.threads : (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    for (uint32_t i = 0; i < n_ctx; i++)
+        if (ctx[i] + 64 > E.hp->n_ctx) {
+            fprintf(stderr, "kvpage eval: --ctx %u: the model's context is %u tokens (and "
+                    "answers need up to 64)\n", ctx[i], E.hp->n_ctx);
+            ret = 2;
+            goto done;
+        }
+    if (want[EVAL_TASK_COUNT] && o.ppl_prefill + o.ppl_gen > E.hp->n_ctx) {
+        fprintf(stderr, "kvpage eval: --ppl-prefill + --ppl-gen exceed the model's context of "
+                "%u tokens\n", E.hp->n_ctx);
+        ret = 2;
+        goto done;
+    }
+    uint32_t L = E.hp->n_layers, QD = E.hp->n_q_heads * E.hp->head_dim;
+    E.probe_rows = (uint32_t)(o.probe_rows < o.ppl_gen ? o.probe_rows : o.ppl_gen);
+    int fidelity = want[EVAL_TASK_COUNT + 1] && E.probe_rows > 0;
+    if (!(E.logits = malloc((size_t)E.hp->vocab * sizeof *E.logits)) ||
+        (fidelity && (!(E.ref = calloc((size_t)E.probe_rows * L * QD, sizeof *E.ref)) ||
+                      !(E.fid_err = calloc((size_t)E.n_pol * n_texts * L, sizeof(double))) ||
+                      !(E.fid = calloc((size_t)E.n_pol * n_texts, sizeof *E.fid))))) {
+        fprintf(stderr, "kvpage eval: out of memory\n");
+        goto done;
+    }
+    if (want[EVAL_TASK_COUNT])
+        for (; n_loaded < n_texts; n_loaded++)
+            if ((rc = load_text(&E, tnames[n_loaded], &texts[n_loaded], &text_ids[n_loaded])))
+                goto done;
+    uint32_t n_tasks = 0;
+    for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
+        n_tasks += (uint32_t)want[k];
+    E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * n_depths * (uint32_t)o.items);
+    fprintf(stderr, "kvpage eval: model %s, %u policies, %u runs, %u threads\n", path, E.n_pol,
+            E.total, E.threads);
+    for (uint32_t t = 0; t < n_loaded && !rc; t++)
+        rc = eval_ppl_text(&E, t, text_ids[t], fidelity);
+    for (unsigned k = 0; k < EVAL_TASK_COUNT && !rc; k++)
+        for (uint32_t c = 0; c < n_ctx && want[k] && !rc; c++)
+            rc = eval_retrieval(&E, (eval_task_kind_t)k, ctx[c], depths, n_depths);
+    if (E.tty)
+        fputc('\n', stderr);
+    if (rc) {
+        fprintf(stderr, "kvpage eval: failed: %s (%d)\n", kv_strerror(rc), rc);
+        goto done;
+    }
+    eval_report_t rep = {.model = path, .model_sha256 = pinned ? KV_MODEL_FILE_SHA256 : NULL,
+                         .policies = E.pol_names, .n_policies = E.n_pol, .n_layers = L,
+                         .seed = o.seed, .ppl_prefill = (uint32_t)o.ppl_prefill,
+                         .ppl_gen = (uint32_t)o.ppl_gen, .threads = E.threads,
+                         .wall_s = kv_cli_now() - E.t0, .texts = texts, .n_texts = n_loaded,
+                         .results = E.res, .n_results = E.n_res, .items = E.items,
+                         .n_items = E.n_items, .fidelity = E.fid, .n_fidelity = E.n_fid};
+    const char *md = o.md ? o.md : (!o.json && !o.svg) ? "-" : NULL;
+    if (!write_out(o.json, eval_report_json, &rep) && !write_out(md, eval_report_md, &rep) &&
+        !write_out(o.svg, eval_report_svg, &rep))
+        ret = 0;
+    fprintf(stderr, "kvpage eval: done in %.1f s\n", rep.wall_s);
+done:
+    for (uint32_t i = 0; i < n_loaded; i++)
+        free(text_ids[i]);
+    for (uint32_t i = 0; i < E.n_pol; i++)
+        eval_policy_destroy(&E.pol[i]);
+    free(E.res);
+    free(E.items);
+    free(E.fid);
+    free(E.fid_err);
+    free(E.ref);
+    free(E.logits);
+    kv_tok_destroy(E.tok);
+    kv_model_free(E.m);
+    return ret;
+}

@@ -1,0 +1,85 @@
+/*
+ * eval_report.h — the results of `kvpage eval` and their three renderings:
+ * JSON (machines), a Markdown table (people), an SVG plot of quality against
+ * KV bytes (self-contained, hand-written).
+ *
+ * The report borrows every array and string (the caller owns them and keeps
+ * them alive while writing). Writers return 0 or -errno of the failed write.
+ */
+#ifndef EVAL_REPORT_H
+#define EVAL_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvpage/kvpage.h"
+
+#define EVAL_RES_PPL (-1) /* eval_result_t.task for perplexity; else eval_task_kind_t */
+
+typedef struct eval_text {
+    const char *name;      /* as given to --texts                          */
+    char path[512];        /* the file read                                */
+    char sha256[65];       /* lowercase hex of the whole file              */
+    uint64_t bytes;        /* file size                                    */
+    uint32_t tokens;       /* tokens of the whole file                     */
+} eval_text_t;
+
+/* One (policy, task, ctx[, text]) cell. Byte counts: kv_store_stats at the
+ * end of each item's prefill + decode (one sequence in the store), averaged
+ * over the cell's items. */
+typedef struct eval_result {
+    uint32_t policy;       /* index into eval_report_t.policies            */
+    int task;              /* EVAL_RES_PPL or an eval_task_kind_t          */
+    uint32_t ctx;          /* ppl: P + G; retrieval: the token budget      */
+    uint32_t text;         /* ppl: index into texts                        */
+    double value;          /* ppl: perplexity; retrieval: accuracy 0..1    */
+    double nll;            /* ppl: mean NLL (nats) over the G tokens       */
+    uint32_t n_items, n_correct; /* retrieval                              */
+    uint64_t kv_bytes, fp16_bytes, meta_bytes;
+    uint32_t formats;      /* bit f set: pages of kv_format_t f were held  */
+} eval_result_t;
+
+/* One retrieval item of one policy. */
+typedef struct eval_item_rec {
+    uint32_t policy;
+    int task;
+    uint32_t ctx;          /* the budget                                    */
+    uint32_t tokens;       /* prompt tokens it got                          */
+    uint32_t depth_pct;
+    int ok;                /* exact match                                   */
+    char expect[64];       /* the answer                                    */
+    char got[96];          /* the generated text (truncated)                */
+} eval_item_rec_t;
+
+/* Per-layer relative error of the attention output against FP16. */
+typedef struct eval_fidelity {
+    uint32_t policy;
+    uint32_t text;
+    uint32_t rows;         /* decode rows compared                          */
+    const double *rel_err; /* [n_layers]                                    */
+} eval_fidelity_t;
+
+typedef struct eval_report {
+    const char *model;               /* path of the GGUF                   */
+    const char *model_sha256;        /* pinned hash, or NULL               */
+    const char *const *policies;     /* [n_policies]; 0 is "fp16"          */
+    uint32_t n_policies;
+    uint32_t n_layers;
+    uint64_t seed;
+    uint32_t ppl_prefill, ppl_gen, threads;
+    double wall_s;
+    const eval_text_t *texts;
+    uint32_t n_texts;
+    const eval_result_t *results;
+    uint32_t n_results;
+    const eval_item_rec_t *items;
+    uint32_t n_items;
+    const eval_fidelity_t *fidelity;
+    uint32_t n_fidelity;
+} eval_report_t;
+
+int eval_report_json(FILE *f, const eval_report_t *r);
+int eval_report_md(FILE *f, const eval_report_t *r);
+int eval_report_svg(FILE *f, const eval_report_t *r);
+
+#endif /* EVAL_REPORT_H */

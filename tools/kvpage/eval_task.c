@@ -1,0 +1,393 @@
+/*
+ * eval_task.c — retrieval items of `kvpage eval` as text (see eval_task.h):
+ * passkey, multi-key needle, variable tracking; fitting to a token budget;
+ * exact-match scoring.
+ *
+ * A haystack is n_units filler sentences with inserts (needle sentences)
+ * placed before filler unit i (i == n_units: after the last one), joined by
+ * single spaces. Inserts are kept in the order they were added among those
+ * at the same unit, so a variable-tracking chain always reads in order.
+ */
+#include "eval_task.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpage/kvpage.h"
+
+static const char *const filler[] = {
+    "The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
+    "There and back again.",
+};
+#define N_FILLER (sizeof filler / sizeof filler[0])
+
+/* Needle keys (RULER uses words; these are common, single-meaning nouns). */
+static const char *const words[] = {
+    "apple",  "river",  "candle", "garden", "pencil", "mirror", "harbor", "violin",
+    "lantern", "meadow", "rocket", "saddle", "tunnel", "wallet", "falcon", "island",
+    "basket", "castle", "dragon", "engine", "forest", "helmet", "jacket", "kettle",
+    "ladder", "magnet", "needle", "orange", "parrot", "quartz", "ribbon", "silver",
+};
+#define N_WORDS (sizeof words / sizeof words[0])
+
+static const char *const task_names[EVAL_TASK_COUNT] = {"passkey", "needle", "vt"};
+
+const char *eval_task_name(eval_task_kind_t kind)
+{
+    return (unsigned)kind < EVAL_TASK_COUNT ? task_names[kind] : NULL;
+}
+
+int eval_task_parse(const char *name, size_t len, eval_task_kind_t *out)
+{
+    if (!name || !out)
+        return KV_EINVAL;
+    for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
+        if (strlen(task_names[k]) == len && !memcmp(name, task_names[k], len)) {
+            *out = (eval_task_kind_t)k;
+            return 0;
+        }
+    return KV_EINVAL;
+}
+
+uint64_t eval_mix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- a growable text buffer ---------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int err; /* KV_ENOMEM once a growth failed; later appends do nothing */
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...)
+{
+    if (b->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->err = KV_EINVAL;
+        return;
+    }
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->err = KV_ENOMEM;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* ---- haystacks ------------------------------------------------------------ */
+
+#define MAX_INSERTS 8u
+
+typedef struct insert {
+    uint32_t unit;   /* goes before filler unit `unit` */
+    char text[96];
+} insert_t;
+
+typedef struct hay {
+    insert_t ins[MAX_INSERTS];
+    uint32_t n;
+} hay_t;
+
+/* Add an insert, keeping the list sorted by unit, stable. */
+static void hay_add(hay_t *h, uint32_t unit, const char *text)
+{
+    if (h->n >= MAX_INSERTS)
+        return;
+    uint32_t i = h->n;
+    while (i > 0 && h->ins[i - 1].unit > unit) {
+        h->ins[i] = h->ins[i - 1];
+        i--;
+    }
+    h->ins[i].unit = unit;
+    snprintf(h->ins[i].text, sizeof h->ins[i].text, "%s", text);
+    h->n++;
+}
+
+static void hay_write(sbuf_t *b, const hay_t *h, uint32_t n_units)
+{
+    uint32_t k = 0;
+    const char *sep = "";
+    for (uint32_t u = 0; u <= n_units; u++) {
+        for (; k < h->n && h->ins[k].unit == u; k++) {
+            sb_printf(b, "%s%s", sep, h->ins[k].text);
+            sep = " ";
+        }
+        if (u < n_units) {
+            sb_printf(b, "%s%s", sep, filler[u % N_FILLER]);
+            sep = " ";
+        }
+    }
+}
+
+static uint32_t depth_unit(uint32_t n_units, uint32_t depth_pct)
+{
+    return (uint32_t)(((uint64_t)n_units * depth_pct + 50) / 100);
+}
+
+/* ---- the three tasks ------------------------------------------------------ */
+
+static void make_passkey(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+{
+    unsigned key = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
+    char needle[96];
+    snprintf(needle, sizeof needle, "The pass key is %u. Remember it. %u is the pass key.", key,
+             key);
+    hay_t h = {.n = 0};
+    hay_add(&h, depth_unit(s->n_units, s->depth_pct), needle);
+    sb_printf(b, "There is an important info hidden inside a lot of irrelevant text. Find it "
+                 "and memorize it. I will quiz you about the important information there.\n\n");
+    hay_write(b, &h, s->n_units);
+    sb_printf(b, "\n\nWhat is the pass key?");
+    snprintf(it->prime, sizeof it->prime, "The pass key is");
+    snprintf(it->answer, sizeof it->answer, "%u", key);
+    it->max_new = 8;
+}
+
+static void make_needle(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+{
+    unsigned pick[EVAL_NEEDLES], val[EVAL_NEEDLES];
+    for (unsigned i = 0; i < EVAL_NEEDLES; i++) {
+        unsigned w;
+        int dup;
+        do { /* distinct keys */
+            w = (unsigned)(eval_mix64(rng) % N_WORDS);
+            dup = 0;
+            for (unsigned j = 0; j < i; j++)
+                dup |= pick[j] == w;
+        } while (dup);
+        pick[i] = w;
+        val[i] = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
+    }
+    hay_t h = {.n = 0};
+    for (unsigned i = 0; i < EVAL_NEEDLES; i++) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "One of the special magic numbers for %s is: %u.",
+                 words[pick[i]], val[i]);
+        uint32_t unit = i == 0 ? depth_unit(s->n_units, s->depth_pct)
+                               : (uint32_t)(eval_mix64(rng) % ((uint64_t)s->n_units + 1));
+        hay_add(&h, unit, needle);
+    }
+    sb_printf(b, "Some special magic numbers are hidden within the following text. Make sure "
+                 "to memorize it. I will quiz you about the numbers afterwards.\n\n");
+    hay_write(b, &h, s->n_units);
+    sb_printf(b, "\n\nWhat is the special magic number for %s mentioned in the provided text?",
+              words[pick[0]]);
+    snprintf(it->prime, sizeof it->prime,
+             "The special magic number for %s mentioned in the provided text is", words[pick[0]]);
+    snprintf(it->answer, sizeof it->answer, "%u", val[0]);
+    it->max_new = 10;
+}
+
+static void make_vt(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+{
+    char names[EVAL_VT_VARS][6];
+    for (unsigned i = 0; i < EVAL_VT_VARS; i++) {
+        int dup;
+        do {
+            for (unsigned c = 0; c < 5; c++)
+                names[i][c] = (char)('A' + eval_mix64(rng) % 26);
+            names[i][5] = 0;
+            dup = 0;
+            for (unsigned j = 0; j < i; j++)
+                dup |= !strcmp(names[j], names[i]);
+        } while (dup);
+    }
+    unsigned value = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
+    uint32_t start = depth_unit(s->n_units, s->depth_pct);
+    hay_t h = {.n = 0};
+    size_t alen = 0;
+    for (unsigned i = 0; i < EVAL_VT_VARS; i++) {
+        char stmt[96];
+        if (i == 0)
+            snprintf(stmt, sizeof stmt, "VAR %s = %u.", names[0], value);
+        else
+            snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", names[i], names[i - 1]);
+        uint32_t unit = start + (uint32_t)((uint64_t)(s->n_units - start) * i /
+                                           (EVAL_VT_VARS - 1));
+        hay_add(&h, unit, stmt);
+        alen += (size_t)snprintf(it->answer + alen, sizeof it->answer - alen, "%s%s",
+                                 i ? " " : "", names[i]);
+    }
+    sb_printf(b, "Memorize and track the chain(s) of variable assignment hidden in the "
+                 "following text.\n\n");
+    hay_write(b, &h, s->n_units);
+    sb_printf(b, "\n\nQuestion: Find all variables that are assigned the value %u in the text "
+                 "above.", value);
+    snprintf(it->prime, sizeof it->prime,
+             "Answer: According to the chain(s) of variable assignment in the text above, %u "
+             "variables are assigned the value %u, they are:", EVAL_VT_VARS, value);
+    it->max_new = 32;
+}
+
+int eval_item_make(const eval_item_spec_t *spec, eval_item_t *out)
+{
+    if (!spec || !out || (unsigned)spec->kind >= EVAL_TASK_COUNT || spec->depth_pct > 100)
+        return KV_EINVAL;
+    eval_item_t it = {.user = NULL};
+    sbuf_t b = {.p = NULL};
+    uint64_t rng = spec->seed ^ (0x5bd1e995ull * (spec->kind + 1));
+    if (spec->kind == EVAL_TASK_PASSKEY)
+        make_passkey(spec, &rng, &b, &it);
+    else if (spec->kind == EVAL_TASK_NEEDLE)
+        make_needle(spec, &rng, &b, &it);
+    else
+        make_vt(spec, &rng, &b, &it);
+    if (b.err) {
+        free(b.p);
+        return b.err;
+    }
+    it.user = b.p;
+    it.user_len = b.len;
+    *out = it;
+    return 0;
+}
+
+void eval_item_free(eval_item_t *it)
+{
+    if (!it)
+        return;
+    free(it->user);
+    it->user = NULL;
+    it->user_len = 0;
+}
+
+/* Tokens of spec with n filler units (the item is freed). */
+static long count_units(eval_item_spec_t *spec, uint32_t n, eval_count_fn count, void *user)
+{
+    eval_item_t it;
+    spec->n_units = n;
+    int rc = eval_item_make(spec, &it);
+    if (rc)
+        return rc;
+    long t = count(user, &it);
+    eval_item_free(&it);
+    return t;
+}
+
+int eval_item_fit(eval_item_spec_t *spec, uint32_t target, eval_count_fn count, void *user,
+                  eval_item_t *out, uint32_t *n_tokens)
+{
+    if (!spec || !count || !out)
+        return KV_EINVAL;
+    long base = count_units(spec, 0, count, user);
+    if (base < 0)
+        return (int)base;
+    if (base > (long)target)
+        return KV_ERANGE;
+    long t64 = count_units(spec, 64, count, user);
+    if (t64 < 0)
+        return (int)t64;
+    /* bracket [lo, hi) around the linear guess: lo fits, hi does not */
+    double per = t64 > base ? (double)(t64 - base) / 64.0 : 1.0;
+    uint32_t lo = (uint32_t)((double)(target - (uint32_t)base) / per), hi, step = 8;
+    long t = count_units(spec, lo, count, user);
+    if (t < 0)
+        return (int)t;
+    if (t <= (long)target) {
+        for (hi = lo + step;; hi = lo + step) {
+            if ((t = count_units(spec, hi, count, user)) < 0)
+                return (int)t;
+            if (t > (long)target)
+                break;
+            lo = hi;
+            step *= 2;
+        }
+    } else {
+        for (hi = lo;; hi = lo) {
+            lo = hi > step ? hi - step : 0;
+            if (!lo)
+                break;
+            if ((t = count_units(spec, lo, count, user)) < 0)
+                return (int)t;
+            if (t <= (long)target)
+                break;
+            step *= 2;
+        }
+    }
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        t = count_units(spec, mid, count, user);
+        if (t < 0)
+            return (int)t;
+        if (t <= (long)target)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    spec->n_units = lo;
+    int rc = eval_item_make(spec, out);
+    if (rc)
+        return rc;
+    t = count(user, out);
+    if (t < 0) {
+        eval_item_free(out);
+        return (int)t;
+    }
+    if (n_tokens)
+        *n_tokens = (uint32_t)t;
+    return 0;
+}
+
+/* ---- scoring ----------------------------------------------------------- */
+
+static int is_alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+/* 1 if word[0..wl) occurs in gen[0..len) with no letter/digit on either side. */
+static int has_word(const char *gen, size_t len, const char *word, size_t wl)
+{
+    for (size_t i = 0; wl && i + wl <= len; i++)
+        if (!memcmp(gen + i, word, wl) && (i == 0 || !is_alnum(gen[i - 1])) &&
+            (i + wl == len || !is_alnum(gen[i + wl])))
+            return 1;
+    return 0;
+}
+
+int eval_item_score(const eval_item_t *it, const char *gen, size_t len)
+{
+    if (!it || (!gen && len))
+        return 0;
+    size_t al = strlen(it->answer);
+    if (!strchr(it->answer, ' ') && al && it->answer[0] >= '0' && it->answer[0] <= '9') {
+        size_t i = 0;
+        while (i < len && !(gen[i] >= '0' && gen[i] <= '9'))
+            i++;
+        size_t j = i;
+        while (j < len && gen[j] >= '0' && gen[j] <= '9')
+            j++;
+        return j - i == al && !memcmp(gen + i, it->answer, al);
+    }
+    for (const char *w = it->answer; *w;) { /* vt: every name */
+        size_t wl = strcspn(w, " ");
+        if (!has_word(gen, len, w, wl))
+            return 0;
+        w += wl;
+        w += *w == ' ';
+    }
+    return al > 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * eval_task.h — the retrieval items of `kvpage eval`, as text: generators for
+ * passkey retrieval, multi-key needle-in-a-haystack and RULER-style variable
+ * tracking, the fitting of an item to a token budget, and the exact-match
+ * scorer. No model here: token counts come from a caller's callback, so the
+ * whole file is testable without the GGUF (tests/model/test_eval_task.c).
+ *
+ * Invariants: an item is a pure function of its spec (kind, seed, n_units,
+ * depth); the same spec gives byte-identical text on every machine (splitmix64,
+ * no locale, no floating point in placement). Filler is the neutral sentence
+ * set of the passkey literature (Mohtashami & Jaggi 2023): "The grass is
+ * green. The sky is blue. The sun is yellow. Here we go. There and back
+ * again." cycled one sentence per unit.
+ *
+ * Ownership: eval_item_t owns its user text (malloc); eval_item_free frees it.
+ * Errors: 0 or a negative KV_E* code; on error *out is left empty (user NULL).
+ */
+#ifndef EVAL_TASK_H
+#define EVAL_TASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum eval_task_kind {
+    EVAL_TASK_PASSKEY = 0, /* one 5-digit key at depth d                   */
+    EVAL_TASK_NEEDLE  = 1, /* EVAL_NEEDLES key/value needles, one asked    */
+    EVAL_TASK_VT      = 2, /* chain X1 = v, X2 = X1, ...; name all of them */
+    EVAL_TASK_COUNT   = 3,
+} eval_task_kind_t;
+
+#define EVAL_NEEDLES 4u    /* needles in a needle item                       */
+#define EVAL_VT_VARS 5u    /* variables in a variable-tracking chain          */
+#define EVAL_ANSWER_MAX 64 /* bytes of eval_item_t.answer, NUL included       */
+
+typedef struct eval_item_spec {
+    eval_task_kind_t kind;
+    uint64_t seed;      /* everything random (keys, names, other needles)     */
+    uint32_t n_units;   /* filler sentences in the haystack                   */
+    uint32_t depth_pct; /* 0..100: where the asked needle (passkey, needle) or */
+                        /* the first assignment (vt) sits in the haystack     */
+} eval_item_spec_t;
+
+typedef struct eval_item {
+    char *user;                   /* the user message, NUL-terminated (malloc) */
+    size_t user_len;              /* bytes                                     */
+    char prime[160];              /* assistant's answer prefix (after the chat */
+                                  /* template), NUL-terminated                 */
+    char answer[EVAL_ANSWER_MAX]; /* passkey/needle: the digits; vt: the names */
+                                  /* separated by single spaces                */
+    uint32_t max_new;             /* tokens worth generating for the answer    */
+} eval_item_t;
+
+/* The task's name as used on the command line and in reports
+ * ("passkey", "needle", "vt"); NULL outside the enum. */
+const char *eval_task_name(eval_task_kind_t kind);
+/* The kind named by name[0..len), or KV_EINVAL. */
+int eval_task_parse(const char *name, size_t len, eval_task_kind_t *out);
+
+/* Build the item of spec. Errors: KV_EINVAL (NULL, kind, depth > 100),
+ * KV_ENOMEM. */
+int eval_item_make(const eval_item_spec_t *spec, eval_item_t *out);
+void eval_item_free(eval_item_t *it);
+
+/* Tokens the whole prompt of it takes (chat template + prime), or a negative
+ * KV_E* code. */
+typedef long (*eval_count_fn)(void *user, const eval_item_t *it);
+
+/* Make the item of spec with the most filler units whose prompt takes at most
+ * target tokens (spec->n_units is ignored; the chosen value is written back
+ * into spec). Errors: those of make and count, KV_ERANGE (target too small
+ * for the item without filler). */
+int eval_item_fit(eval_item_spec_t *spec, uint32_t target, eval_count_fn count,
+                  void *user, eval_item_t *out, uint32_t *n_tokens);
+
+/* 1 if gen[0..len) answers it exactly, else 0. passkey/needle: the first run
+ * of digits in gen equals the key; vt: every chain variable appears in gen
+ * as a whole word (letters/digits not adjacent). */
+int eval_item_score(const eval_item_t *it, const char *gen, size_t len);
+
+/* splitmix64: the generators' random stream (also for deriving item seeds). */
+uint64_t eval_mix64(uint64_t *state);
+
+#endif /* EVAL_TASK_H */
