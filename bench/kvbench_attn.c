@@ -1,32 +1,38 @@
 /*
- * kvbench_attn.c — decode attention throughput through the public API,
- * against memcpy bandwidth measured in the same run.
+ * kvbench_attn.c — decode attention throughput through the public API, per
+ * page format, against FP16 and memcpy bandwidth measured in the same run.
  *
  * Shape: one layer of a SmolLM2-135M-like model (9 query heads, 3 kv heads,
- * head_dim 64, default page_bytes = 16 FP16 tokens). For each context length
- * and batch, a store is filled with kv_append (random FP32 K/V -> FP16
- * pages), then kv_attn_decode is timed (median of many calls after a
- * warm-up). Figures:
- *   gbps            KV bytes a call reads / time: tokens * n_kv_heads * 2 (K,V)
- *                   * head_dim * 2 bytes, per call
- *   tokens_per_s    calls/s * ctx * batch (tokens attended per second)
- *   frac_of_memcpy  gbps / memcpy_gbps
- *   memcpy_gbps     memcpy of a buffer of memcpy_bytes (>= 2x the last-level
- *                   cache when the OS reports it) counting bytes READ only
- *                   (memcpy_counts: "read"), median of several copies
- *   *_best          the same from the fastest call / copy instead of the
- *                   median (frac_best = gbps_best / memcpy_gbps_best): on a
- *                   shared, busy machine the median measures the scheduler
- *   kv_bytes        KV bytes one call reads; compare with llc_bytes: a
- *                   working set that fits the LLC is served from cache.
- *   layers          1 (hot: every call reads the same layer, cache-resident
- *                   when it fits) or enough layers that together hold
- *                   >= memcpy_bytes of KV, called round-robin ("cold": every
- *                   call streams its KV from DRAM, as memcpy does).
- *   loadavg         1-minute load average at the start and the end: figures
- *                   taken on a machine busier than its core count are noise.
+ * head_dim 64, default page_bytes = 16 FP16 tokens). For each point (context
+ * length, batch, source) four stores are filled with the same random K/V:
+ * fp16 (kv_append), int4 / int2 (kv_config_t.kv_format, residual 128: the
+ * store converts as it appends), merged (two correlated layers, then
+ * kv_seq_merge_layers; decode alternates the pair's layers, the upper one
+ * reading variant 1). Then kv_attn_decode is timed interleaved (one call per
+ * format in turn, so a busy machine slows all alike; median of many calls
+ * after a warm-up). Fields of a row:
+ *   format, note     the format and its kv_format_note() (bits/element)
+ *   source           "cache": the layers timed fit the LLC (1 layer, 2 for
+ *                    merged); "memory": enough layers of that format to
+ *                    hold >= memcpy_bytes of pages, called round-robin, so
+ *                    every call streams its pages from DRAM
+ *   kv_bytes         page bytes one call reads, from kv_store_stats (merged:
+ *                    the pair's merged pages + this layer's own pages)
+ *   set_bytes        page bytes of all layers of the store
+ *   gbps             kv_bytes / time;  tokens_per_s  ctx * batch / time
+ *   frac_of_memcpy   gbps / memcpy_gbps (memcpy of memcpy_bytes >= 2x the
+ *                    LLC when the OS reports it, counting bytes READ only)
+ *   speedup_vs_fp16  time of the fp16 row of the same point / this time;
+ *                    speedup_best_vs_fp16 the same from the fastest calls
+ *   bytes_vs_fp16    kv_bytes / kv_bytes of the fp16 row
+ *   *_best           from the fastest call / copy instead of the median: on
+ *                    a shared, busy machine the median measures the scheduler
+ *   loadavg          1-minute load average at the start and the end
  *
- * Usage: kvbench-attn [--json] [--quick] [--threads N]
+ * Usage: kvbench-attn [--json] [--quick] [--threads N] [--ctx N]
+ *                     [--min-time S]
+ *   --ctx N: only that context (cache rows, and memory rows unless --quick);
+ *   --min-time S: seconds of timed calls per format and point.
  */
 #include <stdint.h>
 #include <stdio.h>

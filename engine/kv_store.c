@@ -305,13 +305,32 @@ typedef struct runs {
     void *mem;
 } runs_t;
 
-/* Resolve lists[0..n) (validated, non-NULL) into runs. */
-static int runs_build(const kv_store_t *s, const kv_page_list_t *const *lists,
-                      uint32_t n, runs_t *r)
+/* Validate the list of every kv head of seqs[0..n_seqs) at layer and
+ * resolve them into runs, sequence-major. A list must hold at least min_len
+ * tokens (an empty one is KV_ESTATE, a shorter one KV_ERANGE) and, where
+ * stats && stats[b], fit stats_stride (KV_ERANGE). Nothing is allocated
+ * unless every list is valid. */
+static int runs_for_seqs(const kv_store_t *s, uint32_t layer, const kv_seq_id_t *seqs,
+                         uint32_t n_seqs, uint32_t min_len, float *const *stats,
+                         uint32_t stats_stride, runs_t *r)
 {
+    const uint32_t H = s->cfg.n_kv_heads;
+    if ((uint64_t)n_seqs * H > UINT32_MAX / 2)
+        return KV_ERANGE;
+    const uint32_t n = n_seqs * H;
     size_t n_pages = 0;
-    for (uint32_t i = 0; i < n; i++)
-        n_pages += lists[i]->n_ents;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc;
+        const kv_page_list_t *l = list_lookup(s, seqs[i / H], layer, i % H, &rc);
+        if (!l)
+            return rc;
+        if (l->n_tokens == 0)
+            return KV_ESTATE;
+        if (l->n_tokens < min_len ||
+            (stats && stats[i / H] && stats_stride < l->n_tokens))
+            return KV_ERANGE;
+        n_pages += l->n_ents;
+    }
     size_t head = ((size_t)2 * n + 1) * sizeof(uint32_t);
     head = (head + 15) & ~(size_t)15;
     r->bytes = head + n_pages * sizeof(kv_kern_page_t);
@@ -323,7 +342,7 @@ static int runs_build(const kv_store_t *s, const kv_page_list_t *const *lists,
     r->pages = (kv_kern_page_t *)((char *)r->mem + head);
     uint32_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const kv_page_list_t *l = lists[i];
+        const kv_page_list_t *l = kv_page_list_get(s->pt, seqs[i / H], layer, i % H);
         r->indptr[i] = at;
         r->seq_len[i] = l->n_tokens;
         for (uint32_t e = 0; e < l->n_ents; e++, at++) {
@@ -362,37 +381,15 @@ int kv_store_decode_raw(kv_store_t *s, const kv_decode_t *a)
     int rc = scale_resolve(s, a->scale, &scale);
     if (rc)
         return rc;
-    const uint32_t H = s->cfg.n_kv_heads;
-    size_t n = (size_t)a->batch * H;
-    if (n > UINT32_MAX / 2)
-        return KV_ERANGE;
-    const kv_page_list_t **lists = kv_mem_alloc(n * sizeof *lists);
-    if (!lists)
-        return KV_ENOMEM;
-    for (uint32_t b = 0; b < a->batch && rc == 0; b++) {
-        int want_stats = a->stats && a->stats[b];
-        for (uint32_t h = 0; h < H && rc == 0; h++) {
-            const kv_page_list_t *l = list_lookup(s, a->seqs[b], a->layer, h, &rc);
-            if (!l)
-                break;
-            if (l->n_tokens == 0)
-                rc = KV_ESTATE;
-            else if (want_stats && a->stats_stride < l->n_tokens)
-                rc = KV_ERANGE;
-            lists[(size_t)b * H + h] = l;
-        }
-    }
     runs_t r = {0};
-    if (rc == 0)
-        rc = runs_build(s, lists, (uint32_t)n, &r);
-    kv_mem_free(lists, n * sizeof *lists);
+    rc = runs_for_seqs(s, a->layer, a->seqs, a->batch, 1, a->stats, a->stats_stride, &r);
     if (rc)
         return rc;
     kv_attn_decode_params_t p = {
         .geom = *kv_page_table_geom(s->pt),
         .batch = a->batch,
         .n_q_heads = s->cfg.n_q_heads,
-        .n_kv_heads = H,
+        .n_kv_heads = s->cfg.n_kv_heads,
         .indptr = r.indptr,
         .pages = r.pages,
         .seq_len = r.seq_len,
@@ -419,28 +416,15 @@ int kv_store_prefill_raw(kv_store_t *s, const kv_prefill_t *a)
         return rc;
     if (a->stats && a->stats_row0 >= a->n_new)
         return KV_ERANGE;
-    const uint32_t H = s->cfg.n_kv_heads;
-    const kv_page_list_t **lists = kv_mem_alloc(H * sizeof *lists);
-    if (!lists)
-        return KV_ENOMEM;
-    for (uint32_t h = 0; h < H && rc == 0; h++) {
-        const kv_page_list_t *l = list_lookup(s, a->seq, a->layer, h, &rc);
-        if (!l)
-            break;
-        if (l->n_tokens < a->n_new || (a->stats && a->stats_stride < l->n_tokens))
-            rc = KV_ERANGE;
-        lists[h] = l;
-    }
     runs_t r = {0};
-    if (rc == 0)
-        rc = runs_build(s, lists, H, &r);
-    kv_mem_free(lists, H * sizeof *lists);
+    float *const stats_one[1] = {a->stats};
+    rc = runs_for_seqs(s, a->layer, &a->seq, 1, a->n_new, stats_one, a->stats_stride, &r);
     if (rc)
         return rc;
     kv_attn_prefill_params_t p = {
         .geom = *kv_page_table_geom(s->pt),
         .n_q_heads = s->cfg.n_q_heads,
-        .n_kv_heads = H,
+        .n_kv_heads = s->cfg.n_kv_heads,
         .indptr = r.indptr,
         .pages = r.pages,
         .seq_len = r.seq_len,

@@ -13,15 +13,6 @@
 #include <assert.h>
 #include <string.h>
 
-uint32_t kv_fmt_fp16_tokens_per_page(const kv_page_geom_t *g);
-void kv_fmt_fp16_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
-                      uint32_t n, float *k, float *v);
-void kv_fmt_fp16_store(void *page, const kv_page_geom_t *g, uint32_t t0,
-                       uint32_t n, kv_dtype_t dtype, const void *k,
-                       const void *v, size_t src_stride);
-void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
-                      uint32_t n, const kv_page_geom_t *g);
-
 uint32_t kv_fmt_fp16_tokens_per_page(const kv_page_geom_t *g)
 {
     if (!g || g->head_dim == 0)
@@ -94,11 +85,4 @@ void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
             bytes);
 }
 
-const kv_format_traits_t kv_fmt_fp16 = {
-    .name = "fp16",
-    .bits_note = "FP16 = 16 bits/element",
-    .tokens_per_page = kv_fmt_fp16_tokens_per_page,
-    .load = kv_fmt_fp16_load,
-    .store = kv_fmt_fp16_store,
-    .copy = kv_fmt_fp16_copy,
-};
+const kv_format_traits_t kv_fmt_fp16 = KV_FMT_FP16_TRAITS;

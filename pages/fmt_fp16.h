@@ -24,6 +24,24 @@ _Static_assert(sizeof(kv_half_t) == 2, "FP16 element must be 2 bytes");
 /* The traits entry (also reachable as kv_format_table[KV_FMT_FP16]). */
 extern const kv_format_traits_t kv_fmt_fp16;
 
+uint32_t kv_fmt_fp16_tokens_per_page(const kv_page_geom_t *g);
+void kv_fmt_fp16_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
+                      uint32_t n, float *k, float *v);
+void kv_fmt_fp16_store(void *page, const kv_page_geom_t *g, uint32_t t0,
+                       uint32_t n, kv_dtype_t dtype, const void *k,
+                       const void *v, size_t src_stride);
+void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
+                      uint32_t n, const kv_page_geom_t *g);
+
+/* The entry's initialiser: kv_fmt_fp16 and kv_format_table both use it. */
+#define KV_FMT_FP16_TRAITS                                                  \
+    {                                                                       \
+        .name = "fp16", .bits_note = "FP16 = 16 bits/element",              \
+        .tokens_per_page = kv_fmt_fp16_tokens_per_page,                     \
+        .load = kv_fmt_fp16_load, .store = kv_fmt_fp16_store,               \
+        .copy = kv_fmt_fp16_copy,                                           \
+    }
+
 /* Pointers to token t's K and V rows in an FP16 page. */
 static inline kv_half_t *kv_fp16_k(void *page, const kv_page_geom_t *g,
                                    uint32_t tpp, uint32_t t)

@@ -129,7 +129,8 @@ typedef struct kv_stats {
     uint64_t pages_capacity;    /* pool capacity                                   */
     uint64_t pages_used;        /* pages referenced by the store                   */
     uint64_t pages_free;        /* pages_capacity - pages_used                     */
-    uint64_t pages_peak;        /* high-water mark of pages_used (see kv_alloc.h)  */
+    uint64_t pages_peak;        /* high-water mark of pages_used; exact with one   */
+                                /* thread, sampled per refill with several         */
     uint64_t alloc_failures;    /* page allocations refused (pool exhausted)       */
     uint64_t n_seqs;            /* live sequences                                  */
     uint64_t tokens;            /* tokens held, summed over seq x layer x kv_head  */

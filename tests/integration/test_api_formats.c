@@ -793,7 +793,8 @@ static void test_merge_pack(void)
  * K angles grow and V angles shrink with the token, so no token is
  * minimal in both (all retained). The second merge repacks head 1's partly
  * filled RETAINED page while head 0 adds a MERGED entry; each head must
- * keep its own retention marks (kv_store_check, pages per format). */
+ * keep its own retention marks (kv_store_check, pages per format); a
+ * failed allocation during the repacking merge changes nothing. */
 static void pk_rot(float *x, double a, float scale)
 {
     memset(x, 0, HD * sizeof *x);
@@ -828,7 +829,25 @@ static void test_merge_pack_heads(void)
         }
         CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
         free(k), free(v);
-        CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
+        int rc = KV_ENOMEM, fails = 0;
+        for (uint64_t f = 1; rc == KV_ENOMEM && f < 100; f++) {
+            shot_t before, after;
+            shot_take(q, &before);
+            uint64_t live = kv_mem_live_bytes();
+            kv_fault_arm(r ? f : 0); /* the repacking merge: failures */
+            rc = kv_seq_merge_layers(S, q, 1, &o);
+            kv_fault_arm(0);
+            if (rc == KV_ENOMEM) { /* changed nothing */
+                fails++;
+                shot_take(q, &after);
+                CHECK(shot_same(&before, &after));
+                CHECK_EQ(kv_mem_live_bytes(), live);
+                shot_free(&after);
+            }
+            shot_free(&before);
+        }
+        CHECK_OK(rc);
+        CHECK(r == 0 || fails >= 2);
         CHECK_OK(kv_store_check(S));
     }
     kv_stats_t st;
