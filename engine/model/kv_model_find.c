@@ -18,10 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kv_model.h"
+#include "kv_model_int.h"
 #include "kv_sha256.h"
 
-static int ffail(char *err, size_t err_len, int code, const char *fmt, ...)
+int kv_model_errf(char *err, size_t err_len, int code, const char *fmt, ...)
 {
     if (err && err_len) {
         va_list ap;
@@ -60,16 +60,16 @@ int kv_model_find(const char *flag, char *out, size_t out_len, int *pinned, char
         else if (home && *home)
             rc = put(out, out_len, home, "/.cache/kvpage/", KV_MODEL_FILE_NAME);
         else
-            return ffail(err, err_len, KV_ENOENT,
+            return kv_model_errf(err, err_len, KV_ENOENT,
                          "model: no HOME, XDG_CACHE_HOME or KVPAGE_MODEL_DIR to look in; "
                          "set KVPAGE_MODEL to the .gguf file or %s", KV_MODEL_FETCH_HINT);
     }
     if (rc)
-        return ffail(err, err_len, rc, "model: path too long");
+        return kv_model_errf(err, err_len, rc, "model: path too long");
     struct stat st;
     if (stat(out, &st) || !S_ISREG(st.st_mode)) {
         const char *from = flag && *flag ? "--model" : env && *env ? "KVPAGE_MODEL" : "the cache";
-        return ffail(err, err_len, KV_ENOENT,
+        return kv_model_errf(err, err_len, KV_ENOENT,
                      "model: %s not found (%s; looked at %s): %s", KV_MODEL_FILE_NAME, from,
                      out, KV_MODEL_FETCH_HINT);
     }
@@ -102,19 +102,19 @@ int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return ffail(err, err_len, -e, "model: cannot open %s: %s", path, strerror(e));
+        return kv_model_errf(err, err_len, -e, "model: cannot open %s: %s", path, strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st)) {
         int e = errno;
         close(fd);
-        return ffail(err, err_len, -e, "model: cannot stat %s: %s", path, strerror(e));
+        return kv_model_errf(err, err_len, -e, "model: cannot stat %s: %s", path, strerror(e));
     }
     if ((uint64_t)st.st_size != KV_MODEL_FILE_SIZE) {
         close(fd);
         if (!pinned)
             return 0; /* somebody else's model: the GGUF checks will judge it */
-        return ffail(err, err_len, KV_ECORRUPT,
+        return kv_model_errf(err, err_len, KV_ECORRUPT,
                      "model: %s is damaged: %lld bytes, expected %llu; re-%s", path,
                      (long long)st.st_size, KV_MODEL_FILE_SIZE, KV_MODEL_FETCH_HINT);
     }
@@ -126,7 +126,7 @@ int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
     uint8_t *buf = malloc(buf_len);
     if (!buf) {
         close(fd);
-        return ffail(err, err_len, KV_ENOMEM, "model: out of memory");
+        return kv_model_errf(err, err_len, KV_ENOMEM, "model: out of memory");
     }
     kv_sha256_t h;
     kv_sha256_init(&h);
@@ -137,13 +137,13 @@ int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
     close(fd);
     free(buf);
     if (r < 0)
-        return ffail(err, err_len, -e, "model: reading %s: %s", path, strerror(e));
+        return kv_model_errf(err, err_len, -e, "model: reading %s: %s", path, strerror(e));
     uint8_t d[32];
     char hex[65];
     kv_sha256_final(&h, d);
     kv_sha256_hex(d, hex);
     if (strcmp(hex, KV_MODEL_FILE_SHA256))
-        return ffail(err, err_len, KV_ECORRUPT,
+        return kv_model_errf(err, err_len, KV_ECORRUPT,
                      "model: %s is damaged: SHA-256 %s, expected %s; re-%s", path, hex,
                      KV_MODEL_FILE_SHA256, KV_MODEL_FETCH_HINT);
     return 0;

@@ -90,4 +90,9 @@ int kv_model_attn(const kv_model_step_t *st, kv_model_scratch_t *sc, uint32_t la
 int kv_model_snapshot(const kv_model_session_t *s, uint32_t *lens);
 int kv_model_restore(kv_model_session_t *s, const uint32_t *lens, uint32_t pos);
 
+/* Format a message into err (if err_len > 0) and return code: the model
+ * engine's way of returning an error value with its explanation. */
+int kv_model_errf(char *err, size_t err_len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #endif /* KV_MODEL_INT_H */

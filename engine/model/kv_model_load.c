@@ -6,29 +6,17 @@
  * size), norms copied to FP32, RoPE frequencies precomputed.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv_model_int.h"
 
-static int lfail(char *err, size_t err_len, int code, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static int get_u32(const kv_gguf_t *g, const char *key, uint32_t *v, char *err, size_t el)
 {
     int rc = kv_gguf_get_u32(g, key, v);
     if (rc)
-        return lfail(err, el, KV_ECORRUPT, "model: metadata '%s' %s", key,
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: metadata '%s' %s", key,
                      rc == KV_ENOENT ? "is missing" : "is not a valid unsigned integer");
     return 0;
 }
@@ -37,7 +25,7 @@ static int read_hparams(const kv_gguf_t *g, kv_model_hparams_t *hp, char *err, s
 {
     kv_gguf_str_t arch;
     if (kv_gguf_get_str(g, "general.architecture", &arch) || !kv_gguf_str_eq(arch, "llama"))
-        return lfail(err, el, KV_ENOTSUP, "model: general.architecture is not 'llama'");
+        return kv_model_errf(err, el, KV_ENOTSUP, "model: general.architecture is not 'llama'");
     int rc;
     if ((rc = get_u32(g, "llama.block_count", &hp->n_layers, err, el)) ||
         (rc = get_u32(g, "llama.embedding_length", &hp->d_model, err, el)) ||
@@ -54,17 +42,17 @@ static int read_hparams(const kv_gguf_t *g, kv_model_hparams_t *hp, char *err, s
     if (!hp->n_layers || hp->n_layers > 4096 || !hp->n_q_heads || !hp->n_kv_heads ||
         hp->n_q_heads % hp->n_kv_heads || hp->d_model % hp->n_q_heads || !hp->d_ff ||
         hp->d_model > 65536 || hp->d_ff > 262144 || !hp->n_ctx)
-        return lfail(err, el, KV_ECORRUPT, "model: inconsistent hyperparameters");
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: inconsistent hyperparameters");
     hp->head_dim = hp->d_model / hp->n_q_heads;
     uint32_t rot;
     if (!kv_gguf_get_u32(g, "llama.rope.dimension_count", &rot) && rot != hp->head_dim)
-        return lfail(err, el, KV_ENOTSUP, "model: partial RoPE (%u of %u dims) not supported",
+        return kv_model_errf(err, el, KV_ENOTSUP, "model: partial RoPE (%u of %u dims) not supported",
                      rot, hp->head_dim);
     if (hp->head_dim % 16 || hp->head_dim > 1024)
-        return lfail(err, el, KV_ENOTSUP, "model: head_dim %u is not a multiple of 16 <= 1024",
+        return kv_model_errf(err, el, KV_ENOTSUP, "model: head_dim %u is not a multiple of 16 <= 1024",
                      hp->head_dim);
     if (!(hp->rope_theta > 0) || !(hp->rms_eps > 0))
-        return lfail(err, el, KV_ECORRUPT, "model: bad rope base or rms epsilon");
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: bad rope base or rms epsilon");
     return 0;
 }
 
@@ -74,13 +62,13 @@ static int bind_mat(const kv_gguf_t *g, const char *name, uint32_t rows, uint32_
 {
     const kv_gguf_tensor_t *t = kv_gguf_tensor(g, name);
     if (!t)
-        return lfail(err, el, KV_ECORRUPT, "model: tensor '%s' is missing", name);
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: tensor '%s' is missing", name);
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
-        return lfail(err, el, KV_ECORRUPT, "model: tensor '%s' is %llux%llu, expected %ux%u",
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: tensor '%s' is %llux%llu, expected %ux%u",
                      name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], cols,
                      rows);
     if (!kv_q_supported(t->type) || kv_q_mat_init(m, t->type, rows, cols, t->data, t->nbytes))
-        return lfail(err, el, KV_ENOTSUP, "model: tensor '%s' has type %s, not supported", name,
+        return kv_model_errf(err, el, KV_ENOTSUP, "model: tensor '%s' has type %s, not supported", name,
                      kv_gguf_ttype_name(t->type));
     return 0;
 }
@@ -88,7 +76,7 @@ static int bind_mat(const kv_gguf_t *g, const char *name, uint32_t rows, uint32_
 static int pack_mat(kv_q_mat_t *mat, char *err, size_t el)
 {
     int rc = kv_q_pack(mat);
-    return rc ? lfail(err, el, rc, "model: packing weights failed (%s)", kv_strerror(rc)) : 0;
+    return rc ? kv_model_errf(err, el, rc, "model: packing weights failed (%s)", kv_strerror(rc)) : 0;
 }
 
 /* Copy a vector tensor of n values to a new FP32 array. */
@@ -97,16 +85,16 @@ static int load_vec(const kv_gguf_t *g, const char *name, uint32_t n, float **ou
 {
     const kv_gguf_tensor_t *t = kv_gguf_tensor(g, name);
     if (!t)
-        return lfail(err, el, KV_ECORRUPT, "model: tensor '%s' is missing", name);
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: tensor '%s' is missing", name);
     if (t->n_elems != n || t->ne[0] != n)
-        return lfail(err, el, KV_ECORRUPT, "model: tensor '%s' has %llu values, expected %u",
+        return kv_model_errf(err, el, KV_ECORRUPT, "model: tensor '%s' has %llu values, expected %u",
                      name, (unsigned long long)t->n_elems, n);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v)
-        return lfail(err, el, KV_ENOMEM, "model: out of memory");
+        return kv_model_errf(err, el, KV_ENOMEM, "model: out of memory");
     if (kv_q_dequant_row(t->type, t->data, v, n)) {
         free(v);
-        return lfail(err, el, KV_ENOTSUP, "model: tensor '%s' has type %s, not supported", name,
+        return kv_model_errf(err, el, KV_ENOTSUP, "model: tensor '%s' has type %s, not supported", name,
                      kv_gguf_ttype_name(t->type));
     }
     *out = v;
@@ -171,10 +159,10 @@ int kv_model_load(const char *path, kv_model_t **out, char *err, size_t err_len)
     if (err && err_len)
         err[0] = 0;
     if (!path || !out)
-        return lfail(err, err_len, KV_EINVAL, "model: invalid argument");
+        return kv_model_errf(err, err_len, KV_EINVAL, "model: invalid argument");
     kv_model_t *m = calloc(1, sizeof *m);
     if (!m)
-        return lfail(err, err_len, KV_ENOMEM, "model: out of memory");
+        return kv_model_errf(err, err_len, KV_ENOMEM, "model: out of memory");
     int rc = kv_gguf_open(path, &m->g, err, err_len);
     if (rc) {
         free(m);
@@ -199,7 +187,7 @@ int kv_model_load(const char *path, kv_model_t **out, char *err, size_t err_len)
     m->layers = calloc(hp->n_layers, sizeof *m->layers);
     m->inv_freq = malloc(hp->head_dim / 2 * sizeof *m->inv_freq);
     if (!m->layers || !m->inv_freq) {
-        rc = lfail(err, err_len, KV_ENOMEM, "model: out of memory");
+        rc = kv_model_errf(err, err_len, KV_ENOMEM, "model: out of memory");
         goto fail;
     }
     for (uint32_t l = 0; l < hp->n_layers; l++)
@@ -208,7 +196,7 @@ int kv_model_load(const char *path, kv_model_t **out, char *err, size_t err_len)
     for (uint32_t i = 0; i < hp->head_dim / 2; i++)
         m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
     if ((rc = kv_model_pool_create(0, &m->pool))) {
-        lfail(err, err_len, rc, "model: cannot start worker threads (%s)", kv_strerror(rc));
+        kv_model_errf(err, err_len, rc, "model: cannot start worker threads (%s)", kv_strerror(rc));
         goto fail;
     }
     *out = m;
