@@ -126,6 +126,7 @@ int kv_store_create(const kv_config_t *cfg, kv_store_t **out)
     };
     if ((rc = kv_alloc_pool_create(&ac, &s->pool)) ||
         (rc = kv_page_table_create(&pc, s->pool, &s->pt)) ||
+        (rc = kv_store_lru_init(s)) ||
         (rc = kv_backend_cpu_create(c.n_threads, &s->backend))) {
         kv_store_destroy(s);
         return rc;
@@ -142,6 +143,7 @@ void kv_store_destroy(kv_store_t *s)
     kv_backend_destroy(&s->backend);
     kv_page_table_destroy(s->pt);
     kv_alloc_pool_destroy(s->pool);
+    kv_store_lru_fini(s);
     kv_mem_free(s, sizeof *s);
 }
 
@@ -176,7 +178,8 @@ int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
         out->bytes_by_format[f] = pt.pages_by_format[f] * s->cfg.page_bytes;
         out->kv_bytes += out->bytes_by_format[f];
     }
-    out->meta_bytes = pt.meta_bytes + sizeof *s + kv_pol_meta_bytes(s);
+    out->meta_bytes = pt.meta_bytes + sizeof *s + kv_pol_meta_bytes(s) +
+                      kv_store_lru_meta_bytes(s);
     out->fp16_bytes = pt.tokens * 2u * s->cfg.head_dim * 2u;
     return 0;
 }
@@ -194,7 +197,10 @@ int kv_seq_create(kv_store_t *s, kv_seq_id_t *out)
 {
     if (!s || !out)
         return KV_EINVAL;
-    return kv_page_seq_create(s->pt, out);
+    int rc = kv_page_seq_create(s->pt, out);
+    if (rc == 0)
+        kv_store_touch(s, *out);
+    return rc;
 }
 
 int kv_seq_free(kv_store_t *s, kv_seq_id_t seq)
@@ -202,8 +208,10 @@ int kv_seq_free(kv_store_t *s, kv_seq_id_t seq)
     if (!s)
         return KV_EINVAL;
     int rc = kv_page_seq_free(s->pt, seq);
-    if (rc == 0)
+    if (rc == 0) {
         kv_pol_seq_drop(s, seq);
+        s->last_use[seq] = 0;
+    }
     return rc;
 }
 
@@ -219,6 +227,8 @@ int kv_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t *child)
         kv_page_seq_free(s->pt, c); /* all-or-nothing */
         return rc;
     }
+    kv_store_touch(s, parent);
+    kv_store_touch(s, c);
     *child = c;
     return 0;
 }
@@ -266,6 +276,7 @@ int kv_append(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t n_tokens,
         return 0;
     if (!k || !v || (dtype != KV_DTYPE_F32 && dtype != KV_DTYPE_F16))
         return KV_EINVAL;
+    kv_store_touch(s, seq);
     return kv_page_append(s->pt, seq, layer, n_tokens, dtype, k, v, pos);
 }
 
@@ -447,6 +458,8 @@ int kv_attn_decode(kv_store_t *s, const kv_decode_t *a)
 {
     if (!s || !a)
         return KV_EINVAL;
+    for (uint32_t b = 0; a->seqs && b < a->batch; b++)
+        kv_store_touch(s, a->seqs[b]);
     for (uint32_t b = 0; s->pol && a->seqs && b < a->batch; b++) {
         kv_pol_seq_t *ps = kv_pol_get(s, a->seqs[b]);
         if (ps && kv_pol_wants(ps))
@@ -459,6 +472,7 @@ int kv_attn_prefill(kv_store_t *s, const kv_prefill_t *a)
 {
     if (!s || !a)
         return KV_EINVAL;
+    kv_store_touch(s, a->seq);
     kv_pol_seq_t *ps = kv_pol_get(s, a->seq);
     if (ps && kv_pol_wants(ps))
         return kv_pol_attn_prefill(s, a, ps);

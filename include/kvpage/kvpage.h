@@ -116,6 +116,8 @@ typedef struct kv_config {
                           /* KV_FMT_FP16 (never convert), KV_FMT_INT4, KV_FMT_INT2 */
     uint32_t residual;    /* R: newest tokens of a list kept FP16, converted R at */
                           /* a time; a multiple of 16; 0 = 128                    */
+    /* @pressure-fields (memory-pressure escalation) */
+    /* @offload-fields (page file tier) */
 } kv_config_t;
 
 /* A config with struct_size/version set, defaults filled in, and the model

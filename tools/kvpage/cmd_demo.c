@@ -29,69 +29,36 @@ typedef struct demo_timing {
     uint64_t decode_kv_bytes;  /* FP16-equivalent K/V bytes read by decode   */
 } demo_timing_t;
 
-static void demo_usage(void)
-{
-    printf("usage: kvpage demo [options]\n"
-           "  --seqs N       sequences (default 8)\n"
-           "  --prompt N     prompt tokens per sequence (default 512)\n"
-           "  --decode N     decode steps (default 128)\n"
-           "  --forks N      sequences forked after prefill (default 1)\n"
-           "  --layers N     layers (default 30, SmolLM2-135M)\n"
-           "  --q-heads N    query heads (default 9)\n"
-           "  --kv-heads N   kv heads (default 3)\n"
-           "  --head-dim N   head dim (default 64)\n"
-           "  --threads N    attention threads (default: all CPUs)\n"
-           "  --seed N       seed of the synthetic K/V/Q (default 1)\n"
-           "  --json         one JSON object instead of the table\n");
-}
+#define DEMO_U(name, field, lo, hi, arg, help) \
+    {name, KV_CLI_UINT, offsetof(demo_opts_t, field), lo, hi, 0, 0, arg, help}
+static const kv_cli_opt_t demo_opts[] = {
+    DEMO_U("--seqs", seqs, 1, 4096, "N", "sequences (default 8)"),
+    DEMO_U("--prompt", prompt, 1, 1u << 20, "N", "prompt tokens per sequence (default 512)"),
+    DEMO_U("--decode", decode, 0, 1u << 20, "N", "decode steps (default 128)"),
+    DEMO_U("--forks", forks, 0, 4096, "N", "sequences forked after prefill (default 1)"),
+    DEMO_U("--layers", layers, 1, 4096, "N", "layers (default 30, SmolLM2-135M)"),
+    DEMO_U("--q-heads", q_heads, 1, 8192, "N", "query heads (default 9)"),
+    DEMO_U("--kv-heads", kv_heads, 1, 1024, "N", "kv heads (default 3)"),
+    DEMO_U("--head-dim", head_dim, 16, 1024, "N", "head dim (default 64)"),
+    DEMO_U("--threads", threads, 0, 1024, "N", "attention threads (default: all CPUs)"),
+    DEMO_U("--seed", seed, 0, UINT64_MAX, "N", "seed of the synthetic K/V/Q (default 1)"),
+    {"--json", KV_CLI_FLAG, offsetof(demo_opts_t, json), 0, 0, 0, 0, NULL,
+     "one JSON object instead of the table"},
+};
 
+/* 0 ok, 1 help printed, 2 usage error. */
 static int demo_parse(int argc, char **argv, demo_opts_t *o)
 {
     *o = (demo_opts_t){.seqs = 8, .prompt = 512, .decode = 128, .layers = 30,
                        .q_heads = 9, .kv_heads = 3, .head_dim = 64,
                        .threads = 0, .forks = 1, .seed = 1};
-    static const struct {
-        const char *name;
-        size_t off;
-        uint64_t lo, hi;
-    } opts[] = {
-        {"--seqs", offsetof(demo_opts_t, seqs), 1, 4096},
-        {"--prompt", offsetof(demo_opts_t, prompt), 1, 1u << 20},
-        {"--decode", offsetof(demo_opts_t, decode), 0, 1u << 20},
-        {"--forks", offsetof(demo_opts_t, forks), 0, 4096},
-        {"--layers", offsetof(demo_opts_t, layers), 1, 4096},
-        {"--q-heads", offsetof(demo_opts_t, q_heads), 1, 8192},
-        {"--kv-heads", offsetof(demo_opts_t, kv_heads), 1, 1024},
-        {"--head-dim", offsetof(demo_opts_t, head_dim), 16, 1024},
-        {"--threads", offsetof(demo_opts_t, threads), 0, 1024},
-        {"--seed", offsetof(demo_opts_t, seed), 0, UINT64_MAX},
-    };
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            demo_usage();
-            return 1;
-        }
-        if (!strcmp(argv[i], "--json")) {
-            o->json = 1;
-            continue;
-        }
-        size_t j = 0;
-        for (; j < sizeof opts / sizeof opts[0]; j++)
-            if (!strcmp(argv[i], opts[j].name))
-                break;
-        if (j == sizeof opts / sizeof opts[0]) {
-            fprintf(stderr, "kvpage demo: unknown option '%s' (--help lists them)\n", argv[i]);
-            return -1;
-        }
-        uint64_t *dst = (uint64_t *)((char *)o + opts[j].off);
-        if (i + 1 >= argc || kv_cli_uint(opts[j].name, argv[i + 1], opts[j].lo,
-                                         opts[j].hi, dst))
-            return -1;
-        i++;
-    }
+    int rc = kv_cli_parse("demo", NULL, demo_opts, sizeof demo_opts / sizeof demo_opts[0],
+                          argc, argv, o);
+    if (rc)
+        return rc;
     if (o->forks > o->seqs) {
         fprintf(stderr, "kvpage demo: --forks must not exceed --seqs\n");
-        return -1;
+        return 2;
     }
     return 0;
 }
@@ -245,7 +212,7 @@ int kv_cmd_demo(int argc, char **argv)
     demo_opts_t o;
     int prc = demo_parse(argc, argv, &o);
     if (prc)
-        return prc > 0 ? 0 : 2;
+        return prc == 1 ? 0 : 2;
     double wall0 = kv_cli_now();
     const uint32_t n_seqs = (uint32_t)(o.seqs + o.forks);
     const uint64_t tpp = 16; /* default page: 16 FP16 tokens */

@@ -44,88 +44,42 @@ typedef struct eval_opts {
     uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items;
 } eval_opts_t;
 
-static void eval_usage(void)
-{
-    printf("usage: kvpage eval [options]\n"
-           "  --policies LIST   comma-separated policy specs (default fp16,kivi4,kivi2,"
-           "minicache);\n"
-           "                    fp16 is always run first, as the reference\n"
-           "  --tasks LIST      of ppl,passkey,needle,vt,fidelity (default: all)\n"
-           "  --texts LIST      perplexity texts: names under " EVAL_TEXT_DIR " or paths\n"
-           "                    (default GPL-3)\n"
-           "  --ppl-prefill P   prompt tokens before the scored ones (default 1024)\n"
-           "  --ppl-gen G       teacher-forced tokens scored (default 128)\n"
-           "  --probe-rows N    fidelity: last decode rows compared (default 16)\n"
-           "  --ctx LIST        retrieval token budgets (default 1024)\n"
-           "  --depths LIST     needle depths in percent (default 0,50,100)\n"
-           "  --items N         retrieval items per (task, ctx, depth) (default 1)\n"
-           "  --seed N          item generator seed (default 1)\n"
-           "  --threads N       compute threads (default: all CPUs)\n"
-           "  --model FILE      the .gguf file (as for kvpage run)\n"
-           "  --json FILE       write the JSON report (- = stdout)\n"
-           "  --md FILE         write the Markdown table (- = stdout; default: stdout\n"
-           "                    when no other output is asked for)\n"
-           "  --svg FILE        write the plot of quality against KV bytes\n");
-}
+#define EVAL_U(name, field, lo, hi, arg, help) \
+    {name, KV_CLI_UINT, offsetof(eval_opts_t, field), lo, hi, 0, 0, arg, help}
+#define EVAL_S(name, field, arg, help) \
+    {name, KV_CLI_STR, offsetof(eval_opts_t, field), 0, 0, 0, 0, arg, help}
+static const kv_cli_opt_t eval_opts[] = {
+    EVAL_S("--policies", policies, "LIST", "comma-separated policy specs (default fp16,"
+           "kivi4,kivi2,minicache);\nfp16 is always run first, as the reference"),
+    EVAL_S("--tasks", tasks, "LIST", "of ppl,passkey,needle,vt,fidelity (default: all)"),
+    EVAL_S("--texts", texts, "LIST", "perplexity texts: names under " EVAL_TEXT_DIR
+           " or paths\n(default GPL-3)"),
+    EVAL_U("--ppl-prefill", ppl_prefill, 1, 1u << 20, "P",
+           "prompt tokens before the scored ones (default 1024)"),
+    EVAL_U("--ppl-gen", ppl_gen, 1, 1u << 20, "G", "teacher-forced tokens scored (default 128)"),
+    EVAL_U("--probe-rows", probe_rows, 0, 1u << 16, "N",
+           "fidelity: last decode rows compared (default 16)"),
+    EVAL_S("--ctx", ctx, "LIST", "retrieval token budgets (default 1024)"),
+    EVAL_S("--depths", depths, "LIST", "needle depths in percent (default 0,50,100)"),
+    EVAL_U("--items", items, 1, 1000, "N", "retrieval items per (task, ctx, depth) (default 1)"),
+    EVAL_U("--seed", seed, 0, UINT64_MAX, "N", "item generator seed (default 1)"),
+    EVAL_U("--threads", threads, 0, 1024, "N", "compute threads (default: all CPUs)"),
+    EVAL_S("--model", model, "FILE", "the .gguf file (as for kvpage run)"),
+    EVAL_S("--json", json, "FILE", "write the JSON report (- = stdout)"),
+    EVAL_S("--md", md, "FILE", "write the Markdown table (- = stdout; default: stdout\n"
+           "when no other output is asked for)"),
+    EVAL_S("--svg", svg, "FILE", "write the plot of quality against KV bytes"),
+};
 
+/* 0 ok, 1 help printed, 2 usage error. */
 static int eval_parse(int argc, char **argv, eval_opts_t *o)
 {
     *o = (eval_opts_t){.policies = "fp16,kivi4,kivi2,minicache",
                        .tasks = "ppl,passkey,needle,vt,fidelity", .texts = "GPL-3",
                        .ctx = "1024", .depths = "0,50,100", .ppl_prefill = 1024,
                        .ppl_gen = 128, .seed = 1, .probe_rows = 16, .items = 1};
-    static const struct {
-        const char *name;
-        size_t off;
-        uint64_t lo, hi;
-    } nums[] = {
-        {"--ppl-prefill", offsetof(eval_opts_t, ppl_prefill), 1, 1u << 20},
-        {"--ppl-gen", offsetof(eval_opts_t, ppl_gen), 1, 1u << 20},
-        {"--probe-rows", offsetof(eval_opts_t, probe_rows), 0, 1u << 16},
-        {"--items", offsetof(eval_opts_t, items), 1, 1000},
-        {"--seed", offsetof(eval_opts_t, seed), 0, UINT64_MAX},
-        {"--threads", offsetof(eval_opts_t, threads), 0, 1024},
-    };
-    static const struct {
-        const char *name;
-        size_t off;
-    } strs[] = {
-        {"--policies", offsetof(eval_opts_t, policies)}, {"--tasks", offsetof(eval_opts_t, tasks)},
-        {"--texts", offsetof(eval_opts_t, texts)},       {"--ctx", offsetof(eval_opts_t, ctx)},
-        {"--depths", offsetof(eval_opts_t, depths)},     {"--model", offsetof(eval_opts_t, model)},
-        {"--json", offsetof(eval_opts_t, json)},         {"--md", offsetof(eval_opts_t, md)},
-        {"--svg", offsetof(eval_opts_t, svg)},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            eval_usage();
-            return 1;
-        }
-        int done = 0;
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kvpage eval: %s: unknown option or missing value (--help)\n", a);
-            return -1;
-        }
-        for (size_t j = 0; j < sizeof nums / sizeof nums[0] && !done; j++)
-            if (!strcmp(a, nums[j].name)) {
-                if (kv_cli_uint(a, argv[i + 1], nums[j].lo, nums[j].hi,
-                                (uint64_t *)((char *)o + nums[j].off)))
-                    return -1;
-                done = 1;
-            }
-        for (size_t j = 0; j < sizeof strs / sizeof strs[0] && !done; j++)
-            if (!strcmp(a, strs[j].name)) {
-                *(const char **)((char *)o + strs[j].off) = argv[i + 1];
-                done = 1;
-            }
-        if (!done) {
-            fprintf(stderr, "kvpage eval: unknown option '%s' (--help lists them)\n", a);
-            return -1;
-        }
-        i++;
-    }
-    return 0;
+    return kv_cli_parse("eval", NULL, eval_opts, sizeof eval_opts / sizeof eval_opts[0],
+                        argc, argv, o);
 }
 
 /* Split a comma list into at most EVAL_MAX_LIST pieces of buf (modified). */
@@ -600,7 +554,7 @@ int kv_cmd_eval(int argc, char **argv)
     eval_opts_t o;
     int prc = eval_parse(argc, argv, &o);
     if (prc)
-        return prc > 0 ? 0 : 2;
+        return prc == 1 ? 0 : 2;
     eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2)};
     char pbuf[1024], xbuf[1024], *tnames[EVAL_MAX_LIST];
     snprintf(pbuf, sizeof pbuf, "%s", o.policies);

@@ -31,100 +31,45 @@ typedef struct run_opts {
     int json;
 } run_opts_t;
 
-static void run_usage(void)
-{
-    printf("usage: kvpage run [options]\n"
-           "  --prompt TEXT   the user message (default: \"" RUN_DEFAULT_PROMPT "\")\n"
-           "  --system TEXT   the system message (default: SmolLM's)\n"
-           "  --max-new N     most tokens to generate (default 64)\n"
-           "  --temp T        sampling temperature; 0 = greedy (default 0)\n"
-           "  --seed N        sampling seed (default 1)\n"
-           "  --threads N     compute threads (default: all CPUs)\n"
-           "  --model FILE    the .gguf file (default: $KVPAGE_MODEL, else\n"
-           "                  $KVPAGE_MODEL_DIR or ~/.cache/kvpage/" KV_MODEL_FILE_NAME ")\n"
-           "  --policy SPEC   KV cache policy (default fp16), e.g. kivi2, h2o:hh=0.1,rw=0.1,\n"
-           "                  minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)\n"
-           "  --json          one JSON object on stdout instead of the stream and table\n"
-           "Fetch the model once with scripts/fetch_model.sh (make run does it).\n");
-}
+static const kv_cli_opt_t run_opts[] = {
+    {"--prompt", KV_CLI_STR, offsetof(run_opts_t, prompt), 0, 0, 0, 0, "TEXT",
+     "the user message (default: \"" RUN_DEFAULT_PROMPT "\")"},
+    {"--system", KV_CLI_STR, offsetof(run_opts_t, system), 0, 0, 0, 0, "TEXT",
+     "the system message (default: SmolLM's)"},
+    {"--max-new", KV_CLI_UINT, offsetof(run_opts_t, max_new), 0, 1u << 20, 0, 0, "N",
+     "most tokens to generate (default 64)"},
+    {"--temp", KV_CLI_DOUBLE, offsetof(run_opts_t, temp), 0, 0, 0, 100, "T",
+     "sampling temperature; 0 = greedy (default 0)"},
+    {"--seed", KV_CLI_UINT, offsetof(run_opts_t, seed), 0, UINT64_MAX, 0, 0, "N",
+     "sampling seed (default 1)"},
+    {"--threads", KV_CLI_UINT, offsetof(run_opts_t, threads), 0, 1024, 0, 0, "N",
+     "compute threads (default: all CPUs)"},
+    {"--model", KV_CLI_STR, offsetof(run_opts_t, model), 0, 0, 0, 0, "FILE",
+     "the .gguf file (default: $KVPAGE_MODEL, else\n$KVPAGE_MODEL_DIR or "
+     "~/.cache/kvpage/" KV_MODEL_FILE_NAME ")"},
+    {"--policy", KV_CLI_STR, offsetof(run_opts_t, policy), 0, 0, 0, 0, "SPEC",
+     "KV cache policy (default fp16), e.g. kivi2, h2o:hh=0.1,rw=0.1,\n"
+     "minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)"},
+    {"--json", KV_CLI_FLAG, offsetof(run_opts_t, json), 0, 0, 0, 0, NULL,
+     "one JSON object on stdout instead of the stream and table"},
+};
 
+/* 0 ok, 1 help printed, 2 usage error. */
 static int run_parse(int argc, char **argv, run_opts_t *o)
 {
     *o = (run_opts_t){.prompt = RUN_DEFAULT_PROMPT, .policy = "fp16", .max_new = 64,
                       .seed = 1};
-    static const struct {
-        const char *name;
-        size_t off;
-        uint64_t lo, hi;
-    } nums[] = {
-        {"--max-new", offsetof(run_opts_t, max_new), 0, 1u << 20},
-        {"--seed", offsetof(run_opts_t, seed), 0, UINT64_MAX},
-        {"--threads", offsetof(run_opts_t, threads), 0, 1024},
-    };
-    static const struct {
-        const char *name;
-        size_t off;
-    } strs[] = {
-        {"--prompt", offsetof(run_opts_t, prompt)},
-        {"--system", offsetof(run_opts_t, system)},
-        {"--model", offsetof(run_opts_t, model)},
-        {"--policy", offsetof(run_opts_t, policy)},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            run_usage();
-            return 1;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        int known = !strcmp(a, "--temp");
-        for (size_t j = 0; j < sizeof nums / sizeof nums[0]; j++)
-            known |= !strcmp(a, nums[j].name);
-        for (size_t j = 0; j < sizeof strs / sizeof strs[0]; j++)
-            known |= !strcmp(a, strs[j].name);
-        if (!known) {
-            fprintf(stderr, "kvpage run: unknown option '%s' (--help lists them)\n", a);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kvpage run: %s needs a value (--help lists the options)\n", a);
-            return -1;
-        }
-        const char *val = argv[i + 1];
-        int done = 0;
-        for (size_t j = 0; j < sizeof nums / sizeof nums[0] && !done; j++)
-            if (!strcmp(a, nums[j].name)) {
-                if (kv_cli_uint(a, val, nums[j].lo, nums[j].hi,
-                                (uint64_t *)((char *)o + nums[j].off)))
-                    return -1;
-                done = 1;
-            }
-        for (size_t j = 0; j < sizeof strs / sizeof strs[0] && !done; j++)
-            if (!strcmp(a, strs[j].name)) {
-                *(const char **)((char *)o + strs[j].off) = val;
-                done = 1;
-            }
-        if (!done && !strcmp(a, "--temp")) {
-            char *end = NULL;
-            o->temp = strtod(val, &end);
-            if (!*val || *end || !(o->temp >= 0 && o->temp <= 100)) {
-                fprintf(stderr, "kvpage run: --temp must be a number in [0, 100], got '%s'\n",
-                        val);
-                return -1;
-            }
-            done = 1;
-        }
-        i++;
-    }
+    int rc = kv_cli_parse("run", "Fetch the model once with scripts/fetch_model.sh "
+                                 "(make run does it).",
+                          run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
+    if (rc)
+        return rc;
     kv_policy_t *pol = NULL;
     char perr[256] = "";
     if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
         fprintf(stderr, "kvpage run: --policy '%s': %s (grammar: docs/policies.md)\n",
                 o->policy, perr);
-        return -1;
+        return 2;
     }
     kv_policy_destroy(pol);
     return 0;
@@ -272,7 +217,7 @@ int kv_cmd_run(int argc, char **argv)
     run_opts_t o;
     int prc = run_parse(argc, argv, &o);
     if (prc)
-        return prc > 0 ? 0 : 2;
+        return prc == 1 ? 0 : 2;
     char path[4096], err[512] = "";
     int pinned = 0, rc, ret = 1;
     if ((rc = kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err)))

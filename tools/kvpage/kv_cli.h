@@ -9,11 +9,15 @@
 #ifndef KV_CLI_H
 #define KV_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 int kv_cmd_demo(int argc, char **argv);
 int kv_cmd_run(int argc, char **argv);
 int kv_cmd_eval(int argc, char **argv);
+int kv_cmd_stress(int argc, char **argv);
+int kv_cmd_plan(int argc, char **argv);
 
 /* Monotonic clock in seconds. */
 double kv_cli_now(void);
@@ -22,5 +26,39 @@ double kv_cli_now(void);
  * message naming the option and returns -1. */
 int kv_cli_uint(const char *opt, const char *val, uint64_t lo, uint64_t hi,
                 uint64_t *out);
+
+/* ---- options (kv_cli_opt.c) ---------------------------------------------
+ * Every subcommand describes its options in one table and parses argv with
+ * kv_cli_parse; the same table prints the usage text. Values land in the
+ * command's options struct at `off`: int (FLAG: set to 1), uint64_t (UINT),
+ * double (DOUBLE), const char * (STR: points into argv). */
+typedef enum kv_cli_kind {
+    KV_CLI_FLAG = 0,   /* no value                                  */
+    KV_CLI_UINT = 1,   /* integer in [lo, hi]                       */
+    KV_CLI_DOUBLE = 2, /* finite number in [dlo, dhi]               */
+    KV_CLI_STR = 3,    /* any string                                */
+} kv_cli_kind_t;
+
+typedef struct kv_cli_opt {
+    const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
+    kv_cli_kind_t kind;
+    size_t off;         /* offsetof(options struct, field)               */
+    uint64_t lo, hi;    /* UINT range                                    */
+    double dlo, dhi;    /* DOUBLE range                                  */
+    const char *arg;    /* value name in the usage, e.g. "N", "SPEC"     */
+    const char *help;   /* usage text; may hold '\n' for more lines      */
+} kv_cli_opt_t;
+
+/* Parse argv[1..argc) (argv[0] = the subcommand) into o. Every argument
+ * must be a known option. Returns 0; 1 when --help/-h printed the usage to
+ * stdout (exit 0); 2 after printing to stderr why an argument is wrong
+ * (naming the option and the accepted range). */
+int kv_cli_parse(const char *cmd, const char *synopsis, const kv_cli_opt_t *opts,
+                 size_t n_opts, int argc, char **argv, void *o);
+
+/* Print "usage: kvpage <cmd> [options]", the synopsis (may be NULL), and one
+ * line per option with its argument name and help. */
+void kv_cli_usage(FILE *f, const char *cmd, const char *synopsis,
+                  const kv_cli_opt_t *opts, size_t n_opts);
 
 #endif /* KV_CLI_H */

@@ -7,9 +7,7 @@
  *
  * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -53,25 +51,6 @@ double kv_cli_now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-int kv_cli_uint(const char *opt, const char *val, uint64_t lo, uint64_t hi,
-                uint64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    if (!val || !*val || *val == '-') {
-        fprintf(stderr, "kvpage: %s needs a non-negative integer\n", opt);
-        return -1;
-    }
-    unsigned long long x = strtoull(val, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        fprintf(stderr, "kvpage: %s must be an integer in [%llu, %llu], got '%s'\n",
-                opt, (unsigned long long)lo, (unsigned long long)hi, val);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 int main(int argc, char **argv)
