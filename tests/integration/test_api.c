@@ -29,6 +29,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_attn.h"
 
 #define NL 4
 #define NQ 9
@@ -127,45 +128,13 @@ static void ref_row(const list_t *l /* [NKV] */, const uint32_t *lim,
                     const float *q, const float *out, double scale,
                     double *const *psum, const char *what)
 {
-    double *p = NULL;
     for (uint32_t h = 0; h < NQ; h++) {
         const list_t *L = &l[h / GROUP];
-        uint32_t n = lim[h / GROUP];
-        const float *qh = q + (size_t)h * HD;
-        double mx = -INFINITY, sum = 0, o[HD] = {0}, err = 0, mag = 1e-3;
-        p = xrealloc(p, (size_t)n * sizeof *p);
-        for (uint32_t t = 0; t < n; t++) {
-            double dot = 0;
-            for (int d = 0; d < HD; d++)
-                dot += (double)qh[d] * L->k[(size_t)t * HD + d];
-            p[t] = dot * scale;
-            mx = fmax(mx, p[t]);
-        }
-        for (uint32_t t = 0; t < n; t++)
-            sum += (p[t] = exp(p[t] - mx));
-        for (uint32_t t = 0; t < n; t++) {
-            p[t] /= sum;
-            for (int d = 0; d < HD; d++)
-                o[d] += p[t] * L->v[(size_t)t * HD + d];
-            if (psum)
-                psum[h / GROUP][t] += p[t];
-        }
-        for (int d = 0; d < HD; d++) {
-            err = fmax(err, fabs(out[(size_t)h * HD + d] - o[d]));
-            mag = fmax(mag, fabs(o[d]));
-            if (!isfinite(out[(size_t)h * HD + d]))
-                err = INFINITY;
-        }
-        worst_out = fmax(worst_out, err / mag);
-        if (!(err <= TOL * mag)) {
-            kv_test_fail_++;
-            fprintf(stderr, "%s: q head %u: error %g vs |ref| %g\n", what, h,
-                    err, mag);
-        } else {
-            kv_test_pass_++;
-        }
+        double o[HD];
+        kv_test_dense_row(L->k, L->v, HD, lim[h / GROUP], q + (size_t)h * HD, scale, o,
+                          psum ? psum[h / GROUP] : NULL);
+        kv_test_check_row(out + (size_t)h * HD, o, HD, TOL, &worst_out, what, h);
     }
-    free(p);
 }
 
 /* stats[g*stride + t] vs psum[g][t] for t < len[g]; entries past len must be

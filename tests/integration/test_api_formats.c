@@ -45,6 +45,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_attn.h"
 
 #define NL 4
 #define NQ 6
@@ -347,39 +348,11 @@ static void ref_row(float *const *lk, float *const *lv, const uint32_t *lim,
 {
     const double scale = 1.0 / sqrt((double)HD);
     for (uint32_t h = 0; h < NQ; h++) {
-        uint32_t g = h / GROUP, n = lim[g];
-        double *p = xmalloc((size_t)n * sizeof *p);
-        double mx = -INFINITY, sum = 0, o[HD] = {0}, err = 0, mag = 1e-3;
-        for (uint32_t t = 0; t < n; t++) {
-            double dot = 0;
-            for (int d = 0; d < HD; d++)
-                dot += (double)q[h * HD + d] * lk[g][(size_t)t * HD + d];
-            p[t] = dot * scale;
-            mx = fmax(mx, p[t]);
-        }
-        for (uint32_t t = 0; t < n; t++)
-            sum += (p[t] = exp(p[t] - mx));
-        for (uint32_t t = 0; t < n; t++) {
-            p[t] /= sum;
-            for (int d = 0; d < HD; d++)
-                o[d] += p[t] * lv[g][(size_t)t * HD + d];
-            if (psum)
-                psum[g][t] += p[t];
-        }
-        for (int d = 0; d < HD; d++) {
-            double e = fabs(out[h * HD + d] - o[d]);
-            err = isfinite(out[h * HD + d]) ? fmax(err, e) : INFINITY;
-            mag = fmax(mag, fabs(o[d]));
-        }
-        worst_out = fmax(worst_out, err / mag);
-        if (!(err <= TOL * mag)) {
-            kv_test_fail_++;
-            fprintf(stderr, "%s: q head %u: error %g vs |ref| %g\n", what, h,
-                    err, mag);
-        } else {
-            kv_test_pass_++;
-        }
-        free(p);
+        uint32_t g = h / GROUP;
+        double o[HD];
+        kv_test_dense_row(lk[g], lv[g], HD, lim[g], q + (size_t)h * HD, scale, o,
+                          psum ? psum[g] : NULL);
+        kv_test_check_row(out + (size_t)h * HD, o, HD, TOL, &worst_out, what, h);
     }
 }
 

@@ -29,6 +29,7 @@
 #include "kernels/cpu/kv_cpu.h"
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
+#include "kv_test_attn.h"
 #include "pages/fmt_fp16.h"
 
 #define SENTINEL 12345.0f
@@ -153,47 +154,6 @@ static void fixture_free(fixture_t *f)
     free(f->v);
 }
 
-/* Dense attention of one query row over tokens [0, n) of list i: out[D] and,
- * when stats, stats[t] += probability of token t. */
-static void dense_row(const fixture_t *f, uint32_t i, uint32_t n,
-                      const float *q, float scale, double *out, double *stats)
-{
-    uint32_t d = f->geom.head_dim;
-    double *p = xcalloc(n, sizeof *p), mx = -INFINITY, sum = 0;
-    for (uint32_t t = 0; t < n; t++) {
-        double s = 0;
-        for (uint32_t j = 0; j < d; j++)
-            s += (double)q[j] * f->k[i][(size_t)t * d + j];
-        p[t] = s * scale;
-        mx = p[t] > mx ? p[t] : mx;
-    }
-    for (uint32_t t = 0; t < n; t++) {
-        p[t] = exp(p[t] - mx);
-        sum += p[t];
-    }
-    for (uint32_t j = 0; j < d; j++)
-        out[j] = 0;
-    for (uint32_t t = 0; t < n; t++) {
-        p[t] /= sum;
-        for (uint32_t j = 0; j < d; j++)
-            out[j] += p[t] * f->v[i][(size_t)t * d + j];
-        if (stats)
-            stats[t] += p[t];
-    }
-    free(p);
-}
-
-/* Norm-wise relative error of a row. */
-static double rel_err(const float *x, const double *ref, uint32_t d)
-{
-    double num = 0, den = 0;
-    for (uint32_t j = 0; j < d; j++) {
-        num += (x[j] - ref[j]) * (x[j] - ref[j]);
-        den += ref[j] * ref[j];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
 static kv_backend_t be1, be2; /* 1 and 2 threads */
 
 /* ---- decode ------------------------------------------------------------- */
@@ -265,8 +225,8 @@ static void run_decode(const dcase_t *c, uint64_t seed)
             memset(rst, 0, stride * sizeof *rst);
             for (uint32_t g = 0; g < G; g++) {
                 size_t row = (size_t)b * c->nq + (size_t)h * G + g;
-                dense_row(&f, li, len, q + row * d, p.scale, ref, rst);
-                double e = rel_err(out1 + row * d, ref, d);
+                kv_test_dense_row(f.k[li], f.v[li], d, len, q + row * d, p.scale, ref, rst);
+                double e = kv_test_rel_err(out1 + row * d, ref, d);
                 worst = e > worst ? e : worst;
             }
             const float *sb = st1 + b * sfl + (size_t)h * stride;
@@ -410,9 +370,9 @@ static void run_prefill(const pcase_t *c, uint64_t seed)
         for (uint32_t i = 0; i < c->n_new; i++)
             for (uint32_t g = 0; g < G; g++) {
                 size_t row = (size_t)i * c->nq + (size_t)h * G + g;
-                dense_row(&f, h, base + i + 1, q + row * d, p.scale, ref,
+                kv_test_dense_row(f.k[h], f.v[h], d, base + i + 1, q + row * d, p.scale, ref,
                           i >= c->row0 ? rst : NULL);
-                double e = rel_err(out1 + row * d, ref, d);
+                double e = kv_test_rel_err(out1 + row * d, ref, d);
                 worst = e > worst ? e : worst;
             }
         const float *sb = st1 + (size_t)h * stride;

@@ -25,6 +25,7 @@
 
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
+#include "kv_test_attn.h"
 #include "pages/fmt_fp16.h"
 #include "pages/fmt_int.h"
 
@@ -143,46 +144,6 @@ static void fixture_free(fixture_t *f)
     free(f->v0);
 }
 
-/* Dense attention of one query row over tokens [0, n) of rows k, v: out[D]
- * and, when stats, stats[t] += probability of token t. */
-static void dense_row(const float *k, const float *v, uint32_t d, uint32_t n,
-                      const float *q, float scale, double *out, double *stats)
-{
-    double *p = xcalloc(n, sizeof *p), mx = -INFINITY, sum = 0;
-    for (uint32_t t = 0; t < n; t++) {
-        double s = 0;
-        for (uint32_t j = 0; j < d; j++)
-            s += (double)q[j] * k[(size_t)t * d + j];
-        p[t] = s * scale;
-        mx = p[t] > mx ? p[t] : mx;
-    }
-    for (uint32_t t = 0; t < n; t++) {
-        p[t] = exp(p[t] - mx);
-        sum += p[t];
-    }
-    for (uint32_t j = 0; j < d; j++)
-        out[j] = 0;
-    for (uint32_t t = 0; t < n; t++) {
-        p[t] /= sum;
-        for (uint32_t j = 0; j < d; j++)
-            out[j] += p[t] * v[(size_t)t * d + j];
-        if (stats)
-            stats[t] += p[t];
-    }
-    free(p);
-}
-
-/* Norm-wise relative error of a row. */
-static double rel_err(const float *x, const double *ref, uint32_t d)
-{
-    double num = 0, den = 0;
-    for (uint32_t j = 0; j < d; j++) {
-        num += (x[j] - ref[j]) * (x[j] - ref[j]);
-        den += ref[j] * ref[j];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
 static kv_backend_t be;
 
 /* ---- decode ------------------------------------------------------------- */
@@ -243,13 +204,13 @@ static void run_decode(const dcase_t *c, uint64_t seed)
             memset(rst, 0, stride * sizeof *rst);
             for (uint32_t g = 0; g < G; g++) {
                 size_t row = (size_t)b * c->nq + (size_t)h * G + g;
-                dense_row(f.k[li], f.v[li], d, len, q + row * d, p.scale, ref,
+                kv_test_dense_row(f.k[li], f.v[li], d, len, q + row * d, p.scale, ref,
                           rst);
-                double e = rel_err(out + row * d, ref, d);
+                double e = kv_test_rel_err(out + row * d, ref, d);
                 worst = e > worst ? e : worst;
-                dense_row(f.k0[li], f.v0[li], d, len, q + row * d, p.scale,
+                kv_test_dense_row(f.k0[li], f.v0[li], d, len, q + row * d, p.scale,
                           ref, NULL);
-                e = rel_err(out + row * d, ref, d);
+                e = kv_test_rel_err(out + row * d, ref, d);
                 control = e > control ? e : control;
             }
             const float *sb = st + b * sfl + (size_t)h * stride;
@@ -356,9 +317,9 @@ static void run_prefill(const pcase_t *c, uint64_t seed)
         for (uint32_t i = 0; i < c->n_new; i++)
             for (uint32_t g = 0; g < G; g++) {
                 size_t row = (size_t)i * c->nq + (size_t)h * G + g;
-                dense_row(f.k[h], f.v[h], d, base + i + 1, q + row * d,
+                kv_test_dense_row(f.k[h], f.v[h], d, base + i + 1, q + row * d,
                           p.scale, ref, i >= c->row0 ? rst : NULL);
-                double e = rel_err(out + row * d, ref, d);
+                double e = kv_test_rel_err(out + row * d, ref, d);
                 worst = e > worst ? e : worst;
             }
         const float *sb = st + (size_t)h * stride;
