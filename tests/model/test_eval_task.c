@@ -69,7 +69,7 @@ static void test_passkey_depth(void)
         /* the intro has 3 sentences ending in '.' */
         CHECK_EQ(before, 3 + d);
         if (d == 100) {
-            const char *q = strstr(it.user, "What is the pass key?");
+            const char *q = strstr(it.user, "What is the pass key? Answer with the number only.");
             CHECK(q && n > strstr(it.user, last) && q > n);
         }
         CHECK(!strcmp(it.prime, "The pass key is"));

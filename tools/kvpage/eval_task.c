@@ -160,7 +160,7 @@ static void make_passkey(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, ev
     sb_printf(b, "There is an important info hidden inside a lot of irrelevant text. Find it "
                  "and memorize it. I will quiz you about the important information there.\n\n");
     hay_write(b, &h, s->n_units);
-    sb_printf(b, "\n\nWhat is the pass key?");
+    sb_printf(b, "\n\nWhat is the pass key? Answer with the number only.");
     snprintf(it->prime, sizeof it->prime, "The pass key is");
     snprintf(it->answer, sizeof it->answer, "%u", key);
     it->max_new = 8;
