@@ -519,9 +519,11 @@ static int write_out(const char *path, int (*fn)(FILE *, const eval_report_t *),
 static int setup_lists(eval_state_t *E, char *pbuf, int *want)
 {
     char *parts[EVAL_MAX_LIST], err[320] = "";
-    uint32_t n = split_list(pbuf, parts);
+    int n = kv_cli_split_specs("--policies", pbuf, parts, EVAL_MAX_LIST - 1);
+    if (n < 0)
+        return -1;
     E->pol_names[E->n_pol++] = "fp16";
-    for (uint32_t i = 0; i < n && E->n_pol < EVAL_MAX_LIST; i++)
+    for (int i = 0; i < n; i++)
         if (strcmp(parts[i], "fp16"))
             E->pol_names[E->n_pol++] = parts[i];
     for (uint32_t i = 0; i < E->n_pol; i++)
@@ -556,7 +558,12 @@ int kv_cmd_eval(int argc, char **argv)
     if (prc)
         return prc == 1 ? 0 : 2;
     eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2)};
-    char pbuf[1024], xbuf[1024], *tnames[EVAL_MAX_LIST];
+    char pbuf[4096], xbuf[1024], *tnames[EVAL_MAX_LIST];
+    if (strlen(o.policies) >= sizeof pbuf || strlen(o.texts) >= sizeof xbuf) {
+        fprintf(stderr, "kvpage eval: --policies (< %zu bytes) or --texts (< %zu bytes) "
+                "too long\n", sizeof pbuf, sizeof xbuf);
+        return 2;
+    }
     snprintf(pbuf, sizeof pbuf, "%s", o.policies);
     snprintf(xbuf, sizeof xbuf, "%s", o.texts);
     int want[EVAL_TASK_COUNT + 2] = {0}; /* tasks..., ppl, fidelity */

@@ -61,4 +61,12 @@ int kv_cli_parse(const char *cmd, const char *synopsis, const kv_cli_opt_t *opts
 void kv_cli_usage(FILE *f, const char *cmd, const char *synopsis,
                   const kv_cli_opt_t *opts, size_t n_opts);
 
+/* Split a comma-separated list of policy specs in place (buf is modified;
+ * out[i] point into it). Commas separate specs and also the keys of one
+ * spec ("h2o:hh=0.1,rw=0.1,kivi2" is two specs): a piece whose first '='
+ * comes before any ':' or '+' continues the previous spec. Empty pieces are
+ * skipped. Returns the number of specs, or -1 (message on stderr naming
+ * opt) if there are more than max or the list starts with a key=value. */
+int kv_cli_split_specs(const char *opt, char *buf, char **out, uint32_t max);
+
 #endif /* KV_CLI_H */

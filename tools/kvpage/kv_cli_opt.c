@@ -137,3 +137,37 @@ void kv_cli_usage(FILE *f, const char *cmd, const char *synopsis,
     }
     fprintf(f, "  %-20s %s\n", "--help", "this text");
 }
+
+/* Does this piece continue the previous spec (key=value before any ':'/'+')? */
+static int cli_is_key(const char *p)
+{
+    size_t eq = strcspn(p, "="), sep = strcspn(p, ":+");
+    return p[eq] == '=' && eq < sep;
+}
+
+int kv_cli_split_specs(const char *opt, char *buf, char **out, uint32_t max)
+{
+    uint32_t n = 0;
+    int prev_spec = 0; /* the piece before this one was a spec or its key */
+    for (char *p = buf; p;) {
+        char *c = strchr(p, ',');
+        if (c)
+            *c = 0;
+        if (*p && cli_is_key(p)) {
+            if (!prev_spec) {
+                fprintf(stderr, "kvpage: %s: '%s' has no method before it\n", opt, p);
+                return -1;
+            }
+            p[-1] = ','; /* it continues the previous spec */
+        } else if (*p) {
+            if (n >= max) {
+                fprintf(stderr, "kvpage: %s: more than %u policies\n", opt, max);
+                return -1;
+            }
+            out[n++] = p;
+        }
+        prev_spec = *p != 0;
+        p = c ? c + 1 : NULL;
+    }
+    return (int)n;
+}
