@@ -30,9 +30,11 @@
  *   loadavg          1-minute load average at the start and the end
  *
  * Usage: kvbench-attn [--json] [--quick] [--threads N] [--ctx N]
- *                     [--min-time S]
+ *                     [--min-time S] [--backend cpu|cuda ...]
  *   --ctx N: only that context (cache rows, and memory rows unless --quick);
- *   --min-time S: seconds of timed calls per format and point.
+ *   --min-time S: seconds of timed calls per format and point;
+ *   --backend cuda: the GPU rows instead, with their own options and
+ *   copy_gbps baseline (kernels/cuda/kv_cuda_bench.cu, docs/gpu.md).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +44,21 @@
 #include <unistd.h>
 
 #include "kvpage/kvpage.h"
+#ifdef KV_HAVE_CUDA
+#include "kernels/cuda/kv_cuda.h"
+#endif
+
+/* --backend cuda: every argument goes to the CUDA bench. */
+static int bench_cuda(int argc, char **argv)
+{
+#ifdef KV_HAVE_CUDA
+    return kv_cuda_bench_attn(argc, argv);
+#else
+    (void)argc;
+    fprintf(stderr, "%s: built without CUDA\n", argv[0]);
+    return 2;
+#endif
+}
 
 #define N_Q      9u
 #define N_KV     3u
@@ -339,10 +356,16 @@ int main(int argc, char **argv)
             min_time_arg = strtod(argv[++i], NULL);
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
             only_ctx = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc &&
+                 !strcmp(argv[i + 1], "cuda"))
+            return bench_cuda(argc, argv);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc &&
+                 !strcmp(argv[i + 1], "cpu"))
+            i++;
         else {
             fprintf(stderr,
                     "usage: %s [--json] [--quick] [--threads N] [--ctx N] "
-                    "[--min-time S]\n",
+                    "[--min-time S] [--backend cpu|cuda]\n",
                     argv[0]);
             return 2;
         }

@@ -27,6 +27,7 @@ static const struct {
     {KV_ECORRUPT, "data or internal state failed its integrity check"},
     {KV_EIO, "I/O error"},
     {KV_ELIMIT, "a fixed limit was reached"},
+    {KV_ENOTRES, "page not resident (it is on the page file)"},
 };
 
 const char *kv_strerror(int err)

@@ -48,11 +48,17 @@ static int mc_merge(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p, uint32
     o.gamma = (float)p->mc_gamma;
     o.dir_format = p->fmt_given ? KV_FMT_INT4 : KV_FMT_FP16;
     for (uint32_t l = mc_first(s, p); l < s->cfg.n_layers; l += 2) {
-        uint32_t r0 = residual_tokens(kv_page_list_get(s->pt, seq, l - 1, 0));
-        uint32_t r1 = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
-        if (r0 == 0 || r0 != r1 || r0 < min_new)
+        int ready = 1; /* every head: both layers hold the same new tokens */
+        for (uint32_t h = 0; h < s->cfg.n_kv_heads && ready; h++) {
+            uint32_t r0 = residual_tokens(kv_page_list_get(s->pt, seq, l - 1, h));
+            uint32_t r1 = residual_tokens(kv_page_list_get(s->pt, seq, l, h));
+            ready = r0 != 0 && r0 == r1 && r0 >= min_new;
+        }
+        if (!ready)
             continue;
         int rc = kv_seq_merge_layers(s, seq, l, &o);
+        if (rc == KV_ESTATE) /* positions differ (the caller compacted): */
+            continue;        /* this pair stays unmerged                 */
         if (rc)
             return rc;
     }

@@ -301,7 +301,7 @@ int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_
         kv_pol_vec_t *v = p->sel == KV_POL_SEL_SNAPKV ? &ps->win[i] : &ps->acc[i];
         rc = kv_pol_vec_resize(s, v, n);
         score = v->v;
-        if (p->sel == KV_POL_SEL_SNAPKV && n_cand) {
+        if (rc == 0 && p->sel == KV_POL_SEL_SNAPKV && n_cand) {
             kv_pol_maxpool(v->v, n_cand, p->kernel, pooled);
             score = pooled;
         }

@@ -89,6 +89,9 @@ static int config_resolve(const kv_config_t *cfg, kv_config_t *out)
         c.residual = KV_DEFAULT_RESIDUAL;
     if (c.residual % 16 != 0 || c.residual > KV_MAX_RESIDUAL)
         return KV_ERANGE;
+    int rc = kv_store_pressure_check(&c);
+    if (rc || (rc = kv_store_off_resolve(&c)))
+        return rc;
     if (c.backend == KV_BACKEND_CUDA)
         return KV_ENOTSUP;
     if (c.backend != KV_BACKEND_CPU)
@@ -127,7 +130,9 @@ int kv_store_create(const kv_config_t *cfg, kv_store_t **out)
     if ((rc = kv_alloc_pool_create(&ac, &s->pool)) ||
         (rc = kv_page_table_create(&pc, s->pool, &s->pt)) ||
         (rc = kv_store_lru_init(s)) ||
-        (rc = kv_backend_cpu_create(c.n_threads, &s->backend))) {
+        (rc = kv_store_pressure_init(s)) ||
+        (rc = kv_backend_cpu_create(c.n_threads, &s->backend)) ||
+        (rc = kv_store_off_init(s))) {
         kv_store_destroy(s);
         return rc;
     }
@@ -139,11 +144,13 @@ void kv_store_destroy(kv_store_t *s)
 {
     if (!s)
         return;
+    kv_store_off_fini(s); /* first: finishes I/O that owns pages */
     kv_pol_table_destroy(s);
     kv_backend_destroy(&s->backend);
     kv_page_table_destroy(s->pt);
     kv_alloc_pool_destroy(s->pool);
     kv_store_lru_fini(s);
+    kv_store_pressure_fini(s);
     kv_mem_free(s, sizeof *s);
 }
 
@@ -179,8 +186,10 @@ int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
         out->kv_bytes += out->bytes_by_format[f];
     }
     out->meta_bytes = pt.meta_bytes + sizeof *s + kv_pol_meta_bytes(s) +
-                      kv_store_lru_meta_bytes(s);
+                      kv_store_lru_meta_bytes(s) + kv_store_off_meta_bytes(s);
     out->fp16_bytes = pt.tokens * 2u * s->cfg.head_dim * 2u;
+    kv_store_pressure_stats(s, out);
+    kv_store_off_stats(s, out);
     return 0;
 }
 
@@ -188,7 +197,8 @@ int kv_store_check(const kv_store_t *s)
 {
     if (!s)
         return KV_EINVAL;
-    return kv_page_table_check(s->pt);
+    int rc = kv_page_table_check(s->pt);
+    return rc ? rc : kv_store_off_check(s);
 }
 
 /* ---- sequences ------------------------------------------------------------ */
@@ -207,7 +217,9 @@ int kv_seq_free(kv_store_t *s, kv_seq_id_t seq)
 {
     if (!s)
         return KV_EINVAL;
-    int rc = kv_page_seq_free(s->pt, seq);
+    int rc = kv_store_off_seq_drop(s, seq); /* its I/O, slots (offload) */
+    if (rc == 0)
+        rc = kv_page_seq_free(s->pt, seq);
     if (rc == 0) {
         kv_pol_seq_drop(s, seq);
         s->last_use[seq] = 0;
@@ -220,8 +232,8 @@ int kv_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t *child)
     if (!s || !child)
         return KV_EINVAL;
     kv_seq_id_t c;
-    int rc = kv_page_seq_fork(s->pt, parent, &c);
-    if (rc)
+    int rc = kv_store_off_ready(s, parent);
+    if (rc || (rc = kv_page_seq_fork(s->pt, parent, &c)))
         return rc;
     if ((rc = kv_pol_seq_fork(s, parent, c))) {
         kv_page_seq_free(s->pt, c); /* all-or-nothing */
@@ -276,8 +288,17 @@ int kv_append(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t n_tokens,
         return 0;
     if (!k || !v || (dtype != KV_DTYPE_F32 && dtype != KV_DTYPE_F16))
         return KV_EINVAL;
+    int rc = kv_store_off_ready(s, seq); /* its pages resident (offload) */
+    if (rc)
+        return rc;
     kv_store_touch(s, seq);
-    return kv_page_append(s->pt, seq, layer, n_tokens, dtype, k, v, pos);
+    kv_store_press_call_t pc; /* memory-pressure ladder (kv_store_pressure.c) */
+    kv_store_press_begin(s, &pc, seq,
+                         s->press ? kv_store_press_append_need(s, seq, layer, n_tokens) : 0);
+    do
+        rc = kv_page_append(s->pt, seq, layer, n_tokens, dtype, k, v, pos);
+    while (kv_store_press_retry(s, &pc, rc));
+    return rc;
 }
 
 int kv_read(const kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_head,
@@ -291,7 +312,10 @@ int kv_read(const kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_he
         return rc;
     if (t0 > l->n_tokens || n > l->n_tokens - t0)
         return KV_ERANGE;
-    return kv_page_read(s->pt, seq, layer, kv_head, t0, n, k, v, pos);
+    rc = kv_page_read(s->pt, seq, layer, kv_head, t0, n, k, v, pos);
+    if (rc == KV_ENOTRES && !(rc = kv_store_off_access(s, &seq, 1, layer, kv_head)))
+        rc = kv_page_read(s->pt, seq, layer, kv_head, t0, n, k, v, pos); /* paged in */
+    return rc;
 }
 
 int kv_compact(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_head,
@@ -300,9 +324,15 @@ int kv_compact(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_head,
     if (!s || (n_keep && !keep))
         return KV_EINVAL;
     int rc;
-    if (!list_lookup(s, seq, layer, kv_head, &rc))
+    if (!list_lookup(s, seq, layer, kv_head, &rc) || (rc = kv_store_off_ready(s, seq)))
         return rc;
-    return kv_page_compact(s->pt, seq, layer, kv_head, keep, n_keep);
+    const uint32_t T = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    kv_store_press_call_t pc; /* fresh pages: at most one per kept page */
+    kv_store_press_begin(s, &pc, seq, ((uint64_t)n_keep + T - 1) / T);
+    do
+        rc = kv_page_compact(s->pt, seq, layer, kv_head, keep, n_keep);
+    while (kv_store_press_retry(s, &pc, rc));
+    return rc;
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -342,6 +372,9 @@ static int runs_for_seqs(const kv_store_t *s, uint32_t layer, const kv_seq_id_t 
             return KV_ERANGE;
         n_pages += l->n_ents;
     }
+    int orc = kv_store_off_access(s, seqs, n_seqs, layer, UINT32_MAX); /* offload */
+    if (orc)
+        return orc;
     size_t head = ((size_t)2 * n + 1) * sizeof(uint32_t);
     head = (head + 15) & ~(size_t)15;
     r->bytes = head + n_pages * sizeof(kv_kern_page_t);

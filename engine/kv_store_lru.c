@@ -3,8 +3,8 @@
  * and the offload policy ("coldest sequences first").
  *
  * The store keeps a tick counter and, per sequence id, the tick of the
- * sequence's last use: create, fork, append, attention, prefill_end and
- * step_end touch it (kv_store_touch). Ticks come from one atomic counter, so
+ * sequence's last use: create, fork, append and attention touch it
+ * (kv_store_touch; a decode step appends, so it touches). Ticks come from one atomic counter, so
  * no two touches share a tick and the order of sequences by last use is a
  * total order; attention calls, which may run concurrently, touch with
  * relaxed atomics (recency is a hint, never a correctness condition).

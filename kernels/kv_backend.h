@@ -146,6 +146,11 @@ typedef struct kv_backend {
 
 /* The CPU reference backend. n_threads 0 = online CPUs. */
 int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out);
+/* The CUDA backend (kernels/cuda/kv_cuda.h defines the config; only in
+ * builds with CUDA, library kvpage_cuda). KV_ENOTSUP without a usable GPU,
+ * KV_EINVAL for a bad config. */
+typedef struct kv_cuda_config kv_cuda_config_t;
+int kv_backend_cuda_create(const kv_cuda_config_t *cfg, kv_backend_t *out);
 /* Destroy any backend (ops->destroy(ctx)); NULL ops is a no-op. */
 void kv_backend_destroy(kv_backend_t *b);
 

@@ -512,6 +512,17 @@ int kv_offload_set_fault(kv_offload_file_t *f, const kv_offload_fault_t *fault)
     return 0;
 }
 
+int kv_offload_set_max_io(kv_offload_file_t *f, uint32_t max_io_bytes)
+{
+    if (!f)
+        return KV_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    uint32_t run = max_io_bytes / f->sb.slot_bytes;
+    f->max_run = run < 1 ? 1 : run > f->stage.units ? f->stage.units : run;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
 void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
 {
     if (!f || !out)

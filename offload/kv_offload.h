@@ -250,6 +250,11 @@ int kv_offload_list(kv_offload_file_t *f, kv_offload_entry_t *out, uint64_t cap,
  * faults). KV_EINVAL: ppm sum > 1e6. */
 int kv_offload_set_fault(kv_offload_file_t *f, const kv_offload_fault_t *fault);
 
+/* Coalesce at most max_io_bytes per I/O from now on (at least one slot, at
+ * most the staging memory): I/Os already built keep their size. Fault runs
+ * use one slot per I/O so that every page meets the shim. KV_EINVAL: NULL. */
+int kv_offload_set_max_io(kv_offload_file_t *f, uint32_t max_io_bytes);
+
 /* ---- statistics ---------------------------------------------------------- */
 
 typedef struct kv_offload_stats {

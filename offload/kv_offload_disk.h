@@ -94,4 +94,37 @@ int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_h
 /* One entry: 0 or KV_ECORRUPT (zero fields, format > 255). */
 int kv_offload_idx_decode_ent(const uint8_t *ent, kv_offload_meta_t *m);
 
+/* Little-endian fields, for these structures and the store's sequence
+ * records (engine/kv_store_offload_record.c). */
+static inline void kv_offload_put16(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void kv_offload_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void kv_offload_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t kv_offload_get16(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+}
+static inline uint32_t kv_offload_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t kv_offload_get64(const uint8_t *p)
+{
+    return (uint64_t)kv_offload_get32(p) | (uint64_t)kv_offload_get32(p + 4) << 32;
+}
+
 #endif /* KV_OFFLOAD_DISK_H */

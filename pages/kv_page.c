@@ -109,8 +109,12 @@ static void seq_drop(kv_page_table_t *pt, uint32_t seq)
     kv_page_list_t *lists = pt->seqs[seq];
     for (uint32_t i = 0; i < pt->n_lists; i++) {
         kv_page_list_t *l = &lists[i];
-        for (uint32_t e = 0; e < l->n_ents; e++)
-            kv_page_unref(pt, l->ents[e].id, l->ents[e].format);
+        for (uint32_t e = 0; e < l->n_ents; e++) {
+            /* no I/O may own a page of a dropped sequence (the store waits) */
+            assert(!(l->ents[e].flags & KV_PAGE_ENT_PAGING));
+            if (kv_page_ent_holds_page(&l->ents[e]))
+                kv_page_unref(pt, l->ents[e].id, l->ents[e].format);
+        }
         pt->tokens -= l->n_tokens;
         kv_page_meta_free(pt, l->ents, (size_t)l->cap_ents * sizeof *l->ents);
         kv_page_meta_free(pt, l->pos, (size_t)l->cap_pos * sizeof *l->pos);
@@ -194,6 +198,8 @@ int kv_page_seq_fork(kv_page_table_t *pt, uint32_t parent, uint32_t *child)
         return KV_EINVAL;
     if (!kv_page_seq_live(pt, parent))
         return KV_ENOENT;
+    if (kv_page_seq_busy(pt, parent))
+        return KV_ENOTRES;
     if (pt->n_free == 0)
         return KV_ELIMIT;
     const kv_page_list_t *src = pt->seqs[parent];
@@ -269,6 +275,16 @@ int kv_page_read(const kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     const kv_page_list_t *l = kv_page_list_at(pt, seq, layer, head);
     if ((uint64_t)t0 + n > l->n_tokens)
         return KV_ERANGE;
+    if (__atomic_load_n(&l->n_busy, __ATOMIC_ACQUIRE)) {
+        /* every entry overlapping [t0, t0+n) must be readable */
+        uint32_t at = 0;
+        for (uint32_t e = 0; e < l->n_ents && at < t0 + n; e++) {
+            uint8_t fl = __atomic_load_n(&l->ents[e].flags, __ATOMIC_ACQUIRE);
+            if (at + l->ents[e].n_tokens > t0 && (fl & KV_PAGE_ENT_OFFLOADED))
+                return KV_ENOTRES;
+            at += l->ents[e].n_tokens;
+        }
+    }
     const kv_page_geom_t *g = &pt->cfg.geom;
     size_t row = g->head_dim;
     if (pos)

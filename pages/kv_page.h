@@ -20,7 +20,12 @@
  *     head of a residual; appends fill the last); entries of other formats
  *     may be partly filled;
  *   - flags: KV_PAGE_ENT_UPPER only on MERGED entries (and only in lists of
- *     layer >= 1), KV_PAGE_ENT_RETAINED only on FP16 entries, no other bit;
+ *     layer >= 1), KV_PAGE_ENT_RETAINED only on FP16 entries, the residency
+ *     bits (below) only in their valid combinations on non-MERGED entries,
+ *     no other bit; list.n_busy counts the entries with residency bits; an
+ *     entry that holds no page (OFFLOADED) is not counted in the pool or
+ *     pages_by_format, and a busy entry that holds one is its only holder;
+ *     the fill rule compares the structural bits only;
  *   - only the last entry is appended to, and only if it is an unflagged
  *     FP16 entry; a page with refcount > 1 is never written (copy-on-write):
  *     an append to a shared tail page first copies it to a fresh page, and
@@ -72,9 +77,40 @@ typedef struct kv_page_ent {
                                   /* of a merged pair (not residual)     */
 #define KV_PAGE_ENT_VARIANT  0x1u /* the flag bits that are the variant  */
 
+/* Residency (the store's page-file tier, engine/kv_store_offload*.c; the
+ * table itself never sets these, kv_page_ent_set_residency does):
+ *   none                 resident: id is a pool page
+ *   PAGING               a write to the page file reads the page: still
+ *                        readable, never written or released
+ *   OFFLOADED            only on the page file: id is a slot of the store's
+ *                        file (not a pool page); not readable
+ *   OFFLOADED|PAGING     a read fills the pool page id; not readable
+ *   OFFLOADED|LOST       on file, but its last read failed (id: the slot)
+ * Only FP16/INT4/INT2 entries of pages with refcount 1 get these flags. An
+ * entry "holds a page" (one pool reference) unless it is OFFLOADED without
+ * PAGING. A list with busy entries (n_busy > 0) is not mutated: append,
+ * compact, conversion, merge, update_v and fork return KV_ENOTRES. */
+#define KV_PAGE_ENT_OFFLOADED 0x04u
+#define KV_PAGE_ENT_PAGING    0x08u
+#define KV_PAGE_ENT_LOST      0x10u
+#define KV_PAGE_ENT_RESIDENCY 0x1Cu /* the residency bits                */
+#define KV_PAGE_ENT_SHAPE     0x03u /* the structural bits (UPPER, RETAINED) */
+
 static inline uint32_t kv_page_ent_variant(const kv_page_ent_t *e)
 {
     return e->flags & KV_PAGE_ENT_VARIANT;
+}
+
+/* 1 if the entry's data is in its pool page (resident or being written). */
+static inline int kv_page_ent_readable(const kv_page_ent_t *e)
+{
+    return !(e->flags & KV_PAGE_ENT_OFFLOADED);
+}
+
+/* 1 if the entry holds a pool reference (its id is a pool page). */
+static inline int kv_page_ent_holds_page(const kv_page_ent_t *e)
+{
+    return !(e->flags & KV_PAGE_ENT_OFFLOADED) || (e->flags & KV_PAGE_ENT_PAGING);
 }
 
 typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
@@ -85,6 +121,7 @@ typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
     uint32_t cap_pos;
     uint32_t target;             /* format the residual converts to  */
                                  /* (KV_FMT_FP16: never)             */
+    uint32_t n_busy;             /* entries with residency flags     */
 } kv_page_list_t;
 
 typedef struct kv_page_table kv_page_table_t;
@@ -208,5 +245,30 @@ int kv_page_table_check(const kv_page_table_t *pt);
  * Errors: KV_EINVAL, KV_ENOENT, KV_ERANGE, KV_ENOMEM. */
 int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                      uint32_t head, uint32_t t0, uint32_t n, const float *v);
+
+/* ---- residency (kv_page_resid.c), for the store's page-file tier -------- */
+
+/* 1 if some list of seq (live) has busy entries. O(lists). */
+int kv_page_seq_busy(const kv_page_table_t *pt, uint32_t seq);
+
+/* Set the residency of entry e of list li (layer * n_kv_heads + head) of
+ * live seq: its id and residency flags (KV_PAGE_ENT_RESIDENCY bits of
+ * rflags; the structural bits stay). Accounting follows "holds a page":
+ * when the entry stops holding one, its page reference is released; when it
+ * starts, the caller's reference to id (refcount 1) becomes the entry's.
+ * n_busy and pages_by_format follow. The id is stored before the flags and
+ * both with release ordering (concurrent readers load flags with acquire
+ * before id). Callers serialize these calls; allocates nothing. */
+void kv_page_ent_set_residency(kv_page_table_t *pt, uint32_t seq, uint32_t li,
+                               uint32_t e, kv_page_id_t id, uint32_t rflags);
+
+/* Install a sequence under id (not live, < max_seqs) from lists[n_lists]
+ * built by the caller in kv_mem blocks exactly as the table keeps them
+ * (ents [cap_ents], pos [cap_pos] or NULL, n_tokens, target, n_busy): the
+ * table takes ownership of lists and every block, and their references
+ * (entries that hold a page must hold one reference each). Used to
+ * restore sequences from a page file. Errors (nothing taken): KV_EINVAL
+ * (NULL, a list inconsistent), KV_ESTATE (id live or out of range). */
+int kv_page_seq_adopt(kv_page_table_t *pt, uint32_t id, kv_page_list_t *lists);
 
 #endif /* KV_PAGE_H */

@@ -219,6 +219,8 @@ int kv_page_append(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         return KV_OK;
     if (!k || !v)
         return KV_EINVAL;
+    if (kv_page_layer_busy(pt, seq, layer))
+        return KV_ENOTRES;
 
     uint32_t H = pt->cfg.n_kv_heads;
     size_t stride = (size_t)H * pt->cfg.geom.head_dim; /* elements per token */

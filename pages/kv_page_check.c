@@ -7,7 +7,10 @@
  * the second compares each referenced page's pool refcount with its count
  * (references from both layers of a MiniCache pair count alike). Per entry:
  * flags (kv_page.h), n_tokens within the format's (MERGED: the page
- * header's) capacity, INT entries in whole groups, FP16 runs full inside.
+ * header's) capacity, INT entries in whole groups, FP16 runs full inside;
+ * entries on the page file (OFFLOADED, no pool page) are checked for flags
+ * and token counts only (their slots are the store's to check), busy ones
+ * are counted against list.n_busy.
  * Then the per-format distinct page counts, the pool's used count, the token
  * total, the id bookkeeping and meta_bytes are recomputed and compared. The
  * first violation is described in one line on stderr. Scratch (two arrays
@@ -37,7 +40,11 @@ static int flags_ok(const kv_page_table_t *pt, const kv_page_ent_t *e,
                     uint32_t li)
 {
     uint32_t f = e->flags;
-    if (f & ~(KV_PAGE_ENT_UPPER | KV_PAGE_ENT_RETAINED))
+    if (f & ~(KV_PAGE_ENT_SHAPE | KV_PAGE_ENT_RESIDENCY))
+        return 0;
+    uint32_t r = f & KV_PAGE_ENT_RESIDENCY;
+    if (r && (e->format == KV_FMT_MERGED ||
+              ((r & KV_PAGE_ENT_LOST) && r != (KV_PAGE_ENT_OFFLOADED | KV_PAGE_ENT_LOST))))
         return 0;
     if ((f & KV_PAGE_ENT_UPPER) &&
         (e->format != KV_FMT_MERGED || li / pt->cfg.n_kv_heads == 0))
@@ -61,7 +68,7 @@ static uint32_t ent_capacity(const kv_page_table_t *pt, const kv_page_ent_t *e,
 static int same_run(const kv_page_ent_t *x, const kv_page_ent_t *y)
 {
     return x->format == KV_FMT_FP16 && y->format == KV_FMT_FP16 &&
-           x->flags == y->flags;
+           (x->flags & KV_PAGE_ENT_SHAPE) == (y->flags & KV_PAGE_ENT_SHAPE);
 }
 
 /* 1 if entry e must be full: it is FP16 and followed by an entry of its
@@ -122,15 +129,27 @@ int kv_page_table_check(const kv_page_table_t *pt)
             if (l->target != KV_FMT_FP16 && l->target != KV_FMT_INT4 &&
                 l->target != KV_FMT_INT2)
                 FAIL("seq %u list %u: target format %u", s, li, l->target);
+            uint32_t busy = 0;
             for (uint32_t e = 0; e < l->n_ents; e++) {
                 const kv_page_ent_t *ent = &l->ents[e];
                 uint32_t tpp = kv_page_fmt_tpp(pt, ent->format);
-                if (!kv_alloc_id_valid(pt->pool, ent->id) || tpp == 0)
+                int holds = kv_page_ent_holds_page(ent);
+                busy += (ent->flags & KV_PAGE_ENT_RESIDENCY) != 0;
+                if ((holds ? !kv_alloc_id_valid(pt->pool, ent->id)
+                           : ent->id == KV_PAGE_ID_INVALID) || tpp == 0)
                     FAIL("seq %u list %u ent %u: bad id %#x or format %u", s,
                          li, e, ent->id, ent->format);
                 if (!flags_ok(pt, ent, li))
                     FAIL("seq %u list %u ent %u: flags %#x on format %u", s,
                          li, e, ent->flags, ent->format);
+                if (!holds) { /* on the page file: no pool page to look at */
+                    if (ent->n_tokens < 1 || ent->n_tokens > tpp ||
+                        (is_int(ent->format) && ent->n_tokens % 16 != 0))
+                        FAIL("seq %u list %u ent %u: %u tokens offloaded (page "
+                             "holds %u)", s, li, e, ent->n_tokens, tpp);
+                    sum += ent->n_tokens;
+                    continue;
+                }
                 tpp = ent_capacity(pt, ent, tpp);
                 if (ent->n_tokens < 1 || ent->n_tokens > tpp ||
                     (is_int(ent->format) && ent->n_tokens % 16 != 0) ||
@@ -152,6 +171,9 @@ int kv_page_table_check(const kv_page_table_t *pt)
             if (sum != l->n_tokens)
                 FAIL("seq %u list %u: n_tokens %u, entries hold %llu", s, li,
                      l->n_tokens, (unsigned long long)sum);
+            if (busy != l->n_busy)
+                FAIL("seq %u list %u: n_busy %u, busy entries %u", s, li,
+                     l->n_busy, busy);
             tokens += sum;
         }
     }
@@ -161,11 +183,17 @@ int kv_page_table_check(const kv_page_table_t *pt)
         const kv_page_list_t *lists = pt->seqs[s];
         for (uint32_t li = 0; lists && li < pt->n_lists; li++)
             for (uint32_t e = 0; e < lists[li].n_ents; e++) {
-                kv_page_id_t id = lists[li].ents[e].id;
+                const kv_page_ent_t *ent = &lists[li].ents[e];
+                if (!kv_page_ent_holds_page(ent))
+                    continue;
+                kv_page_id_t id = ent->id;
                 uint32_t rc_pool = kv_alloc_refcount(pt->pool, id);
                 if (rc_pool != refs[kv_alloc_page_index(id)])
                     FAIL("page %#x: refcount %u, referenced %u times", id,
                          rc_pool, refs[kv_alloc_page_index(id)]);
+                if ((ent->flags & KV_PAGE_ENT_RESIDENCY) && rc_pool != 1)
+                    FAIL("page %#x: owned by an I/O but has refcount %u", id,
+                         rc_pool);
             }
     }
 

@@ -136,6 +136,8 @@ int kv_page_compact(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     int rc = check_keep(keep, n_keep, l->n_tokens);
     if (rc)
         return rc;
+    if (l->n_busy)
+        return KV_ENOTRES;
 
     uint32_t T = pt->fp16_tpp, D = pt->cfg.geom.head_dim;
     uint32_t n_dst = (n_keep + T - 1) / T;

@@ -331,6 +331,8 @@ int kv_page_set_format(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     int rc = check_target(pt, fmt);
     if (rc)
         return rc;
+    if (kv_page_layer_busy(pt, seq, layer))
+        return KV_ENOTRES;
     for (uint32_t h = 0; h < pt->cfg.n_kv_heads; h++)
         kv_page_list_at(pt, seq, layer, h)->target = fmt;
     return KV_OK;
@@ -345,6 +347,8 @@ int kv_page_quantize(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         return KV_ENOENT;
     if (layer >= pt->cfg.n_layers)
         return KV_ERANGE;
+    if (kv_page_layer_busy(pt, seq, layer))
+        return KV_ENOTRES;
     if (keep_fp16 == UINT32_MAX) /* the append rule's marker */
         keep_fp16--;
     return kv_page_convert_residual(pt, seq, layer, keep_fp16);

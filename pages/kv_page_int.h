@@ -64,6 +64,17 @@ static inline kv_page_list_t *kv_page_list_at(const kv_page_table_t *pt,
     return &pt->seqs[seq][(size_t)layer * pt->cfg.n_kv_heads + head];
 }
 
+/* 1 if some kv_head list of (seq, layer) has busy entries (residency
+ * flags, kv_page.h): mutating calls then return KV_ENOTRES. */
+static inline int kv_page_layer_busy(const kv_page_table_t *pt, uint32_t seq,
+                                     uint32_t layer)
+{
+    for (uint32_t h = 0; h < pt->cfg.n_kv_heads; h++)
+        if (kv_page_list_at(pt, seq, layer, h)->n_busy)
+            return 1;
+    return 0;
+}
+
 /* Writable address of a page (host pool; asserts it has one). */
 void *kv_page_ptr(const kv_page_table_t *pt, kv_page_id_t id);
 

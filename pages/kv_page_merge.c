@@ -269,6 +269,8 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         return KV_ENOENT;
     if (layer == 0 || layer >= pt->cfg.n_layers)
         return KV_ERANGE;
+    if (kv_page_layer_busy(pt, seq, layer - 1) || kv_page_layer_busy(pt, seq, layer))
+        return KV_ENOTRES;
     const kv_page_geom_t *g = &pt->cfg.geom;
     const uint32_t mcap = kv_fmt_merged_capacity(g, o->dir_format);
     if (mcap == 0)

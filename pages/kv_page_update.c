@@ -30,6 +30,8 @@ int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     kv_page_list_t *l = kv_page_list_at(pt, seq, layer, head);
     if (t0 > l->n_tokens || n > l->n_tokens - t0)
         return KV_ERANGE;
+    if (l->n_busy)
+        return KV_ENOTRES;
     const uint32_t D = pt->cfg.geom.head_dim;
     for (size_t i = 0; i < (size_t)n * D; i++)
         if (!(fabsf(v[i]) <= 65504.0f))

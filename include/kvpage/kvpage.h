@@ -18,7 +18,8 @@
  *   - Thread safety: calls that change a store (append, fork, free, compact,
  *     create/destroy of sequences) must be serialized by the caller per store.
  *     Attention and read calls only read and may run concurrently with each
- *     other, but not with a mutating call on the same store.
+ *     other, but not with a mutating call on the same store. (With a page
+ *     file and KV_OFFLOAD_WAIT they may read pages back: see "offload".)
  *   - Shapes are written [outer][...][inner], row-major, elements contiguous.
  *   - A call with several things wrong returns the code of one of them; which
  *     one is not specified.
@@ -57,6 +58,7 @@ enum {
     KV_ECORRUPT    = -1008, /* stored data failed its integrity check             */
     KV_EIO         = -1009, /* I/O error                                          */
     KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
+    KV_ENOTRES     = -1011, /* page not resident (on the page file, see offload) */
 };
 
 /* A short English description of an error code (never NULL). */
@@ -116,9 +118,31 @@ typedef struct kv_config {
                           /* KV_FMT_FP16 (never convert), KV_FMT_INT4, KV_FMT_INT2 */
     uint32_t residual;    /* R: newest tokens of a list kept FP16, converted R at */
                           /* a time; a multiple of 16; 0 = 128                    */
-    /* @pressure-fields (memory-pressure escalation) */
-    /* @offload-fields (page file tier) */
+    const char *pressure; /* memory-pressure ladder, NULL or "" = off: steps run */
+                          /* on the coldest sequences before KV_ENOMEM, e.g.     */
+                          /* "int4,int2,evict:sink=4,recent=256" (see "memory    */
+                          /* pressure" below); copied at create                  */
+    uint32_t pressure_reserve; /* pages: when a kv_append/kv_compact leaves     */
+                          /* fewer free, the ladder runs until this many are;    */
+                          /* 0 = only when a page is refused; <= host_pages      */
+    /* page-file tier ("offload" below); all zero/NULL: no page file          */
+    const char *offload_path; /* the page file; NULL = no offload tier. Its  */
+                          /* index is "<path>.idx". Copied at create          */
+    uint32_t offload_pages; /* slots of a new file (one page each),           */
+                          /* 1..2^26; ignored with KV_OFFLOAD_OPEN            */
+    uint32_t offload_qd;  /* I/Os in flight, 1..4096; 0 = 64                  */
+    uint32_t offload_high; /* watermarks of kv_store_offload_balance, in per  */
+    uint32_t offload_low;  /* mille of host_pages in use; 0 = 900 and 750     */
+                          /* (low: high/2 if high <= 750); low < high <= 1000 */
+    uint32_t offload_flags; /* KV_OFFLOAD_* bits                              */
 } kv_config_t;
+
+/* kv_config_t.offload_flags */
+#define KV_OFFLOAD_WAIT  0x1u /* a call that needs a non-resident page reads  */
+                              /* it back and waits, instead of KV_ENOTRES     */
+#define KV_OFFLOAD_OPEN  0x2u /* open an existing page file and restore its   */
+                              /* sequences (else create it: -EEXIST if there) */
+#define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite engine even where io_uring runs */
 
 /* A config with struct_size/version set, defaults filled in, and the model
  * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
@@ -142,6 +166,31 @@ typedef struct kv_stats {
     uint64_t meta_bytes;        /* live metadata bytes (page tables, sequences)    */
     uint64_t fp16_bytes;        /* an unpaged FP16 cache of the same tokens:       */
                                 /* tokens * 2 (K,V) * head_dim * 2 bytes           */
+    /* memory-pressure ladder (kv_config_t.pressure; all 0 when off)              */
+    uint64_t pressure_runs;     /* ladder runs (a refused page, or below reserve)  */
+    uint64_t pressure_rescued;  /* calls that failed for want of pages and then    */
+                                /* succeeded after the ladder                      */
+    uint64_t pressure_pages_freed;      /* pool pages the ladder gave back (net)   */
+    uint64_t pressure_converted_tokens; /* FP16 tokens its int4/int2 steps         */
+                                        /* converted, summed over lists            */
+    uint64_t pressure_evicted_tokens;   /* tokens its evict step dropped, summed   */
+                                        /* over lists                              */
+    /* page-file tier (kv_config_t.offload_path; all 0 without one). Pages on */
+    /* the file are not in pages_used, pages_by_format or kv_bytes.           */
+    uint64_t offload_slots;     /* slots in the page file                          */
+    uint64_t offload_slots_used; /* slots held: pages, writes in flight, records   */
+    uint64_t pages_on_file;     /* page references whose data is only on the file  */
+                                /* (lost ones included)                            */
+    uint64_t pages_in_flight;   /* page references with a read or write in flight  */
+    uint64_t pages_lost;        /* on the file, but their last read failed         */
+    uint64_t pages_out;         /* page writes completed (cumulative)              */
+    uint64_t pages_in;          /* page reads completed and verified (cumulative)  */
+    uint64_t bytes_out;         /* payload bytes of pages_out                      */
+    uint64_t bytes_in;          /* payload bytes of pages_in                       */
+    uint64_t io_errors;         /* page reads/writes that failed, checksum         */
+                                /* failures included (cumulative)                  */
+    uint64_t seqs_dropped;      /* sequences a reopened file named that could not  */
+                                /* be restored (record or pages unreadable)        */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -155,7 +204,9 @@ typedef struct kv_stats {
  * KV_ENOMEM. */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
-/* Destroy a store and everything in it. NULL is a no-op. */
+/* Destroy a store and everything in it. NULL is a no-op. With a page file:
+ * finishes its I/O and persists it first (kv_store_offload_sync); the file
+ * stays on disk. */
 KV_API void kv_store_destroy(kv_store_t *store);
 
 /* The config the store runs with (defaults resolved). */
@@ -176,7 +227,8 @@ KV_API int kv_store_check(const kv_store_t *store);
 KV_API int kv_seq_create(kv_store_t *store, kv_seq_id_t *out);
 
 /* Free a sequence and release its pages (shared pages stay with the other
- * holders). Errors: KV_ENOENT. */
+ * holders). With a page file it first waits for the sequence's I/O in
+ * flight and frees its slots. Errors: KV_ENOENT. */
 KV_API int kv_seq_free(kv_store_t *store, kv_seq_id_t seq);
 
 /* Fork: a new sequence sharing every page of parent (copy-on-write: the first
@@ -206,7 +258,8 @@ KV_API int kv_append(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 
 /* Read back tokens [t0, t0+n) of (seq, layer, kv_head), decoded to FP32.
  *   k, v: [n][head_dim] or NULL; pos: [n] or NULL.
- * Errors: KV_ENOENT, KV_ERANGE (t0 + n beyond the list). */
+ * Errors: KV_ENOENT, KV_ERANGE (t0 + n beyond the list), KV_ENOTRES (a page
+ * of the range is on the page file; see "offload" for KV_OFFLOAD_WAIT). */
 KV_API int kv_read(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                    uint32_t kv_head, uint32_t t0, uint32_t n, float *k,
                    float *v, int32_t *pos);
@@ -316,6 +369,184 @@ KV_API int kv_seq_prefill_end(kv_store_t *store, kv_seq_id_t seq);
  * quantization). */
 KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
 
+/* ---- memory pressure --------------------------------------------------- */
+
+/* kv_config_t.pressure, a ladder of steps in escalation order, comma
+ * separated, each at most once and in this order (any subset):
+ *   int4                      FP16 -> INT4
+ *   int2                      FP16 -> INT2
+ *   evict[:sink=S,recent=W]   keep the first S (0..65535, default 4) and the
+ *                             last W (1..2^24, default 256) tokens of a list
+ * e.g. "int4,int2,evict:sink=4,recent=256", "evict:recent=1024", "int2".
+ * Errors at kv_store_create: KV_EINVAL (unknown step or key, malformed,
+ * repeated or out-of-order step, pressure_reserve without a ladder),
+ * KV_ERANGE (a value out of range, pressure_reserve > host_pages),
+ * KV_ENOTSUP (a step's format holds no 16-token group in this page size).
+ *
+ * When kv_append or kv_compact fails with KV_ENOMEM because the pool refused
+ * a page (a failed metadata allocation does not count), the ladder runs over
+ * the other live sequences, least recently used first (create, fork,
+ * append and attention mark a sequence used), step by step
+ * (every sequence gets a step before any gets the next), one layer at a
+ * time (shortest first), until as many pages are free as the call can need;
+ * then the call is retried once and its result returned (still KV_ENOMEM if
+ * the ladder could not free enough; what the ladder did stays done).
+ *   int4/int2: the layer's FP16 residual (its unconverted FP16 tail) is
+ *     converted (kv_seq_set_format + kv_seq_quantize with keep_fp16 0, a few
+ *     pages at a time while few are free) and the layer keeps that format
+ *     for later appends (KIVI). int4 skips layers already converting to
+ *     INT2; INT4 pages are never re-quantized to INT2.
+ *   evict: every list longer than S + W keeps its first S and last W tokens
+ *     (kv_compact, with the sequence's policy scores following), where that
+ *     frees pages: kept tokens of INT4/INT2/MERGED pages become FP16.
+ * Never touched: the sequence the call is for; pages shared with another
+ * list (forks, merged pairs: acting on them costs pages instead of freeing
+ * them); sequences under a MiniCache policy (its layer pairs must keep the
+ * same tokens); sequences with pages on the page file or in flight.
+ * Sequences under CaM are only evicted (CaM rewrites FP16 values).
+ * A conversion needs fresh pages before it frees old ones (at least one per
+ * kv head for a layer), so with fewer free pages than kv heads only
+ * eviction makes progress (typical at decode time, when an append fails
+ * for want of one page per kv head). kv_config_t.pressure_reserve keeps
+ * pages free for the ladder ahead of time (after a successful kv_append or
+ * kv_compact leaves fewer free, the ladder runs until that many are; best
+ * effort): 2 * n_kv_heads or more lets conversion start. Contents change
+ * as the steps say (within the format's bound; evicted tokens are gone);
+ * kv_store_stats counts runs, pages freed and tokens converted/evicted.
+ * The ladder runs inside the (mutating) call, so the caller's serialization
+ * of mutating calls covers it. */
+
+/* ---- offload: the page-file tier (docs/offload.md) --------------------- */
+
+/* With kv_config_t.offload_path set, the store keeps a page file (O_DIRECT
+ * where the filesystem allows, io_uring or pread/pwrite): pages of a
+ * sequence can be written to it in their stored (compressed) form and their
+ * pool pages freed (kv_seq_offload, kv_store_offload_balance), and read
+ * back (kv_seq_prefetch). Every page on the file carries a crc32c'd header;
+ * a page that fails its check is never returned as data: it is reported
+ * lost (below). kv_store_create errors for the tier: KV_EINVAL (offload
+ * fields set without offload_path, unknown flag, a reopened file recorded
+ * for another model shape), KV_ERANGE (a field out of range, or a reopened
+ * file's page size differs), KV_ELIMIT (a recorded sequence id >= max_seqs),
+ * KV_ECORRUPT (a reopened file or its index fails its checks), -errno from
+ * the OS (e.g. -EEXIST: creating over an existing file, -ENOENT: opening a
+ * missing one). A failed create leaves the file as it was.
+ *
+ * What goes to the file: pages held by one list only (refcount 1). Pages
+ * shared with a fork and MERGED pages always stay resident.
+ *
+ * A page handed to an I/O belongs to it until the store sees the
+ * completion: it is neither written nor freed meanwhile. The store has no
+ * thread of its own: I/O makes progress inside these calls (and, for
+ * page-ins, in calls that need the pages).
+ *
+ * Non-resident pages: attention over a list, or kv_read over a token range,
+ * with a page that is not resident returns KV_ENOTRES (after taking any
+ * completed page-in of those sequences into account), or with
+ * KV_OFFLOAD_WAIT reads the whole sequence back first and waits (then
+ * KV_ENOMEM if the pool has no room for
+ * it, or the read error of a lost page). Attention calls may still run
+ * concurrently with each other: page-ins from attention are serialized
+ * inside the store, and the pages other calls are reading never move.
+ * Mutating calls on a sequence (kv_append, kv_compact, kv_seq_fork as
+ * parent) first wait for its I/O in flight; then, with a page not resident,
+ * they return KV_ENOTRES, or with KV_OFFLOAD_WAIT read the sequence back
+ * first. kv_seq_set_format, kv_seq_quantize, kv_seq_merge_layers,
+ * kv_seq_prefill_end and kv_seq_step_end return KV_ENOTRES whenever a list
+ * they touch has a page not resident or with I/O in flight (call
+ * kv_seq_prefetch and kv_seq_wait first). Residency is not content: a call
+ * that read pages back keeps them resident even if it then fails.
+ * kv_seq_free waits for the sequence's I/O in flight, then frees its pages
+ * and slots. kv_store_destroy finishes all I/O, then kv_store_offload_sync.
+ *
+ * Lost pages: a page whose read fails (I/O error, or its check fails:
+ * KV_ECORRUPT) stays on the file marked lost; kv_seq_wait returns that
+ * error for as long as the sequence has a lost page, kv_seq_residency and
+ * kv_stats count it, and a later kv_seq_prefetch (or a WAIT read) tries it
+ * again (a transient error may clear). A page whose write fails stays
+ * resident (kv_seq_wait reports the error once).
+ *
+ * Restart: kv_store_offload_sync (and kv_store_destroy) writes, for every
+ * sequence whose pages are all on the file (at least one), a record of its
+ * lists (entries, positions, formats), then makes the file durable and
+ * replaces its index atomically. A store created with KV_OFFLOAD_OPEN over
+ * that file restores each recorded sequence under its old id, every page on
+ * the file (kv_store_seqs lists them; kv_seq_prefetch brings them back);
+ * pages no record names are freed. Policies attached to sequences are not
+ * recorded. A sequence whose record or page set cannot be read is not
+ * restored (kv_stats.seqs_dropped).
+ *
+ * Thread safety: every call below is a mutating call, serialized by the
+ * caller with the other mutating calls. kv_seq_offload, kv_seq_prefetch,
+ * kv_seq_wait and kv_seq_residency change only the sequence they name, so
+ * they may also run while attention and read calls use other sequences
+ * (e.g. prefetch the next batch while this one decodes);
+ * kv_store_offload_balance and kv_store_offload_sync may not. */
+
+/* Start writing every resident, unshared, non-MERGED page of seq to the
+ * page file; returns without waiting (kv_seq_wait / kv_seq_residency). The
+ * pages stay readable until their writes complete; then their pool pages
+ * are freed. A page-in of seq still in flight is waited for first. Nothing
+ * to write: 0. Errors (nothing started): KV_ENOTSUP (no page file),
+ * KV_ENOENT, -ENOSPC (fewer free slots than pages to write), KV_ENOMEM. */
+KV_API int kv_seq_offload(kv_store_t *store, kv_seq_id_t seq);
+
+/* Start reading every page of seq that is on the file (lost ones too) back
+ * into the pool; returns without waiting. A page-out of seq still in flight
+ * is waited for first. Marks seq used (LRU). Nothing to read: 0. Errors
+ * (nothing started): KV_ENOTSUP, KV_ENOENT, KV_ENOMEM (not enough free pool
+ * pages for all of them, or metadata). */
+KV_API int kv_seq_prefetch(kv_store_t *store, kv_seq_id_t seq);
+
+/* Block until no I/O of seq is in flight. Returns 0, or the first error of
+ * its I/O since the previous kv_seq_wait that no other call returned (a
+ * failed write: the page stayed resident; a failed prefetch read), or,
+ * while it has lost pages, the error of the last failed read (KV_ECORRUPT,
+ * KV_EIO, -EIO...). Errors: KV_ENOENT; KV_ENOTSUP (no file). */
+KV_API int kv_seq_wait(kv_store_t *store, kv_seq_id_t seq);
+
+/* Where a sequence's pages are (page references: a page shared by two of
+ * its lists counts twice). */
+typedef struct kv_residency {
+    uint64_t pages;     /* page references of the sequence                */
+    uint64_t resident;  /* readable now (pages being written included)     */
+    uint64_t on_file;   /* only on the page file (lost ones included)      */
+    uint64_t in_flight; /* with an I/O in flight: being written (resident) */
+                        /* or being read (not yet readable)                */
+    uint64_t lost;      /* on the file, last read failed                   */
+} kv_residency_t;
+
+/* Residency of seq, after taking completed I/O into account (no blocking).
+ * Without a page file every page is resident. Errors: KV_EINVAL, KV_ENOENT. */
+KV_API int kv_seq_residency(kv_store_t *store, kv_seq_id_t seq, kv_residency_t *out);
+
+/* Apply the watermarks: when more than offload_high per mille of the pool
+ * is in use, write whole sequences, least recently used first (create,
+ * fork, append, attention and prefetch mark a sequence used), until at most
+ * offload_low per mille would be in use; waits for those writes, so their
+ * pool pages are free on return. Returns the number of pages written (>= 0)
+ * or an error. Not all-or-nothing: it stops at the first sequence that
+ * fails (-ENOSPC: the file is full; KV_ENOMEM), what was written before
+ * stays written, and returns that error only if nothing was written
+ * (KV_EIO if every write it started failed: kv_seq_wait tells which).
+ * KV_ENOTSUP without a page file. */
+KV_API int kv_store_offload_balance(kv_store_t *store);
+
+/* Persist: finish all I/O, write a record for every sequence wholly on the
+ * file that has no current one, fdatasync the file and replace its index
+ * atomically (temporary file, rename, fsync of the directory). What a
+ * KV_OFFLOAD_OPEN store restores is what the last sync saw. All or nothing:
+ * on error no record of this call remains and the old index stays. Errors:
+ * KV_ENOTSUP, -ENOSPC (no slot for a record), KV_ENOMEM, -errno, or an I/O
+ * error of a record write. */
+KV_API int kv_store_offload_sync(kv_store_t *store);
+
+/* The live sequence ids in increasing order: up to cap into ids (ids may be
+ * NULL when cap is 0); *count = how many are live. A read call (after a
+ * restart: the restored sequences). Errors: KV_EINVAL. */
+KV_API int kv_store_seqs(const kv_store_t *store, kv_seq_id_t *ids, uint32_t cap,
+                         uint32_t *count);
+
 /* ---- attention --------------------------------------------------------- */
 
 /* Attention statistics: for each kv head and each token t of its list, the
@@ -343,7 +574,8 @@ typedef struct kv_decode {
 } kv_decode_t;
 
 /* Errors: KV_EINVAL, KV_ENOENT, KV_ERANGE (layer; stats_stride too short),
- * KV_ESTATE (a list is empty), KV_ENOMEM (scratch). Nothing is changed. */
+ * KV_ESTATE (a list is empty), KV_ENOMEM (scratch), KV_ENOTRES (a page is
+ * on the page file; see "offload" for KV_OFFLOAD_WAIT). Nothing is changed. */
 KV_API int kv_attn_decode(kv_store_t *store, const kv_decode_t *args);
 
 /* Causal prefill attention for one sequence at one layer: the last n_new

@@ -75,47 +75,6 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
     return 0;
 }
 
-/* JSON string body: escapes quotes, backslashes and control bytes; invalid
- * UTF-8 bytes become U+FFFD. */
-static void json_str(FILE *f, const char *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-            i++;
-        } else if (c == '\n') {
-            fputs("\\n", f);
-            i++;
-        } else if (c < 0x20 || c == 0x7f) {
-            fprintf(f, "\\u%04x", c);
-            i++;
-        } else if (c < 0x80) {
-            fputc(c, f);
-            i++;
-        } else {
-            size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-            int ok = len && i + len <= n;
-            for (size_t j = 1; ok && j < len; j++)
-                ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
-            if (ok && len == 3) /* no overlongs, no surrogates */
-                ok = !(c == 0xe0 && (unsigned char)s[i + 1] < 0xa0) &&
-                     !(c == 0xed && (unsigned char)s[i + 1] >= 0xa0);
-            if (ok && len == 4)
-                ok = !(c == 0xf0 && (unsigned char)s[i + 1] < 0x90) &&
-                     !(c == 0xf4 && (unsigned char)s[i + 1] >= 0x90);
-            if (ok) {
-                fwrite(s + i, 1, len, f);
-                i += len;
-            } else {
-                fputs("\\ufffd", f);
-                i++;
-            }
-        }
-    }
-    fputc('"', f);
-}
 
 typedef struct run_stream {
     const kv_tok_t *tok;
@@ -178,12 +137,12 @@ static void run_report(const run_out_t *r)
     const char *stop = r->stopped_control ? "eos" : "max_new";
     if (r->o->json) {
         printf("{\"command\":\"run\",\"model\":");
-        json_str(stdout, r->path, strlen(r->path));
+        kv_cli_json_str(stdout, r->path);
         printf(",\"policy\":\"%s\",\"threads\":%u,\"temp\":%g,\"seed\":%llu,"
                "\"prompt_tokens\":%u,\"generated_tokens\":%u,\"stop\":\"%s\",\"text\":",
                r->o->policy, r->threads, r->o->temp, (unsigned long long)r->o->seed,
                g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop);
-        json_str(stdout, r->text, r->text_len);
+        kv_cli_json_strn(stdout, r->text, r->text_len);
         printf(",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"ratio\":%.4f,\"page_bytes\":%u,"
                "\"pages_used\":%llu,\"pages_capacity\":%llu,\"tier\":\"host\","
                "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"

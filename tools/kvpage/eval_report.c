@@ -2,12 +2,19 @@
  * eval_report.c — JSON, Markdown and SVG renderings of a `kvpage eval` run
  * (eval_report.h). Pure formatting: reads the report, writes the stream.
  *
- * Summary per policy (Markdown table, SVG): KV bytes and ratio are those of
+ * Summary per policy (Markdown table, SVG): KV bytes and ratios are those of
  * the first perplexity cell (text 0) when perplexity ran, else of the
  * retrieval cell with the largest ctx; ΔPPL is the mean over texts of
  * ppl(policy) - ppl(fp16); accuracy is per task, over every ctx and depth.
+ *
+ * Two ratios per cell: `ratio` = KV bytes of the fp16 policy's cell for the
+ * same task, ctx (and text) / this cell's KV bytes — what the policy saves,
+ * evicted tokens included; `ratio_held` = fp16_bytes / kv_bytes, the FP16
+ * size of the tokens the policy still holds over their page bytes (format
+ * and packing only: about 1x for a policy that evicts but keeps FP16).
  */
 #include "eval_report.h"
+#include "kv_cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,52 +27,56 @@ static const char *task_label(int task)
     return task == EVAL_RES_PPL ? "ppl" : eval_task_name((eval_task_kind_t)task);
 }
 
-/* A JSON string: ASCII kept, quotes/backslashes/control bytes escaped, any
- * non-ASCII byte written as U+FFFD (the texts here are ASCII). */
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else if (c >= 0x80)
-            fputs("\\ufffd", f);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static double ratio_of(const eval_result_t *r)
+/* fp16_bytes / kv_bytes of the cell (0: no bytes). */
+static double ratio_held(const eval_result_t *r)
 {
     return r->kv_bytes ? (double)r->fp16_bytes / (double)r->kv_bytes : 0;
+}
+
+/* KV bytes of the fp16 policy (index 0) for x's task, ctx (and text) over
+ * x's KV bytes; 0 when there is no such cell or no bytes. */
+static double ratio_vs_fp16(const eval_report_t *r, const eval_result_t *x)
+{
+    for (uint32_t i = 0; i < r->n_results; i++) {
+        const eval_result_t *y = &r->results[i];
+        if (y->policy == 0 && y->task == x->task && y->ctx == x->ctx &&
+            (x->task != EVAL_RES_PPL || y->text == x->text))
+            return x->kv_bytes ? (double)y->kv_bytes / (double)x->kv_bytes : 0;
+    }
+    return 0;
+}
+
+/* A ratio as "4.12x", or "-" when unknown (0). */
+static void put_ratio(FILE *f, double ratio)
+{
+    if (ratio > 0)
+        fprintf(f, "%.2fx", ratio);
+    else
+        fputc('-', f);
 }
 
 int eval_report_json(FILE *f, const eval_report_t *r)
 {
     fputs("{\"model\":", f);
-    json_str(f, r->model);
+    kv_cli_json_str(f, r->model);
     if (r->model_sha256) {
         fputs(",\"model_sha256\":", f);
-        json_str(f, r->model_sha256);
+        kv_cli_json_str(f, r->model_sha256);
     }
     fprintf(f, ",\"seed\":%llu,\"threads\":%u,\"ppl_prefill\":%u,\"ppl_gen\":%u,"
                "\"wall_s\":%.1f,\"policies\":[",
             (unsigned long long)r->seed, r->threads, r->ppl_prefill, r->ppl_gen, r->wall_s);
     for (uint32_t i = 0; i < r->n_policies; i++) {
         fputs(i ? "," : "", f);
-        json_str(f, r->policies[i]);
+        kv_cli_json_str(f, r->policies[i]);
     }
     fputs("],\"texts\":[", f);
     for (uint32_t i = 0; i < r->n_texts; i++) {
         const eval_text_t *t = &r->texts[i];
         fputs(i ? ",{\"name\":" : "{\"name\":", f);
-        json_str(f, t->name);
+        kv_cli_json_str(f, t->name);
         fputs(",\"path\":", f);
-        json_str(f, t->path);
+        kv_cli_json_str(f, t->path);
         fprintf(f, ",\"sha256\":\"%s\",\"bytes\":%llu,\"tokens\":%u}", t->sha256,
                 (unsigned long long)t->bytes, t->tokens);
     }
@@ -73,26 +84,26 @@ int eval_report_json(FILE *f, const eval_report_t *r)
     for (uint32_t i = 0; i < r->n_results; i++) {
         const eval_result_t *x = &r->results[i];
         fputs(i ? ",{\"policy\":" : "{\"policy\":", f);
-        json_str(f, r->policies[x->policy]);
+        kv_cli_json_str(f, r->policies[x->policy]);
         fprintf(f, ",\"task\":\"%s\",\"ctx\":%u,\"value\":%.6g", task_label(x->task), x->ctx,
                 x->value);
         if (x->task == EVAL_RES_PPL) {
             fputs(",\"text\":", f);
-            json_str(f, r->texts[x->text].name);
+            kv_cli_json_str(f, r->texts[x->text].name);
             fprintf(f, ",\"nll\":%.6f", x->nll);
         } else {
             fprintf(f, ",\"items\":%u,\"correct\":%u", x->n_items, x->n_correct);
         }
         fprintf(f, ",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"meta_bytes\":%llu,\"ratio\":%.4f,"
-                   "\"formats\":[",
+                   "\"ratio_held\":%.4f,\"formats\":[",
                 (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes,
-                (unsigned long long)x->meta_bytes, ratio_of(x));
+                (unsigned long long)x->meta_bytes, ratio_vs_fp16(r, x), ratio_held(x));
         const char *sep = "";
         for (unsigned fm = 0; fm < KV_FMT_COUNT; fm++)
             if (x->formats >> fm & 1u) {
                 const char *note = kv_format_note((kv_format_t)fm);
                 fputs(sep, f);
-                json_str(f, note ? note : "?");
+                kv_cli_json_str(f, note ? note : "?");
                 sep = ",";
             }
         fputs("]}", f);
@@ -101,22 +112,22 @@ int eval_report_json(FILE *f, const eval_report_t *r)
     for (uint32_t i = 0; i < r->n_items; i++) {
         const eval_item_rec_t *x = &r->items[i];
         fputs(i ? ",{\"policy\":" : "{\"policy\":", f);
-        json_str(f, r->policies[x->policy]);
+        kv_cli_json_str(f, r->policies[x->policy]);
         fprintf(f, ",\"task\":\"%s\",\"ctx\":%u,\"tokens\":%u,\"depth\":%u,\"ok\":%d,"
                    "\"expect\":",
                 task_label(x->task), x->ctx, x->tokens, x->depth_pct, x->ok);
-        json_str(f, x->expect);
+        kv_cli_json_str(f, x->expect);
         fputs(",\"got\":", f);
-        json_str(f, x->got);
+        kv_cli_json_str(f, x->got);
         fputc('}', f);
     }
     fputs("],\"fidelity\":[", f);
     for (uint32_t i = 0; i < r->n_fidelity; i++) {
         const eval_fidelity_t *x = &r->fidelity[i];
         fputs(i ? ",{\"policy\":" : "{\"policy\":", f);
-        json_str(f, r->policies[x->policy]);
+        kv_cli_json_str(f, r->policies[x->policy]);
         fputs(",\"text\":", f);
-        json_str(f, r->texts[x->text].name);
+        kv_cli_json_str(f, r->texts[x->text].name);
         fprintf(f, ",\"rows\":%u,\"rel_err\":[", x->rows);
         for (uint32_t l = 0; l < r->n_layers; l++)
             fprintf(f, "%s%.5g", l ? "," : "", x->rel_err[l]);
@@ -189,21 +200,27 @@ static void notes(FILE *f, uint32_t formats)
 
 int eval_report_md(FILE *f, const eval_report_t *r)
 {
-    fprintf(f, "| policy | KV bytes | ratio (formats held) | ΔPPL vs fp16 |");
+    fprintf(f, "| policy | KV bytes | ratio vs fp16 | held ratio (formats held) | ΔPPL vs fp16 |");
     for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
         fprintf(f, " %s acc |", eval_task_name((eval_task_kind_t)k));
-    fprintf(f, "\n|---|---:|---|---:|---:|---:|---:|\n");
+    fputs("\n|---|---:|---:|---|---:|", f);
+    for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
+        fputs("---:|", f);
+    fputc('\n', f);
     for (uint32_t p = 0; p < r->n_policies; p++) {
         summary_t s;
         summarize(r, p, &s);
         fprintf(f, "| %s | ", r->policies[p]);
         if (s.size) {
-            fprintf(f, "%llu | %.2fx (", (unsigned long long)s.size->kv_bytes,
-                    ratio_of(s.size));
+            fprintf(f, "%llu | ", (unsigned long long)s.size->kv_bytes);
+            put_ratio(f, ratio_vs_fp16(r, s.size));
+            fputs(" | ", f);
+            put_ratio(f, ratio_held(s.size));
+            fputs(" (", f);
             notes(f, s.size->formats);
             fputs(") |", f);
         } else {
-            fputs("- | - |", f);
+            fputs("- | - | - |", f);
         }
         if (isnan(s.dppl))
             fputs(" - |", f);
@@ -218,16 +235,19 @@ int eval_report_md(FILE *f, const eval_report_t *r)
     }
     if (r->n_texts) {
         fprintf(f, "\nPerplexity (prefill %u, then %u teacher-forced decode tokens):\n\n"
-                   "| policy | text | sha256 | PPL | mean NLL | KV bytes | fp16 bytes |\n"
-                   "|---|---|---|---:|---:|---:|---:|\n",
+                   "| policy | text | sha256 | PPL | mean NLL | KV bytes | fp16 bytes | ratio "
+                   "vs fp16 |\n|---|---|---|---:|---:|---:|---:|---:|\n",
                 r->ppl_prefill, r->ppl_gen);
         for (uint32_t i = 0; i < r->n_results; i++) {
             const eval_result_t *x = &r->results[i];
-            if (x->task == EVAL_RES_PPL)
-                fprintf(f, "| %s | %s | %.12s… | %.4f | %.5f | %llu | %llu |\n",
-                        r->policies[x->policy], r->texts[x->text].path,
-                        r->texts[x->text].sha256, x->value, x->nll,
-                        (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes);
+            if (x->task != EVAL_RES_PPL)
+                continue;
+            fprintf(f, "| %s | %s | %.12s… | %.4f | %.5f | %llu | %llu | ",
+                    r->policies[x->policy], r->texts[x->text].path,
+                    r->texts[x->text].sha256, x->value, x->nll,
+                    (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes);
+            put_ratio(f, ratio_vs_fp16(r, x));
+            fputs(" |\n", f);
         }
     }
     int any = 0;
@@ -237,11 +257,15 @@ int eval_report_md(FILE *f, const eval_report_t *r)
             continue;
         if (!any++)
             fprintf(f, "\nRetrieval (exact match, greedy):\n\n"
-                       "| policy | task | ctx | correct / items | KV bytes | ratio |\n"
-                       "|---|---|---:|---:|---:|---:|\n");
-        fprintf(f, "| %s | %s | %u | %u / %u | %llu | %.2fx |\n", r->policies[x->policy],
+                       "| policy | task | ctx | correct / items | KV bytes | ratio vs fp16 | "
+                       "held ratio |\n|---|---|---:|---:|---:|---:|---:|\n");
+        fprintf(f, "| %s | %s | %u | %u / %u | %llu | ", r->policies[x->policy],
                 task_label(x->task), x->ctx, x->n_correct, x->n_items,
-                (unsigned long long)x->kv_bytes, ratio_of(x));
+                (unsigned long long)x->kv_bytes);
+        put_ratio(f, ratio_vs_fp16(r, x));
+        fputs(" | ", f);
+        put_ratio(f, ratio_held(x));
+        fputs(" |\n", f);
     }
     if (r->n_fidelity) {
         fprintf(f, "\nAttention-output relative error vs fp16, per layer (last %u decode rows "

@@ -5,6 +5,9 @@
  *
  * The report borrows every array and string (the caller owns them and keeps
  * them alive while writing). Writers return 0 or -errno of the failed write.
+ * Ratios: `ratio` is the fp16 policy's KV bytes for the same task, ctx (and
+ * text) over the cell's; `ratio_held` is the cell's fp16_bytes / kv_bytes
+ * (eval_report.c). policies[0] must be "fp16".
  */
 #ifndef EVAL_REPORT_H
 #define EVAL_REPORT_H

@@ -27,6 +27,11 @@ double kv_cli_now(void);
 int kv_cli_uint(const char *opt, const char *val, uint64_t lo, uint64_t hi,
                 uint64_t *out);
 
+/* Write s[0..n) / the string s as a JSON string, quotes included
+ * (kv_cli_json.c). */
+void kv_cli_json_strn(FILE *f, const char *s, size_t n);
+void kv_cli_json_str(FILE *f, const char *s);
+
 /* ---- options (kv_cli_opt.c) ---------------------------------------------
  * Every subcommand describes its options in one table and parses argv with
  * kv_cli_parse; the same table prints the usage text. Values land in the

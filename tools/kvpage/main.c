@@ -32,6 +32,8 @@ static const struct {
     {"demo", kv_cmd_demo, "synthetic workload: sequences prefill and decode through the store"},
     {"run", kv_cmd_run, "generate text with SmolLM2-135M, its KV cache in the store"},
     {"eval", kv_cmd_eval, "compare KV cache policies: perplexity, retrieval, fidelity"},
+    {"stress", kv_cmd_stress, "memory-pressure stress: an engine-like workload, verified continuously"},
+    {"plan", kv_cmd_plan, "capacity planning: bytes per token, sequences and context per policy"},
     {"version", cmd_version, "print the library version"},
     {"help", cmd_help, "list the commands"},
 };

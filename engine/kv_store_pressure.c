@@ -1,0 +1,519 @@
+/*
+ * kv_store_pressure.c — the memory-pressure ladder (kvpage.h, "memory
+ * pressure"): when a mutating call fails because the pool refused a page,
+ * convert (FP16 -> INT4 -> INT2) and finally evict the coldest sequences'
+ * lists until the call's pages are free, then retry the call once.
+ *
+ * Shape of a run (relieve): for each step of the ladder in order, for each
+ * live sequence from the least recently used (kv_store_lru_next) but the
+ * call's own, for each layer from the shortest: apply the step to that
+ * (sequence, layer); stop as soon as the pool has the target number of free
+ * pages. Every action is one all-or-nothing page-table call, so whatever
+ * happens (a refused page, a failed metadata allocation) the store is
+ * consistent; an action that fails is skipped and the run goes on.
+ *
+ * Progress when few pages are free: a conversion writes its new pages before
+ * it releases the old ones, so a layer converts in chunks that fit in the
+ * free pages (free / n_kv_heads pages per head, plus the room left in each
+ * head's last page of the target format); each chunk frees more than it
+ * takes, so chunks grow. With fewer free pages than kv heads a layer cannot
+ * start and the step moves on; eviction of FP16 lists compacts in place and
+ * needs no page. Lists whose pages are shared (forks, merged pairs) are
+ * skipped by the conversion steps and counted as not freeing anything by
+ * the evict step: acting on them costs pages. Sequences under a MiniCache
+ * policy are left alone: its layer pairs merge only while both layers hold
+ * the same tokens, which converting or evicting one layer would break.
+ * Sequences under CaM are not converted (CaM rewrites values of FP16
+ * tokens of the recent window), only evicted. Sequences with pages on the
+ * page file or in flight (kv_page_seq_busy: the offload tier) are skipped:
+ * the page table does not mutate them.
+ *
+ * Invariants: s->press is NULL when the ladder is off; s->cfg.pressure then
+ * is NULL, else it points to press->spec (the store's copy). Counters only
+ * grow. The ladder only runs inside a mutating call (kv_append,
+ * kv_compact), never from attention.
+ * Ownership: the store owns s->press and its spec copy (kv_mem, counted in
+ * meta_bytes); scratch of a run is freed before it returns.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/kv_mem.h"
+#include "kv_policy_int.h"
+#include "kv_store_int.h"
+#include "pages/kv_format.h"
+
+enum { PRESS_INT4 = 0, PRESS_INT2 = 1, PRESS_EVICT = 2, PRESS_N_STEPS = 3 };
+
+#define PRESS_MAX_SPEC    1023u
+#define PRESS_MAX_SINK    65535u
+#define PRESS_MAX_RECENT  (1u << 24)
+#define PRESS_BACKOFF_MAX 1024u
+
+/* A parsed ladder. */
+typedef struct press_ladder {
+    uint32_t steps[PRESS_N_STEPS]; /* PRESS_* in the order they run        */
+    uint32_t n_steps;
+    uint32_t sink, recent;         /* evict: tokens kept at each end       */
+} press_ladder_t;
+
+typedef struct kv_press {
+    press_ladder_t lad;
+    char *spec;                  /* copy of cfg.pressure [spec_bytes]        */
+    size_t spec_bytes;
+    uint32_t reserve;            /* pages to keep free (0: on refusal only)  */
+    uint32_t backoff, skip;      /* top-ups skipped after one freed nothing  */
+    uint64_t runs, rescued, pages_freed, converted, evicted; /* kv_stats_t   */
+} kv_press_t;
+
+static const char *const step_names[PRESS_N_STEPS] = {"int4", "int2", "evict"};
+static const uint32_t step_format[PRESS_N_STEPS] = {KV_FMT_INT4, KV_FMT_INT2,
+                                                    KV_FMT_FP16};
+
+/* ---- parsing ---------------------------------------------------------------- */
+
+/* Decimal value of s[0..n) in [lo, hi]: KV_EINVAL if malformed, KV_ERANGE
+ * if outside. */
+static int parse_uint(const char *s, size_t n, uint32_t lo, uint32_t hi,
+                      uint32_t *out)
+{
+    if (n == 0 || n > 10)
+        return n ? KV_ERANGE : KV_EINVAL;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return KV_EINVAL;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return KV_ERANGE;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* One "key=value" of the evict step. seen: bit per key already given. */
+static int parse_key(const char *s, size_t n, press_ladder_t *lad, uint32_t *seen)
+{
+    const char *eq = memchr(s, '=', n);
+    if (!eq)
+        return KV_EINVAL;
+    size_t kn = (size_t)(eq - s);
+    const char *val = eq + 1;
+    size_t vn = n - kn - 1;
+    if (kn == 4 && memcmp(s, "sink", 4) == 0 && !(*seen & 1u)) {
+        *seen |= 1u;
+        return parse_uint(val, vn, 0, PRESS_MAX_SINK, &lad->sink);
+    }
+    if (kn == 6 && memcmp(s, "recent", 6) == 0 && !(*seen & 2u)) {
+        *seen |= 2u;
+        return parse_uint(val, vn, 1, PRESS_MAX_RECENT, &lad->recent);
+    }
+    return KV_EINVAL; /* unknown or repeated key */
+}
+
+/* spec (non-empty) -> *lad. Items are comma separated: a step name,
+ * optionally followed by ":key=value"; an item "key=value" continues the
+ * keys of the step before it (only evict has keys). */
+static int ladder_parse(const char *spec, press_ladder_t *lad)
+{
+    memset(lad, 0, sizeof *lad);
+    lad->sink = 4;
+    lad->recent = 256;
+    size_t len = strlen(spec);
+    if (len > PRESS_MAX_SPEC)
+        return KV_EINVAL;
+    int keys_open = 0; /* the current step took ':' and accepts keys */
+    uint32_t seen = 0;
+    const char *p = spec, *end = spec + len;
+    while (p <= end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *item_end = comma ? comma : end;
+        size_t n = (size_t)(item_end - p);
+        const char *colon = memchr(p, ':', n);
+        size_t name_n = colon ? (size_t)(colon - p) : n;
+        int rc;
+        if (n == 0)
+            return KV_EINVAL; /* empty item */
+        if (!colon && memchr(p, '=', n)) { /* continues the keys */
+            if (!keys_open)
+                return KV_EINVAL;
+            if ((rc = parse_key(p, n, lad, &seen)))
+                return rc;
+        } else {
+            uint32_t step = PRESS_N_STEPS;
+            for (uint32_t i = 0; i < PRESS_N_STEPS; i++)
+                if (strlen(step_names[i]) == name_n &&
+                    memcmp(p, step_names[i], name_n) == 0)
+                    step = i;
+            if (step == PRESS_N_STEPS)
+                return KV_EINVAL; /* unknown step */
+            if (lad->n_steps && step <= lad->steps[lad->n_steps - 1])
+                return KV_EINVAL; /* repeated or out of order */
+            lad->steps[lad->n_steps++] = step;
+            keys_open = 0;
+            if (colon) {
+                if (step != PRESS_EVICT)
+                    return KV_EINVAL; /* int4/int2 take no keys */
+                keys_open = 1;
+                if ((rc = parse_key(colon + 1, n - name_n - 1, lad, &seen)))
+                    return rc;
+            }
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+        if (p == end)
+            return KV_EINVAL; /* trailing comma */
+    }
+    return 0;
+}
+
+int kv_store_pressure_check(const kv_config_t *cfg)
+{
+    if (!cfg->pressure || !cfg->pressure[0])
+        return cfg->pressure_reserve ? KV_EINVAL : 0;
+    press_ladder_t lad;
+    int rc = ladder_parse(cfg->pressure, &lad);
+    if (rc)
+        return rc;
+    if (cfg->pressure_reserve > cfg->host_pages)
+        return KV_ERANGE;
+    kv_page_geom_t g = {.head_dim = cfg->head_dim, .page_bytes = cfg->page_bytes};
+    for (uint32_t i = 0; i < lad.n_steps; i++) {
+        uint32_t f = step_format[lad.steps[i]];
+        if (f != KV_FMT_FP16 && kv_format_get(f)->tokens_per_page(&g) == 0)
+            return KV_ENOTSUP;
+    }
+    return 0;
+}
+
+int kv_store_pressure_init(kv_store_t *s)
+{
+    s->press = NULL;
+    if (!s->cfg.pressure || !s->cfg.pressure[0]) {
+        s->cfg.pressure = NULL;
+        return 0;
+    }
+    kv_press_t *p = kv_mem_calloc(1, sizeof *p);
+    size_t n = strlen(s->cfg.pressure) + 1;
+    char *spec = kv_mem_alloc(n);
+    if (!p || !spec) {
+        kv_mem_free(p, sizeof *p);
+        kv_mem_free(spec, n);
+        s->cfg.pressure = NULL;
+        return KV_ENOMEM;
+    }
+    memcpy(spec, s->cfg.pressure, n);
+    int rc = ladder_parse(spec, &p->lad);
+    assert(rc == 0 && "validated by kv_store_pressure_check");
+    (void)rc;
+    p->spec = spec;
+    p->spec_bytes = n;
+    p->reserve = s->cfg.pressure_reserve;
+    s->press = p;
+    s->cfg.pressure = spec;
+    return 0;
+}
+
+void kv_store_pressure_fini(kv_store_t *s)
+{
+    kv_press_t *p = s->press;
+    if (!p)
+        return;
+    kv_mem_free(p->spec, p->spec_bytes);
+    kv_mem_free(p, sizeof *p);
+    s->press = NULL;
+    s->cfg.pressure = NULL;
+}
+
+void kv_store_pressure_stats(const kv_store_t *s, kv_stats_t *out)
+{
+    const kv_press_t *p = s->press;
+    if (!p)
+        return;
+    out->meta_bytes += sizeof *p + p->spec_bytes;
+    out->pressure_runs = p->runs;
+    out->pressure_rescued = p->rescued;
+    out->pressure_pages_freed = p->pages_freed;
+    out->pressure_converted_tokens = p->converted;
+    out->pressure_evicted_tokens = p->evicted;
+}
+
+/* ---- the pool ------------------------------------------------------------------ */
+
+static uint64_t pool_free(const kv_store_t *s)
+{
+    kv_alloc_stats_t as;
+    kv_alloc_stats(s->pool, &as);
+    return as.free;
+}
+
+static uint32_t fp16_tpp(const kv_store_t *s)
+{
+    return s->cfg.page_bytes / (4u * s->cfg.head_dim);
+}
+
+static uint32_t shared(const kv_store_t *s, const kv_page_ent_t *e)
+{
+    return kv_alloc_refcount(s->pool, e->id) > 1;
+}
+
+uint64_t kv_store_press_append_need(const kv_store_t *s, kv_seq_id_t seq,
+                                    uint32_t layer, uint32_t n)
+{
+    const uint32_t T = fp16_tpp(s);
+    uint64_t need = 0;
+    for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
+        const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, h);
+        uint32_t fill = 0;
+        if (l && l->n_ents) {
+            const kv_page_ent_t *t = &l->ents[l->n_ents - 1];
+            if (t->format == KV_FMT_FP16 && t->flags == 0 && t->n_tokens < T) {
+                fill = T - t->n_tokens < n ? T - t->n_tokens : n;
+                need += shared(s, t);
+            }
+        }
+        need += (n - fill + T - 1) / T;
+    }
+    return need;
+}
+
+/* ---- conversion steps -------------------------------------------------------- */
+
+/* The FP16 residual of every kv head of (seq, layer) for a conversion to
+ * fmt (tpp tokens per page): the longest (*rmax), the least room in the
+ * heads' last fmt pages (*room, tokens), the total (*sum). 0 if the layer
+ * may convert, 1 if it must be skipped (already converting to a smaller
+ * format, or pages it would touch are shared). */
+static int conv_scan(const kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
+                     uint32_t fmt, uint32_t tpp, uint32_t *rmax, uint32_t *room,
+                     uint64_t *sum)
+{
+    *rmax = 0;
+    *room = UINT32_MAX;
+    *sum = 0;
+    for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
+        const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, h);
+        if (fmt == KV_FMT_INT4 && l->target == KV_FMT_INT2)
+            return 1;
+        uint32_t e = l->n_ents, res = 0, rm = 0;
+        while (e > 0 && l->ents[e - 1].format == KV_FMT_FP16 &&
+               l->ents[e - 1].flags == 0) {
+            if (shared(s, &l->ents[--e]))
+                return 1;
+            res += l->ents[e].n_tokens;
+        }
+        if (e > 0 && l->ents[e - 1].format == fmt && l->ents[e - 1].flags == 0 &&
+            l->ents[e - 1].n_tokens < tpp) {
+            if (shared(s, &l->ents[e - 1]))
+                return 1; /* the conversion would copy it first */
+            rm = tpp - l->ents[e - 1].n_tokens;
+        }
+        *sum += res;
+        if (res >= 16) {
+            *rmax = res > *rmax ? res : *rmax;
+            *room = rm < *room ? rm : *room;
+        }
+    }
+    if (*room == UINT32_MAX)
+        *room = 0;
+    return 0;
+}
+
+/* Convert the FP16 residual of (seq, layer) to fmt, in chunks that fit in
+ * the free pages, until target pages are free or nothing more converts.
+ * A layer that converted nothing keeps its target format. */
+static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
+                         uint32_t fmt, uint64_t target)
+{
+    const uint32_t H = s->cfg.n_kv_heads;
+    const uint32_t tpp = kv_format_get(fmt)->tokens_per_page(kv_page_table_geom(s->pt));
+    const uint32_t old_target = kv_page_list_get(s->pt, seq, layer, 0)->target;
+    uint64_t converted = 0;
+    int set = 0;
+    for (;;) {
+        uint64_t f = pool_free(s), before, after;
+        uint32_t rmax, room, r2, m2;
+        if (f >= target || conv_scan(s, seq, layer, fmt, tpp, &rmax, &room, &before) ||
+            rmax < 16)
+            break;
+        uint64_t c = (f / H) * tpp + room; /* per head: <= f / H fresh pages */
+        c = c > rmax ? rmax : c / 16 * 16;
+        if (c == 0)
+            break;
+        if (!set && kv_page_set_format(s->pt, seq, layer, fmt))
+            break;
+        set = 1;
+        if (kv_page_quantize(s->pt, seq, layer, rmax - (uint32_t)c))
+            break;
+        (void)conv_scan(s, seq, layer, fmt, tpp, &r2, &m2, &after);
+        converted += before - after;
+        if (pool_free(s) <= f)
+            break; /* it took as much as it gave: no further */
+    }
+    if (set && converted == 0)
+        (void)kv_page_set_format(s->pt, seq, layer, old_target);
+    s->press->converted += converted;
+}
+
+/* ---- eviction ------------------------------------------------------------------- */
+
+/* Keep the first sink and last recent tokens of every list of (seq, layer)
+ * longer than that, where it frees pages: the compaction releases the
+ * list's unshared pages and writes ceil(kept / T) pages (reusing the
+ * leading FP16 ones in place; the others are fresh and must be free). */
+static void step_evict(kv_store_t *s, kv_seq_id_t seq, uint32_t layer)
+{
+    kv_press_t *p = s->press;
+    const uint32_t T = fp16_tpp(s), n_keep = p->lad.sink + p->lad.recent;
+    const uint32_t n_dst = (n_keep + T - 1) / T;
+    kv_pol_seq_t *ps = kv_pol_get(s, seq);
+    uint32_t *keep = NULL;
+    for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
+        const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, h);
+        const uint32_t n = l->n_tokens;
+        if (n <= n_keep)
+            continue;
+        uint32_t excl = 0, reuse = 0, start = 0;
+        for (uint32_t e = 0; e < l->n_ents; e++) {
+            const kv_page_ent_t *en = &l->ents[e];
+            int mine = !shared(s, en);
+            excl += mine;
+            reuse += mine && e < n_dst && en->format == KV_FMT_FP16 && start == e * T;
+            start += en->n_tokens;
+        }
+        if (excl <= n_dst || n_dst - reuse > pool_free(s))
+            continue; /* frees nothing, or its fresh pages are not there */
+        if (!keep && !(keep = kv_mem_alloc((size_t)n_keep * sizeof *keep)))
+            return;
+        for (uint32_t i = 0; i < n_keep; i++)
+            keep[i] = i < p->lad.sink ? i : n - n_keep + i;
+        int rc = ps ? kv_pol_keep(s, seq, ps, layer, h, keep, n_keep, 0)
+                    : kv_page_compact(s->pt, seq, layer, h, keep, n_keep);
+        if (rc == 0)
+            p->evicted += n - n_keep;
+    }
+    kv_mem_free(keep, (size_t)n_keep * sizeof *keep);
+}
+
+/* ---- a run ---------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The i-th layer of seq, shortest first (tokens of kv head 0, then layer
+ * index), for i = 0, 1, ... in turn: i == 0 sorts keys ([n_layers]
+ * scratch); without scratch (NULL) layers go in index order. */
+static uint32_t layer_at(const kv_store_t *s, kv_seq_id_t seq, uint64_t *keys,
+                         uint32_t i)
+{
+    if (!keys)
+        return i;
+    if (i == 0) {
+        for (uint32_t l = 0; l < s->cfg.n_layers; l++)
+            keys[l] = (uint64_t)kv_page_list_get(s->pt, seq, l, 0)->n_tokens << 32 | l;
+        qsort(keys, s->cfg.n_layers, sizeof *keys, cmp_u64);
+    }
+    return (uint32_t)keys[i];
+}
+
+/* Run the ladder on every live sequence but hot until target pages are
+ * free. Returns the pages it freed. */
+static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
+{
+    kv_press_t *p = s->press;
+    const uint64_t f0 = pool_free(s);
+    uint64_t f = f0;
+    if (f >= target)
+        return 0;
+    p->runs++;
+    const size_t keys_n = (size_t)s->cfg.n_layers * sizeof(uint64_t);
+    uint64_t *keys = kv_mem_alloc(keys_n); /* NULL: layer order */
+    for (uint32_t st = 0; st < p->lad.n_steps && f < target; st++) {
+        const uint32_t step = p->lad.steps[st];
+        uint64_t after = 0, tick;
+        kv_seq_id_t seq;
+        while (f < target && kv_store_lru_next(s, after, &seq, &tick) == 0) {
+            after = tick;
+            const kv_pol_seq_t *ps = kv_pol_get(s, seq);
+            if (seq == hot || (ps && ps->pol.mc) ||
+                (ps && ps->pol.cam && step != PRESS_EVICT) ||
+                kv_page_seq_busy(s->pt, seq))
+                continue; /* see the file comment */
+            for (uint32_t i = 0; i < s->cfg.n_layers && f < target; i++) {
+                uint32_t layer = layer_at(s, seq, keys, i);
+                if (step == PRESS_EVICT)
+                    step_evict(s, seq, layer);
+                else
+                    step_convert(s, seq, layer, step_format[step], target);
+                f = pool_free(s);
+            }
+        }
+    }
+    kv_mem_free(keys, keys_n);
+    uint64_t freed = f > f0 ? f - f0 : 0;
+    p->pages_freed += freed;
+    return freed;
+}
+
+/* After a successful call: free pages up to the reserve (best effort). A
+ * top-up that frees nothing makes the next ones wait 1, 2, 4, ... calls. */
+static void top_up(kv_store_t *s, kv_seq_id_t hot)
+{
+    kv_press_t *p = s->press;
+    if (!p->reserve)
+        return;
+    if (p->skip) {
+        p->skip--;
+        return;
+    }
+    if (pool_free(s) >= p->reserve)
+        return;
+    if (relieve(s, hot, p->reserve)) {
+        p->backoff = 0;
+    } else {
+        p->backoff = p->backoff ? p->backoff * 2 : 1;
+        p->backoff = p->backoff > PRESS_BACKOFF_MAX ? PRESS_BACKOFF_MAX : p->backoff;
+        p->skip = p->backoff;
+    }
+}
+
+/* ---- the call protocol ---------------------------------------------------------- */
+
+void kv_store_press_begin(kv_store_t *s, kv_store_press_call_t *pc,
+                          kv_seq_id_t hot, uint64_t need)
+{
+    pc->hot = hot;
+    pc->need = need;
+    pc->retried = 0;
+    pc->failed0 = 0;
+    if (s->press) {
+        kv_alloc_stats_t as;
+        kv_alloc_stats(s->pool, &as);
+        pc->failed0 = as.failed;
+    }
+}
+
+int kv_store_press_retry(kv_store_t *s, kv_store_press_call_t *pc, int rc)
+{
+    kv_press_t *p = s->press;
+    if (!p)
+        return 0;
+    if (rc == 0) {
+        p->rescued += (uint64_t)pc->retried;
+        top_up(s, pc->hot);
+        return 0;
+    }
+    if (rc != KV_ENOMEM || pc->retried)
+        return 0;
+    kv_alloc_stats_t as;
+    kv_alloc_stats(s->pool, &as);
+    if (as.failed == pc->failed0)
+        return 0; /* a metadata allocation failed, not the pool */
+    pc->retried = 1;
+    return relieve(s, pc->hot, pc->need) > 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * kv_cuda_convert.cu — the conversion kernel: tokens of pages of any format
+ * (and variant) -> FP16, INT4 or INT2 pages. This is the quantization of
+ * the FP16 residual (KIVI), and, with FP16 destinations, the compaction
+ * gather (kept tokens into fresh pages) and any decode to FP16.
+ *
+ * One block per 16 tokens (an INT group): the block decodes the tokens' K
+ * and V to FP32 in shared memory with kv_fmt_codec_load8 (the same values the
+ * CPU's kv_format_load gives), then encodes:
+ *   FP16: one thread per element, round to nearest even;
+ *   INT:  keys one thread per channel (16 tokens), values one thread per
+ *         (token, 16-channel group), each through kv_fmt_codec_quantize16,
+ *         the function fmt_int.c's store computes with,
+ * so destination pages are bit-identical to the CPU reference's. Where each
+ * token comes from and goes to is planned on the host (kv_cuda_convert_locs).
+ * Only the destination token slots (FP16 rows, INT group blocks) are
+ * written.
+ */
+#include "kv_cuda_int.cuh"
+
+namespace {
+
+constexpr uint32_t T = KV_CUDA_THREADS;
+constexpr uint32_t CH = 16; /* tokens per block */
+
+template <uint32_t D>
+__global__ void __launch_bounds__(KV_CUDA_THREADS)
+    convert_kernel(const kv_cuda_convert_args_t a)
+{
+    constexpr uint32_t CPT = D / 8, NG = D / 16;
+    __shared__ __align__(16) float kx[CH][D];
+    __shared__ __align__(16) float vx[CH][D];
+    const uint32_t tid = threadIdx.x, pb = a.page_bytes;
+    const uint32_t t0 = blockIdx.x * CH;
+    const uint32_t n = a.n_tokens - t0 < CH ? a.n_tokens - t0 : CH;
+
+    for (uint32_t x = tid; x < n * CPT; x += T) {
+        const uint32_t i = x / CPT, c0 = (x % CPT) * 8;
+        const uint32_t *loc = a.src_loc + 2u * (t0 + i);
+        const kv_cuda_ent_t e = a.src_ents[loc[0]];
+        const uint8_t *page =
+            (const uint8_t *)a.src_pages + (size_t)e.page * pb;
+        kv_fmt_codec_load8(KV_CUDA_ENT_FMT(e.meta), KV_CUDA_ENT_VAR(e.meta),
+                           page, D, pb, loc[1], c0, 0, &kx[i][c0]);
+        kv_fmt_codec_load8(KV_CUDA_ENT_FMT(e.meta), KV_CUDA_ENT_VAR(e.meta),
+                           page, D, pb, loc[1], c0, 1, &vx[i][c0]);
+    }
+    __syncthreads();
+
+    uint8_t *dst = (uint8_t *)a.dst_pages;
+    if (a.dst_format == KV_FMT_FP16) {
+        const uint32_t tpp = kv_fmt_codec_fp16_tpp(D, pb);
+        for (uint32_t x = tid; x < n * D; x += T) {
+            const uint32_t i = x / D, c = x % D;
+            const uint32_t *loc = a.dst_loc + 2u * (t0 + i);
+            uint16_t *h = (uint16_t *)(void *)(dst + (size_t)loc[0] * pb);
+            h[(size_t)loc[1] * D + c] = kv_fmt_codec_f2h(kx[i][c]);
+            h[((size_t)tpp + loc[1]) * D + c] = kv_fmt_codec_f2h(vx[i][c]);
+        }
+        return;
+    }
+    /* INT: the 16 tokens are one group block (host-checked alignment) */
+    const uint32_t bits = kv_fmt_codec_int_bits(a.dst_format), nw = bits / 2u;
+    const uint32_t *loc = a.dst_loc + 2u * t0;
+    uint8_t *blk = dst + (size_t)loc[0] * pb +
+                   (size_t)(loc[1] / 16u) * kv_fmt_codec_int_gb(D, bits);
+    uint32_t *kc = (uint32_t *)(void *)blk;
+    uint32_t *vc = (uint32_t *)(void *)(blk + 2u * bits * D);
+    uint16_t *par = (uint16_t *)(void *)(blk + 4u * bits * D);
+    /* par: K scale [D], K min [D], V scale [16][D/16], V min [16][D/16] */
+    for (uint32_t c = tid; c < D; c += T)
+        kv_fmt_codec_quantize16(bits, &kx[0][c], D, kc + c, D, par + c,
+                                par + D + c);
+    for (uint32_t x = tid; x < CH * NG; x += T) {
+        const uint32_t i = x / NG, cg = x % NG, gi = i * NG + cg;
+        kv_fmt_codec_quantize16(bits, &vx[i][16u * cg], 1, vc + (size_t)gi * nw,
+                                1, par + 2u * D + gi, par + 3u * D + gi);
+    }
+}
+
+} // namespace
+
+extern "C" int kv_cuda_convert_launch(const kv_cuda_convert_args_t *a,
+                                      void *stream)
+{
+    if (!a || (a->dst_format != KV_FMT_FP16 && a->dst_format != KV_FMT_INT4 &&
+               a->dst_format != KV_FMT_INT2))
+        return KV_EINVAL;
+    if (a->dst_format != KV_FMT_FP16 && a->n_tokens % CH != 0)
+        return KV_EINVAL;
+    int rc = kv_cuda_page_bytes_ok(a->page_bytes, a->head_dim);
+    if (rc)
+        return rc;
+    if (a->n_tokens == 0)
+        return 0;
+    const uint32_t blocks = (a->n_tokens + CH - 1) / CH;
+    KV_CUDA_DISPATCH_HEAD_DIM(a->head_dim, D, {
+        convert_kernel<D><<<blocks, T, 0, (cudaStream_t)stream>>>(*a);
+    })
+    return kv_cuda_status(cudaGetLastError());
+}

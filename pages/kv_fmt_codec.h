@@ -1,0 +1,420 @@
+/*
+ * kv_fmt_codec.h — the per-element math of the page formats, one source for
+ * the C reference and the CUDA kernels (kernels/cuda/).
+ *
+ * Everything here is `static inline` and marked KV_HD, which is
+ * `__host__ __device__` under nvcc and empty in C, so a CUDA kernel and a C
+ * loop decode a page with the same operations in the same order. The byte
+ * layouts are those specified at the top of fmt_fp16.h, fmt_int.h and
+ * fmt_merged.h; this header restates none of them, it only computes with
+ * them, and depends on nothing but <stdint.h>/<string.h> (cuda_fp16.h under
+ * nvcc) so that device code can include it without the C format tables.
+ *
+ * Bit-exactness (what the tests check): for every format, token and channel,
+ * kv_fmt_codec_load8 gives exactly the floats kv_format_load gives; FP16 values
+ * convert exactly; INT codes decode as q * scale + min with two roundings
+ * (the device path uses __fmul_rn/__fadd_rn so that nvcc cannot contract
+ * them into an FMA); MERGED restores as direction * magnitude (one
+ * rounding). kv_fmt_codec_quantize16 writes the same codes, scale and min as
+ * fmt_int.c's store for the same 16 values (FP32 division, FP64 range; the
+ * device uses IEEE division and FP64 as the host does). kv_fmt_codec_f2h rounds
+ * to nearest even like kv_half_from_float (NaN payloads aside on the device,
+ * where inputs are finite anyway).
+ *
+ * Access: 16-byte loads where the layout guarantees 16-byte alignment (FP16
+ * rows, INT key code words and key scale/min; page base 16-aligned, head_dim
+ * a multiple of 16), 4- and 2-byte loads elsewhere. Callers pass a page
+ * pointer (global or shared memory on the device) and the page's geometry.
+ */
+#ifndef KV_FMT_CODEC_H
+#define KV_FMT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define KV_HD __host__ __device__
+#else
+#define KV_HD
+#endif
+
+/* Format numbers (kvpage.h kv_format_t; they never change). Restated so
+ * that device code needs no C header; tests/cuda/test_cuda_host.c checks
+ * that they agree. */
+#define KV_FMT_CODEC_FP16 0u
+#define KV_FMT_CODEC_INT4 1u
+#define KV_FMT_CODEC_INT2 2u
+#define KV_FMT_CODEC_MERGED 3u
+
+#define KV_FMT_CODEC_MERGED_HEADER 16u /* bytes before the magnitudes */
+
+/* ---- loads --------------------------------------------------------------- */
+
+/* Four little-endian words from a 16-byte aligned address. */
+static inline KV_HD void kv_fmt_codec_ld16(const uint8_t *p, uint32_t w[4])
+{
+#ifdef __CUDA_ARCH__
+    const uint4 u = *(const uint4 *)(const void *)p;
+    w[0] = u.x;
+    w[1] = u.y;
+    w[2] = u.z;
+    w[3] = u.w;
+#else
+    memcpy(w, p, 16);
+#endif
+}
+
+static inline KV_HD uint32_t kv_fmt_codec_ld32(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)(const void *)p;
+#else
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+#endif
+}
+
+static inline KV_HD uint16_t kv_fmt_codec_ld16b(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint16_t *)(const void *)p;
+#else
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+#endif
+}
+
+static inline KV_HD float kv_fmt_codec_ldf(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    return *(const float *)(const void *)p;
+#else
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+#endif
+}
+
+/* ---- binary16 ------------------------------------------------------------ */
+
+/* Exact binary16 -> binary32. */
+static inline KV_HD float kv_fmt_codec_h2f(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0) {
+        f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+        memcpy(&u, &f, 4);
+        u |= sign;
+    } else if (e == 31) { /* Inf, or NaN quieted (as F16C does) */
+        u = sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);
+    } else {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* binary32 -> binary16, round to nearest even, overflow to +-Inf. */
+static inline KV_HD uint16_t kv_fmt_codec_f2h(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(f));
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu;
+    uint32_t man = u & 0x7fffffu;
+    if (exp == 0xffu)
+        return (uint16_t)(sign | (man ? 0x7e00u | (man >> 13) : 0x7c00u));
+    int32_t e = (int32_t)exp - 112;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        uint32_t m = man | 0x800000u, shift = (uint32_t)(14 - e);
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+#endif
+}
+
+/* Neighbours toward -inf / +inf of a finite binary16. */
+static inline KV_HD uint16_t kv_fmt_codec_h_down(uint16_t h)
+{
+    if (h == 0x0000u)
+        return 0x8001u;
+    return (h & 0x8000u) ? (uint16_t)(h + 1u) : (uint16_t)(h - 1u);
+}
+static inline KV_HD uint16_t kv_fmt_codec_h_up(uint16_t h)
+{
+    if (h == 0x8000u)
+        return 0x0001u;
+    return (h & 0x8000u) ? (uint16_t)(h - 1u) : (uint16_t)(h + 1u);
+}
+
+/* q * scale + min with two roundings, never fused. */
+static inline KV_HD float kv_fmt_codec_dequant(uint32_t q, float s, float m)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(__fmul_rn((float)q, s), m);
+#else
+    float x = (float)q * s;
+    return x + m;
+#endif
+}
+
+static inline KV_HD float kv_fmt_codec_mul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+/* ---- geometry ------------------------------------------------------------ */
+
+/* FP16: tokens per page. */
+static inline KV_HD uint32_t kv_fmt_codec_fp16_tpp(uint32_t d, uint32_t pb)
+{
+    return pb / (4u * d);
+}
+
+/* INT4/INT2 (bits 4 or 2): bytes of one 16-token group block, and the
+ * offsets of its members (fmt_int.h). */
+static inline KV_HD uint32_t kv_fmt_codec_int_gb(uint32_t d, uint32_t bits)
+{
+    return 2u * d * (2u * bits + 4u);
+}
+static inline KV_HD uint32_t kv_fmt_codec_int_bits(uint32_t fmt)
+{
+    return fmt == KV_FMT_CODEC_INT4 ? 4u : 2u;
+}
+
+/* MERGED: direction row bytes for dir_format, slots of a page. */
+static inline KV_HD uint32_t kv_fmt_codec_merged_row(uint32_t d, uint32_t dirf)
+{
+    return dirf == KV_FMT_CODEC_FP16 ? 2u * d : d / 2u + d / 4u;
+}
+static inline KV_HD uint32_t kv_fmt_codec_merged_cap(uint32_t d, uint32_t pb,
+                                                     uint32_t dirf)
+{
+    return (pb - KV_FMT_CODEC_MERGED_HEADER) /
+           (16u + 2u * kv_fmt_codec_merged_row(d, dirf));
+}
+
+/* ---- decode: 8 channels c0..c0+7 (c0 % 8 == 0) of token t ---------------- */
+
+/* FP16 page; which 0 = K, 1 = V. */
+static inline KV_HD void kv_fmt_codec_fp16_load8(const uint8_t *page,
+                                                 uint32_t d, uint32_t pb,
+                                                 uint32_t t, uint32_t c0,
+                                                 uint32_t which, float out[8])
+{
+    const uint32_t row = which ? kv_fmt_codec_fp16_tpp(d, pb) + t : t;
+    uint32_t w[4];
+    kv_fmt_codec_ld16(page + ((size_t)row * d + c0) * 2u, w);
+    for (uint32_t j = 0; j < 8; j++)
+        out[j] = kv_fmt_codec_h2f((uint16_t)(w[j / 2u] >> (16u * (j % 2u))));
+}
+
+/* INT4/INT2 keys: per channel over the token's group. */
+static inline KV_HD void kv_fmt_codec_int_k8(const uint8_t *page, uint32_t d,
+                                             uint32_t bits, uint32_t t,
+                                             uint32_t c0, float out[8])
+{
+    const uint8_t *blk =
+        page + (size_t)(t / 16u) * kv_fmt_codec_int_gb(d, bits);
+    const uint32_t lt = t % 16u, per = 32u / bits, mask = (1u << bits) - 1u;
+    const uint32_t sh = bits * (lt % per);
+    uint32_t w[8], s[4], m[4];
+    const uint8_t *wp = blk + ((size_t)(lt / per) * d + c0) * 4u;
+    kv_fmt_codec_ld16(wp, w);
+    kv_fmt_codec_ld16(wp + 16, w + 4);
+    const uint8_t *sp = blk + 4u * bits * d + 2u * c0; /* K scale [D] */
+    kv_fmt_codec_ld16(sp, s);
+    kv_fmt_codec_ld16(sp + 2u * d, m); /* K min [D] follows */
+    for (uint32_t j = 0; j < 8; j++) {
+        const uint32_t sh16 = 16u * (j % 2u);
+        out[j] = kv_fmt_codec_dequant(
+            (w[j] >> sh) & mask,
+            kv_fmt_codec_h2f((uint16_t)(s[j / 2u] >> sh16)),
+            kv_fmt_codec_h2f((uint16_t)(m[j / 2u] >> sh16)));
+    }
+}
+
+/* INT4/INT2 values: per token over groups of 16 channels. */
+static inline KV_HD void kv_fmt_codec_int_v8(const uint8_t *page, uint32_t d,
+                                             uint32_t bits, uint32_t t,
+                                             uint32_t c0, float out[8])
+{
+    const uint8_t *blk =
+        page + (size_t)(t / 16u) * kv_fmt_codec_int_gb(d, bits);
+    const uint32_t lt = t % 16u, per = 32u / bits, mask = (1u << bits) - 1u;
+    const uint32_t ng = d / 16u, cg = c0 / 16u, hh = (c0 / 8u) % 2u;
+    const uint32_t pi = lt * ng + cg; /* (token, channel group) */
+    const uint32_t word =
+        kv_fmt_codec_ld32(blk + 2u * bits * d +
+                          ((size_t)pi * (bits / 2u) + (8u * hh) / per) * 4u);
+    const uint8_t *par = blk + 4u * bits * d + 4u * d; /* V scale [16][D/16] */
+    const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(par + 2u * pi));
+    const float m =
+        kv_fmt_codec_h2f(kv_fmt_codec_ld16b(par + 2u * d + 2u * pi));
+    for (uint32_t j = 0; j < 8; j++)
+        out[j] = kv_fmt_codec_dequant(
+            (word >> (bits * ((8u * hh + j) % per))) & mask, s, m);
+}
+
+/* MERGED page read as variant w (0 = layer l-1, 1 = layer l). */
+static inline KV_HD void kv_fmt_codec_merged_load8(const uint8_t *page,
+                                                   uint32_t d, uint32_t pb,
+                                                   uint32_t w, uint32_t t,
+                                                   uint32_t c0, uint32_t which,
+                                                   float out[8])
+{
+    const uint32_t dirf = kv_fmt_codec_ld32(page);
+    const uint32_t r = kv_fmt_codec_merged_row(d, dirf);
+    const uint32_t cap = kv_fmt_codec_merged_cap(d, pb, dirf);
+    const float mag = kv_fmt_codec_ldf(page + KV_FMT_CODEC_MERGED_HEADER +
+                                       ((size_t)t * 4u + 2u * which + w) * 4u);
+    const uint8_t *row = page + KV_FMT_CODEC_MERGED_HEADER + 16u * (size_t)cap +
+                         (which ? (size_t)cap * r : 0) + (size_t)t * r;
+    if (dirf == KV_FMT_CODEC_FP16) {
+        uint32_t h[4];
+        kv_fmt_codec_ld16(row + 2u * c0, h);
+        for (uint32_t j = 0; j < 8; j++)
+            out[j] = kv_fmt_codec_mul(
+                kv_fmt_codec_h2f((uint16_t)(h[j / 2u] >> (16u * (j % 2u)))),
+                mag);
+        return;
+    }
+    const uint32_t word = kv_fmt_codec_ld32(row + 4u * (c0 / 8u));
+    const uint32_t g = c0 / 16u;
+    const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + 2u * g));
+    const float m =
+        kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + d / 8u + 2u * g));
+    for (uint32_t j = 0; j < 8; j++)
+        out[j] = kv_fmt_codec_mul(
+            kv_fmt_codec_dequant((word >> (4u * j)) & 15u, s, m), mag);
+}
+
+/* Any format: 8 channels of K (which 0) or V (which 1) of token t of a page
+ * of format fmt read as variant var. */
+static inline KV_HD void kv_fmt_codec_load8(uint32_t fmt, uint32_t var,
+                                            const uint8_t *page, uint32_t d,
+                                            uint32_t pb, uint32_t t,
+                                            uint32_t c0, uint32_t which,
+                                            float out[8])
+{
+    switch (fmt) {
+    case KV_FMT_CODEC_INT4:
+    case KV_FMT_CODEC_INT2:
+        if (which)
+            kv_fmt_codec_int_v8(page, d, kv_fmt_codec_int_bits(fmt), t, c0,
+                                out);
+        else
+            kv_fmt_codec_int_k8(page, d, kv_fmt_codec_int_bits(fmt), t, c0,
+                                out);
+        return;
+    case KV_FMT_CODEC_MERGED:
+        kv_fmt_codec_merged_load8(page, d, pb, var, t, c0, which, out);
+        return;
+    default:
+        kv_fmt_codec_fp16_load8(page, d, pb, t, c0, which, out);
+        return;
+    }
+}
+
+/* Byte range [*lo, *hi) of a page that tokens [t0, t0 + n) of format fmt
+ * are decoded from, as up to two ranges (FP16: K rows, V rows; INT: their
+ * group blocks; MERGED: the whole page, since its header decides where rows
+ * are). Every bound is a multiple of 16 when d is and pb is. Returns the
+ * number of ranges (1 or 2). */
+static inline KV_HD uint32_t kv_fmt_codec_ranges(uint32_t fmt, uint32_t d,
+                                                 uint32_t pb, uint32_t t0,
+                                                 uint32_t n, uint32_t lo[2],
+                                                 uint32_t hi[2])
+{
+    if (fmt == KV_FMT_CODEC_FP16) {
+        const uint32_t rb = 2u * d, tpp = kv_fmt_codec_fp16_tpp(d, pb);
+        lo[0] = t0 * rb;
+        hi[0] = (t0 + n) * rb;
+        lo[1] = (tpp + t0) * rb;
+        hi[1] = (tpp + t0 + n) * rb;
+        return 2;
+    }
+    if (fmt == KV_FMT_CODEC_INT4 || fmt == KV_FMT_CODEC_INT2) {
+        const uint32_t gb = kv_fmt_codec_int_gb(d, kv_fmt_codec_int_bits(fmt));
+        lo[0] = (t0 / 16u) * gb;
+        hi[0] = ((t0 + n - 1u) / 16u + 1u) * gb;
+        return 1;
+    }
+    lo[0] = 0;
+    hi[0] = pb;
+    return 1;
+}
+
+/* ---- encode -------------------------------------------------------------- */
+
+/* KIVI asymmetric quantization of 16 values x[j * xs] at `bits` (2 or 4):
+ * codes into words[w * ws] (w < bits / 2), binary16 scale and min. min
+ * rounds toward -inf and scale toward +inf so that min + L * scale >= max;
+ * codes use the stored values; a constant group stores scale +-0 (sign of
+ * min) and codes 0 (fmt_int.h). */
+static inline KV_HD void kv_fmt_codec_quantize16(uint32_t bits, const float *x,
+                                                 size_t xs, uint32_t *words,
+                                                 size_t ws, uint16_t *hscale,
+                                                 uint16_t *hmin)
+{
+    const uint32_t per = 32u / bits, levels = (1u << bits) - 1u;
+    float mn = x[0], mx = x[0];
+    for (uint32_t j = 1; j < 16; j++) {
+        float e = x[j * xs];
+        mn = e < mn ? e : mn;
+        mx = e > mx ? e : mx;
+    }
+    uint16_t hm = kv_fmt_codec_f2h(mn), hs;
+    if (mx == mn) {
+        hs = (uint16_t)(hm & 0x8000u);
+    } else {
+        if (kv_fmt_codec_h2f(hm) > mn)
+            hm = kv_fmt_codec_h_down(hm);
+        double range = (double)mx - (double)kv_fmt_codec_h2f(hm);
+        hs = kv_fmt_codec_f2h((float)(range / levels));
+        while ((double)kv_fmt_codec_h2f(hs) * levels < range)
+            hs = kv_fmt_codec_h_up(hs);
+    }
+    const float fm = kv_fmt_codec_h2f(hm), fs = kv_fmt_codec_h2f(hs);
+    const float top = (float)levels;
+    for (uint32_t w = 0; w < bits / 2u; w++) {
+        uint32_t word = 0;
+        for (uint32_t i = 0; i < per; i++) {
+            float q = fs != 0.0f ? (x[(w * per + i) * xs] - fm) / fs : 0.0f;
+            q = q < 0.0f ? 0.0f : (q > top ? top : q);
+            word |= (uint32_t)(q + 0.5f) << (bits * i);
+        }
+        words[w * ws] = word;
+    }
+    *hscale = hs;
+    *hmin = hm;
+}
+
+#endif /* KV_FMT_CODEC_H */

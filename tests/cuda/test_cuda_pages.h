@@ -1,0 +1,185 @@
+/*
+ * test_cuda_pages.h — random pages and page lists for the CUDA backend's
+ * tests (header-only, tests only): pages of every format written through
+ * the C format code (store, kv_fmt_merged_put), lists mixing formats and
+ * variants with ragged lengths, some pages shared between lists (as CoW
+ * forks and MERGED pairs share them). Pages are host memory (aligned_alloc)
+ * owned by the tcp_lists_t; aborts if memory runs out (test code only).
+ */
+#ifndef TEST_CUDA_PAGES_H
+#define TEST_CUDA_PAGES_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kv_backend.h"
+#include "kv_test.h"
+#include "pages/fmt_merged.h"
+#include "pages/kv_format.h"
+
+static inline void *tcp_xalloc(size_t n)
+{
+    void *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* A page of format fmt (MERGED: directions dirf) holding n tokens of random
+ * data (INT: whole groups are stored, n may end inside the last one). */
+static inline void tcp_fill_page(void *page, const kv_page_geom_t *g,
+                                 uint32_t fmt, uint32_t dirf, uint32_t n,
+                                 uint64_t *rng)
+{
+    const uint32_t d = g->head_dim;
+    memset(page, 0, g->page_bytes);
+    if (fmt == KV_FMT_MERGED) {
+        float *ek = tcp_xalloc(2 * d * sizeof(float)), *ev = ek + d;
+        kv_fmt_merged_init(page, g, dirf);
+        for (uint32_t s = 0; s < n; s++) {
+            double nk = 0, nv = 0;
+            for (uint32_t c = 0; c < d; c++) {
+                ek[c] = kv_test_randf(rng);
+                ev[c] = kv_test_randf(rng);
+                nk += (double)ek[c] * ek[c];
+                nv += (double)ev[c] * ev[c];
+            }
+            for (uint32_t c = 0; c < d; c++) {
+                ek[c] = (float)(ek[c] / sqrt(nk));
+                ev[c] = (float)(ev[c] / sqrt(nv));
+            }
+            const float norms[4] = {
+                4.0f + 2.0f * kv_test_randf(rng),
+                4.0f + 2.0f * kv_test_randf(rng), 3.0f + kv_test_randf(rng),
+                s % 7 == 3 ? 0.0f : 3.0f + kv_test_randf(rng)};
+            kv_fmt_merged_put(page, g, s, ek, ev, norms);
+        }
+        free(ek);
+        return;
+    }
+    const kv_format_traits_t *tr = kv_format_get(fmt);
+    const uint32_t m = fmt == KV_FMT_FP16 ? n : (n + 15) / 16 * 16;
+    float *k = tcp_xalloc((size_t)2 * m * d * sizeof(float));
+    float *v = k + (size_t)m * d;
+    for (size_t i = 0; i < (size_t)m * d; i++) {
+        k[i] = 2.0f * kv_test_randf(rng);
+        v[i] = kv_test_randf(rng);
+    }
+    if (m >= 16) /* a constant key channel and value group: exact decode */
+        for (uint32_t t = 0; t < 16; t++) {
+            k[(size_t)t * d + 5] = 0.375f;
+            for (uint32_t c = 16; c < 32 && c < d; c++)
+                v[(size_t)t * d + c] = -1.25f;
+        }
+    tr->store(page, g, 0, m, KV_DTYPE_F32, k, v, d);
+    free(k);
+}
+
+/* Lists in CSR form, as a backend receives them. */
+typedef struct tcp_lists {
+    uint32_t n_lists, n_pages;
+    uint32_t *indptr;      /* [n_lists + 1]                   */
+    uint32_t *seq_len;     /* [n_lists]                       */
+    kv_kern_page_t *pages; /* [n_pages]                       */
+    void **owned;          /* [n_owned] pages to free         */
+    uint32_t n_owned;
+} tcp_lists_t;
+
+/* Format choices for tcp_make_lists. */
+#define TCP_FMT_MIX 0u /* every format, MERGED both variants */
+#define TCP_FMT_ONLY(f) (1u + (f))
+
+/* n_lists lists of lengths len[i] of random pages. mix: TCP_FMT_MIX or
+ * TCP_FMT_ONLY(format). Every third list starts with the first page of the
+ * list before it (shared, read alike). */
+static inline void tcp_make_lists(tcp_lists_t *L, const kv_page_geom_t *g,
+                                  uint32_t n_lists, const uint32_t *len,
+                                  uint32_t mix, uint64_t *rng)
+{
+    memset(L, 0, sizeof *L);
+    uint64_t cap = 0;
+    for (uint32_t i = 0; i < n_lists; i++)
+        cap += len[i] + 1;
+    L->n_lists = n_lists;
+    L->indptr = tcp_xalloc((n_lists + 1) * sizeof(uint32_t));
+    L->seq_len = tcp_xalloc(n_lists * sizeof(uint32_t));
+    L->pages = tcp_xalloc(cap * sizeof(kv_kern_page_t));
+    L->owned = tcp_xalloc(cap * sizeof(void *));
+    for (uint32_t i = 0; i < n_lists; i++) {
+        L->indptr[i] = L->n_pages;
+        L->seq_len[i] = len[i];
+        uint32_t have = 0;
+        if (i % 3 == 2 && i > 0) { /* share the previous list's first page */
+            kv_kern_page_t pg = L->pages[L->indptr[i - 1]];
+            if (pg.n_tokens <= len[i]) {
+                L->pages[L->n_pages++] = pg;
+                have = pg.n_tokens;
+            }
+        }
+        while (have < len[i]) {
+            uint32_t fmt = mix == TCP_FMT_MIX
+                               ? (uint32_t)(kv_test_rand(rng) % 4)
+                               : mix - 1;
+            uint32_t dirf = kv_test_rand(rng) % 2 ? KV_FMT_INT4 : KV_FMT_FP16;
+            uint32_t tpp = fmt == KV_FMT_MERGED
+                               ? kv_fmt_merged_capacity(g, dirf)
+                               : kv_format_get(fmt)->tokens_per_page(g);
+            uint32_t n = 1 + (uint32_t)(kv_test_rand(rng) % tpp);
+            if (kv_test_rand(rng) % 2)
+                n = tpp; /* full pages are the common case */
+            if (n > len[i] - have)
+                n = len[i] - have;
+            void *page = tcp_xalloc(g->page_bytes);
+            tcp_fill_page(page, g, fmt, dirf, n, rng);
+            L->owned[L->n_owned++] = page;
+            L->pages[L->n_pages++] = (kv_kern_page_t){
+                .data = page,
+                .n_tokens = n,
+                .format = fmt,
+                .variant = fmt == KV_FMT_MERGED
+                               ? (uint32_t)(kv_test_rand(rng) % 2)
+                               : 0};
+            have += n;
+        }
+    }
+    L->indptr[n_lists] = L->n_pages;
+}
+
+static inline void tcp_free_lists(tcp_lists_t *L)
+{
+    for (uint32_t i = 0; i < L->n_owned; i++)
+        free(L->owned[i]);
+    free(L->indptr);
+    free(L->seq_len);
+    free(L->pages);
+    free(L->owned);
+    memset(L, 0, sizeof *L);
+}
+
+/* Compare x[n] against ref[n]: every |x - ref| <= tol * max|ref| (FP32
+ * results of two backends; NaN fails). Counts one pass or failure. */
+static inline void tcp_check_close(const float *x, const float *ref, size_t n,
+                                   double tol, const char *what)
+{
+    double mag = 1e-30, err = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++)
+        mag = fmax(mag, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        double e = isfinite(x[i]) ? fabs((double)x[i] - ref[i]) : INFINITY;
+        if (e > err) {
+            err = e;
+            at = i;
+        }
+    }
+    if (err <= tol * mag) {
+        kv_test_pass_++;
+    } else {
+        kv_test_fail_++;
+        fprintf(stderr, "%s: error %g at %zu (%g vs %g), max |ref| %g\n", what,
+                err, at, (double)x[at], (double)ref[at], mag);
+    }
+}
+
+#endif /* TEST_CUDA_PAGES_H */

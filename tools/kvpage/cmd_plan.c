@@ -1,0 +1,216 @@
+/*
+ * cmd_plan.c — `kvpage plan`: KV-cache capacity planning per policy.
+ *
+ * Given a model (a preset or its shape as flags), a GPU (a preset or its
+ * memory), the weights' size, a workload and a list of policies, prints per
+ * policy the bytes per token, the concurrent sequences the KV pool holds,
+ * the longest context of one sequence, pages per sequence, the closed-form
+ * estimate beside the measured footprint, and the quality cost measured by
+ * `kvpage eval` where a report exists. Footprints come from the real store
+ * (plan_sim.h, plan_calc.h); docs/plan.md describes the method.
+ *
+ * Uses only the public API. Exit codes: 0 ok, 1 a simulation failed, 2
+ * usage error (unknown preset, bad policy or workload, no room for a pool).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_cli.h"
+#include "plan_calc.h"
+#include "plan_report.h"
+
+typedef struct plan_opts {
+    const char *model, *gpu, *policies, *workload, *eval_dir, *html;
+    uint64_t layers, q_heads, kv_heads, head_dim, samples, seed, chunk, ctx_base;
+    uint64_t concurrency;
+    double gpu_gib, weights_gb, params_b, reserve, lazy_frac, retain_frac, rate, decode_tps;
+    int json, md;
+} plan_opts_t;
+
+#define PLAN_U(name, field, lo, hi, arg, help) \
+    {name, KV_CLI_UINT, offsetof(plan_opts_t, field), lo, hi, 0, 0, arg, help}
+#define PLAN_D(name, field, lo, hi, arg, help) \
+    {name, KV_CLI_DOUBLE, offsetof(plan_opts_t, field), 0, 0, lo, hi, arg, help}
+#define PLAN_S(name, field, arg, help) \
+    {name, KV_CLI_STR, offsetof(plan_opts_t, field), 0, 0, 0, 0, arg, help}
+#define PLAN_F(name, field, help) \
+    {name, KV_CLI_FLAG, offsetof(plan_opts_t, field), 0, 0, 0, 0, NULL, help}
+static const kv_cli_opt_t plan_opts[] = {
+    PLAN_S("--model", model, "NAME", "model preset (default SmolLM2-135M): SmolLM2-135M,\n"
+           "Llama-2-7B, Llama-2-13B, Llama-3-8B, Llama-3-70B,\nMistral-7B, Qwen2.5-7B"),
+    PLAN_U("--layers", layers, 1, 4096, "N", "layers (overrides the preset's)"),
+    PLAN_U("--q-heads", q_heads, 1, 1u << 20, "N", "query heads"),
+    PLAN_U("--kv-heads", kv_heads, 1, 1024, "N", "kv heads"),
+    PLAN_U("--head-dim", head_dim, 16, 1024, "N", "head_dim (a multiple of 16)"),
+    PLAN_D("--params-b", params_b, 1e-6, 1e5, "X",
+           "parameters in billions (weights default to 2 bytes each)"),
+    PLAN_S("--gpu", gpu, "NAME", "GPU preset (default H100-80G): H100-80G, H200-141G,\n"
+           "A100-40G, A100-80G, L4-24G"),
+    PLAN_D("--gpu-gib", gpu_gib, 0.001, 1e6, "X", "GPU memory in GiB (overrides --gpu)"),
+    PLAN_D("--weights-gb", weights_gb, 0, 1e6, "X",
+           "weights in GB (1e9 bytes; default: FP16 of the parameters)"),
+    PLAN_D("--reserve", reserve, 0, 0.99, "F",
+           "fraction of GPU memory kept for activations, CUDA\ncontext etc. (default 0.10)"),
+    PLAN_S("--workload", workload, "DIST", "sharegpt (default; mean 161 in / 338 out),\n"
+           "fixed:N,M or uniform:a-b,c-d (as kvpage stress)"),
+    PLAN_U("--samples", samples, 1, PLAN_MAX_SAMPLES, "N",
+           "sequences drawn from a distribution (default 16)"),
+    PLAN_U("--seed", seed, 0, UINT64_MAX, "N", "seed of the draw (default 1)"),
+    PLAN_D("--rate", rate, 0, 1e9, "R", "arrivals per second: target = R x mean output /\n"
+           "--decode-tps (Little's law)"),
+    PLAN_D("--decode-tps", decode_tps, 1e-3, 1e9, "S",
+           "decode tokens per second per sequence (default 30)"),
+    PLAN_U("--concurrency", concurrency, 1, UINT64_MAX, "N",
+           "target concurrent sequences (overrides --rate)"),
+    PLAN_S("--policies", policies, "LIST", "comma-separated policy specs (a piece starting\n"
+           "with key= continues the previous spec; at most 16)\n"
+           "(default fp16,kivi4,kivi2,minikv,minicache+int4,\nsimlayerkv)"),
+    PLAN_D("--lazy-frac", lazy_frac, 0, 1, "F",
+           "SimLayerKV: fraction of layers assumed lazy\n(default 0.55, the paper's Llama-3-8B)"),
+    PLAN_D("--retain-frac", retain_frac, 0, 0.5, "F",
+           "MiniCache: fraction of merged tokens assumed\nretained (default 0.05, the paper's)"),
+    PLAN_U("--chunk", chunk, 1, 1u << 16, "N", "prompt tokens per append (default 512)"),
+    PLAN_U("--ctx-base", ctx_base, 64, 1u << 20, "N",
+           "max-context probe prompt (default 2048; see docs)"),
+    PLAN_S("--eval-dir", eval_dir, "DIR",
+           "kvpage eval reports eval-*.json (default docs/results)"),
+    PLAN_F("--json", json, "one JSON object instead of the table"),
+    PLAN_F("--md", md, "a Markdown table instead of the plain one"),
+    PLAN_S("--html", html, "FILE", "also write an HTML report with SVG charts"),
+};
+
+#define PLAN_SYNOPSIS                                                                   \
+    "KV-cache capacity per policy, measured in the store: bytes per token, concurrent\n" \
+    "sequences, longest context, pages per sequence, closed form, quality (docs/plan.md)"
+
+/* 0 ok, 1 help printed, 2 usage error. */
+static int plan_parse(int argc, char **argv, plan_opts_t *o)
+{
+    *o = (plan_opts_t){.model = "SmolLM2-135M", .gpu = "H100-80G", .workload = "sharegpt",
+                       .policies = "fp16,kivi4,kivi2,minikv,minicache+int4,simlayerkv",
+                       .eval_dir = "docs/results", .samples = 16, .seed = 1, .chunk = 512,
+                       .ctx_base = 2048, .gpu_gib = -1, .weights_gb = -1, .params_b = -1,
+                       .reserve = 0.10, .lazy_frac = 0.55, .retain_frac = 0.05,
+                       .decode_tps = 30};
+    int rc = kv_cli_parse("plan", PLAN_SYNOPSIS, plan_opts, sizeof plan_opts / sizeof plan_opts[0],
+                          argc, argv, o);
+    if (rc)
+        return rc;
+    if (o->json && o->md) {
+        fprintf(stderr, "kvpage plan: --json and --md exclude each other\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The model and GPU of the options into in; 2 after a message. */
+static int plan_setup(const plan_opts_t *o, plan_in_t *in, char *name, size_t name_len)
+{
+    const plan_model_t *m = plan_model_find(o->model);
+    if (!m) {
+        fprintf(stderr, "kvpage plan: unknown model '%s' (kvpage plan --help lists them)\n",
+                o->model);
+        return 2;
+    }
+    in->model = *m;
+    if (o->layers || o->q_heads || o->kv_heads || o->head_dim) {
+        in->model.layers = o->layers ? (uint32_t)o->layers : m->layers;
+        in->model.q_heads = o->q_heads ? (uint32_t)o->q_heads : m->q_heads;
+        in->model.kv_heads = o->kv_heads ? (uint32_t)o->kv_heads : m->kv_heads;
+        in->model.head_dim = o->head_dim ? (uint32_t)o->head_dim : m->head_dim;
+        snprintf(name, name_len, "%s (shape changed)", m->name);
+        in->model.name = name;
+    }
+    if (o->params_b > 0)
+        in->model.params = (uint64_t)llround(o->params_b * 1e9);
+    const plan_gpu_t *g = plan_gpu_find(o->gpu);
+    if (!g && o->gpu_gib < 0) {
+        fprintf(stderr, "kvpage plan: unknown GPU '%s' (kvpage plan --help lists them)\n",
+                o->gpu);
+        return 2;
+    }
+    in->gpu_name = o->gpu_gib >= 0 ? "custom" : g->name;
+    in->gpu_bytes = (o->gpu_gib >= 0 ? o->gpu_gib : g->gib) * 1073741824.0;
+    in->weights_bytes = o->weights_gb >= 0 ? o->weights_gb * 1e9 : 2.0 * in->model.params;
+    return 0;
+}
+
+/* Split and parse --policies into sp; the count, or -1 after a message
+ * (nothing left to destroy). */
+static int plan_specs(const char *policies, plan_spec_t *sp)
+{
+    char list[4096], *specs[PLAN_MAX_POLICIES], err[512];
+    int n = -1;
+    if (strlen(policies) >= sizeof list)
+        fprintf(stderr, "kvpage plan: --policies: longer than %zu bytes\n", sizeof list - 1);
+    else if (snprintf(list, sizeof list, "%s", policies) >= 0 &&
+             (n = kv_cli_split_specs("--policies", list, specs, PLAN_MAX_POLICIES)) == 0)
+        fprintf(stderr, "kvpage plan: --policies is empty\n");
+    for (int i = 0; i < n; i++)
+        if (plan_spec_parse(specs[i], &sp[i], err, sizeof err)) {
+            fprintf(stderr, "kvpage plan: %s\n", err);
+            while (i > 0)
+                plan_spec_destroy(&sp[--i]);
+            return -1;
+        }
+    return n > 0 ? n : -1;
+}
+
+int kv_cmd_plan(int argc, char **argv)
+{
+    plan_opts_t o;
+    int prc = plan_parse(argc, argv, &o);
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    char err[512] = "", name[96];
+    plan_in_t in = {.workload = o.workload, .samples = (uint32_t)o.samples, .seed = o.seed,
+                    .chunk = (uint32_t)o.chunk, .ctx_base = (uint32_t)o.ctx_base,
+                    .lazy_frac = o.lazy_frac, .retain_frac = o.retain_frac, .rate = o.rate,
+                    .decode_tps = o.decode_tps, .concurrency = o.concurrency,
+                    .reserve = o.reserve, .curves = o.html != NULL, .eval_dir = o.eval_dir};
+    if (plan_setup(&o, &in, name, sizeof name))
+        return 2;
+    if (stress_dist_parse(o.workload, &in.dist, err, sizeof err)) {
+        fprintf(stderr, "kvpage plan: --workload: %s\n", err);
+        return 2;
+    }
+    plan_t p;
+    int rc = plan_init(&in, &p);
+    if (rc) {
+        fprintf(stderr, "kvpage plan: %s\n",
+                rc == KV_ERANGE ? "no KV pool left: weights and --reserve take the whole GPU"
+                                : "the model shape is not one the store takes (query heads a "
+                                  "multiple of kv heads, head_dim a multiple of 16)");
+        return 2;
+    }
+    plan_spec_t sp[PLAN_MAX_POLICIES];
+    plan_result_t res[PLAN_MAX_POLICIES];
+    int n = plan_specs(o.policies, sp);
+    if (n < 0)
+        return 2;
+    int ret = 0;
+    for (int i = 0; !ret && i < n; i++)
+        if ((rc = plan_policy(&p, &sp[i], &res[i]))) {
+            fprintf(stderr, "kvpage plan: simulating '%s' failed: %s\n", sp[i].given,
+                    kv_strerror(rc));
+            ret = 1;
+        }
+    if (!ret) {
+        rc = o.json ? plan_report_json(stdout, &p, res, (uint32_t)n)
+             : o.md ? plan_report_md(stdout, &p, res, (uint32_t)n)
+                    : plan_report_table(stdout, &p, res, (uint32_t)n);
+        FILE *h = o.html ? fopen(o.html, "w") : NULL;
+        if (o.html && (!h || plan_report_html(h, &p, res, (uint32_t)n) | fclose(h))) {
+            fprintf(stderr, "kvpage plan: cannot write %s\n", o.html);
+            ret = 1;
+        }
+        if (rc)
+            ret = 1;
+    }
+    for (int i = 0; i < n; i++)
+        plan_spec_destroy(&sp[i]);
+    return ret;
+}

@@ -1,0 +1,279 @@
+/*
+ * cmd_stress.c — `kvpage stress`: drive the store like a serving engine
+ * under constant memory pressure and verify it continuously (docs/stress.md).
+ *
+ * This file is the command: its option table, the main loop (engine
+ * iterations until --ops or --seconds, a progress line), and the report
+ * (text or --json, a reproducer command line on failure). The workload is
+ * stress_gen.c, the policy mix stress_mix.c, the engine stress_driver.c +
+ * stress_engine.c, the checks stress_verify.c. Public API only.
+ *
+ * Exit codes: 0 clean, 1 a violation or leak (or the store failed), 2 usage.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kv_cli.h"
+#include "stress_driver.h"
+
+#define STRESS_NOT_GIVEN UINT64_MAX
+
+typedef struct stress_opts {
+    double seconds;        /* 0: not given                        */
+    uint64_t ops;          /* 0: not given                        */
+    uint64_t seed, pool, layers, kv_heads, q_heads, head_dim, max_seqs;
+    uint64_t verify_every;
+    uint64_t faults;       /* ppm; STRESS_NOT_GIVEN when absent   */
+    double rate;
+    const char *policy, *dist;
+    int json, progress;
+} stress_opts_t;
+
+#define OPT(name, kind, field, lo, hi, arg, help) \
+    {name, kind, offsetof(stress_opts_t, field), lo, hi, 0, 0, arg, help}
+#define OPTD(name, field, dlo, dhi, arg, help) \
+    {name, KV_CLI_DOUBLE, offsetof(stress_opts_t, field), 0, 0, dlo, dhi, arg, help}
+
+static const kv_cli_opt_t stress_opt_table[] = {
+    OPTD("--seconds", seconds, 0.001, 1e7, "S",
+         "stop after S seconds (default 10 when --ops is not given)"),
+    OPT("--ops", KV_CLI_UINT, ops, 1, UINT64_MAX / 2, "N",
+        "stop at the first engine iteration boundary at or after N ops\n"
+        "(public calls); deterministic: same options, same run"),
+    OPT("--seed", KV_CLI_UINT, seed, 0, UINT64_MAX, "N",
+        "seed of arrivals, lengths, policies and every K/V/Q value (default 1)"),
+    OPT("--pool", KV_CLI_UINT, pool, 16, 1u << 26, "PAGES",
+        "pool capacity in pages (default 2048 = 8 MiB at head_dim 64: a few\n"
+        "average requests, so KV_ENOMEM is routine)"),
+    OPT("--policy", KV_CLI_STR, policy, 0, 0, "LIST",
+        "policies separated by '|', one drawn per request (default none =\n"
+        "no policy); e.g. 'none|kivi2|h2o:hh=0.1,rw=0.1+cam' (docs/policies.md)"),
+    OPT("--dist", KV_CLI_STR, dist, 0, 0, "D",
+        "request lengths: sharegpt (log-normal, means 161 in / 338 out,\n"
+        "each clipped to [4, 1024]; default), fixed:N,M, uniform:a-b,c-d"),
+    OPTD("--rate", rate, 0.001, 64, "R", "mean Poisson arrivals per engine iteration (default 0.5)"),
+    OPT("--layers", KV_CLI_UINT, layers, 1, STRESS_MAX_LAYERS, "N", "layers (default 4)"),
+    OPT("--kv-heads", KV_CLI_UINT, kv_heads, 1, 64, "N", "kv heads (default 2)"),
+    OPT("--q-heads", KV_CLI_UINT, q_heads, 1, 512, "N",
+        "query heads, a multiple of --kv-heads (default 2; 4 for GQA groups\n"
+        "of 2, at twice the attention cost)"),
+    OPT("--head-dim", KV_CLI_UINT, head_dim, 16, 256, "N",
+        "head dim, a multiple of 16 (default 64)"),
+    OPT("--max-seqs", KV_CLI_UINT, max_seqs, 1, 4096, "N",
+        "the store's max_seqs (default 64; KV_ELIMIT beyond)"),
+    OPT("--verify-every", KV_CLI_UINT, verify_every, 0, UINT64_MAX / 2, "N",
+        "ops between full verifications of every live sequence (default\n"
+        "5000; 0: only at the end)"),
+    OPT("--faults", KV_CLI_UINT, faults, 0, 1000000, "PPM",
+        "offload fault-shim rate per transfer; needs the offload tier,\n"
+        "not in this build: any use is a usage error (exit 2)"),
+    OPT("--json", KV_CLI_FLAG, json, 0, 0, NULL, "one JSON object instead of the text report"),
+    OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
+        "progress line on stderr about once a second (default: when stderr is a tty)"),
+};
+
+static const char stress_synopsis[] =
+    "Drives the store like a serving engine under memory pressure (Poisson arrivals,\n"
+    "prefill, batched decode, forks, preemption, policies) and verifies it continuously\n"
+    "against a shadow of everything appended. Exit 0 clean, 1 violation, 2 usage.";
+
+static void stress_progress(const stress_driver_t *d, double t)
+{
+    kv_stats_t st;
+    kv_store_stats(d->st, &st);
+    fprintf(stderr,
+            "\rstress %6.1f s  ops %llu  live %u  queued %u  pages %llu/%llu  enomem %llu  "
+            "preempted %llu  violations %llu ",
+            t, (unsigned long long)d->ops, d->n_live, d->q_len,
+            (unsigned long long)st.pages_used, (unsigned long long)st.pages_capacity,
+            (unsigned long long)d->alloc_failures,
+            (unsigned long long)d->ev_count[STRESS_EV_PREEMPTED],
+            (unsigned long long)d->vf.violations);
+}
+
+/* CPU seconds this process used (the machine may be shared: ops_per_s is
+ * wall-clock). */
+static double stress_cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void stress_report_json(const stress_opts_t *o, const stress_driver_t *d,
+                               const stress_mix_t *mix, const kv_stats_t *st, double secs)
+{
+    printf("{\"command\":\"stress\",\"seed\":%llu,\"seconds\":%.3f,\"cpu_seconds\":%.3f,"
+           "\"ops\":%llu,\"ops_per_s\":%.1f,\"iterations\":%llu,\"violations\":%llu,"
+           "\"leaks\":%llu,\"alloc_failures\":%llu,\"limit_failures\":%llu,"
+           "\"pool_alloc_failures\":%llu,",
+           (unsigned long long)o->seed, secs, stress_cpu_seconds(), (unsigned long long)d->ops,
+           secs > 0 ? (double)d->ops / secs : 0.0, (unsigned long long)d->iterations,
+           (unsigned long long)d->vf.violations, (unsigned long long)d->vf.leaks,
+           (unsigned long long)d->alloc_failures, (unsigned long long)d->limit_failures,
+           (unsigned long long)st->alloc_failures);
+    printf("\"policy\":");
+    kv_cli_json_str(stdout, o->policy);
+    printf(",\"policies\":[");
+    for (uint32_t i = 0; i < mix->n; i++) {
+        printf(i ? "," : "");
+        kv_cli_json_str(stdout, mix->pol[i].spec);
+    }
+    printf("],\"dist\":");
+    kv_cli_json_str(stdout, o->dist);
+    printf(",\"rate\":%g,\"pool\":%llu,\"max_seqs\":%llu,\"layers\":%llu,\"kv_heads\":%llu,"
+           "\"q_heads\":%llu,\"head_dim\":%llu,\"op_counts\":{",
+           o->rate, (unsigned long long)o->pool, (unsigned long long)o->max_seqs,
+           (unsigned long long)o->layers, (unsigned long long)o->kv_heads,
+           (unsigned long long)o->q_heads, (unsigned long long)o->head_dim);
+    for (int i = 0; i < STRESS_OP_COUNT; i++)
+        printf("%s\"%s\":%llu", i ? "," : "", stress_op_name((stress_op_t)i),
+               (unsigned long long)d->op_count[i]);
+    printf("},\"events\":{");
+    for (int i = 0; i < STRESS_EV_COUNT; i++)
+        printf("%s\"%s\":%llu", i ? "," : "", stress_ev_name((stress_ev_t)i),
+               (unsigned long long)d->ev_count[i]);
+    printf("},\"verify_runs\":%llu,\"reads\":%llu,\"tokens_checked\":%llu,"
+           "\"merged_by_norm\":%llu,\"max_live\":%u,\"pages_peak\":%llu,"
+           "\"max_err\":{\"exact\":%g,\"int2\":%g,\"int4\":%g},"
+           "\"err_bound\":{\"int2\":%g,\"int4\":%g},\"ok\":%s}\n",
+           (unsigned long long)d->verify_runs, (unsigned long long)d->vf.reads,
+           (unsigned long long)d->vf.tokens, (unsigned long long)d->vf.by_norm, d->max_live,
+           (unsigned long long)st->pages_peak, d->vf.max_err[0], d->vf.max_err[2],
+           d->vf.max_err[4], stress_check_qbound(2), stress_check_qbound(4),
+           d->vf.violations || d->vf.leaks ? "false" : "true");
+}
+
+static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
+                               const kv_stats_t *st, double secs)
+{
+    printf("kvpage stress: seed %llu, %.1f s (%.1f s CPU), policy '%s', dist %s, pool %llu "
+           "pages\n\n", (unsigned long long)o->seed, secs, stress_cpu_seconds(), o->policy, o->dist,
+           (unsigned long long)o->pool);
+    printf("  %-28s %14llu  (%.0f/s)\n", "ops (public calls)", (unsigned long long)d->ops,
+           secs > 0 ? (double)d->ops / secs : 0.0);
+    for (int i = 0; i < STRESS_OP_COUNT; i++)
+        printf("    %-26s %14llu\n", stress_op_name((stress_op_t)i),
+               (unsigned long long)d->op_count[i]);
+    printf("  %-28s %14llu\n", "KV_ENOMEM returned", (unsigned long long)d->alloc_failures);
+    printf("  %-28s %14llu\n", "KV_ELIMIT returned", (unsigned long long)d->limit_failures);
+    printf("  %-28s %14llu\n", "pool allocations refused", (unsigned long long)st->alloc_failures);
+    for (int i = 0; i < STRESS_EV_COUNT; i++)
+        printf("  %-28s %14llu\n", stress_ev_name((stress_ev_t)i),
+               (unsigned long long)d->ev_count[i]);
+    printf("  %-28s %14u\n", "most live sequences", d->max_live);
+    printf("  %-28s %14llu\n", "pages peak", (unsigned long long)st->pages_peak);
+    printf("  %-28s %14llu  (%llu lists read, %llu tokens checked, %llu merged ones "
+           "by norm)\n", "full verifications", (unsigned long long)d->verify_runs,
+           (unsigned long long)d->vf.reads, (unsigned long long)d->vf.tokens,
+           (unsigned long long)d->vf.by_norm);
+    printf("  %-28s exact %g, int2 %g <= %g, int4 %g <= %g\n", "max |read - appended|",
+           d->vf.max_err[0], d->vf.max_err[2], stress_check_qbound(2), d->vf.max_err[4],
+           stress_check_qbound(4));
+    printf("  %-28s %14llu\n", "violations", (unsigned long long)d->vf.violations);
+    printf("  %-28s %14llu\n", "leaks", (unsigned long long)d->vf.leaks);
+}
+
+static void stress_repro(const stress_opts_t *o, uint64_t ops)
+{
+    fprintf(stderr,
+            "kvpage stress: FAILED; reproduce with:\n  kvpage stress --seed %llu --ops %llu "
+            "--pool %llu --policy '%s' --dist '%s' --rate %.17g --layers %llu --kv-heads %llu "
+            "--q-heads %llu --head-dim %llu --max-seqs %llu --verify-every %llu\n",
+            (unsigned long long)o->seed, (unsigned long long)ops, (unsigned long long)o->pool,
+            o->policy, o->dist, o->rate, (unsigned long long)o->layers,
+            (unsigned long long)o->kv_heads, (unsigned long long)o->q_heads,
+            (unsigned long long)o->head_dim, (unsigned long long)o->max_seqs,
+            (unsigned long long)o->verify_every);
+}
+
+/* Options into cfg (mix parsed into *mix). 0, 1 (--help), or 2. */
+static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *mix,
+                        stress_cfg_t *cfg)
+{
+    *o = (stress_opts_t){.seed = 1, .pool = 2048, .layers = 4, .kv_heads = 2, .q_heads = 2,
+                         .head_dim = 64, .max_seqs = 64, .verify_every = 5000,
+                         .faults = STRESS_NOT_GIVEN, .rate = 0.5, .policy = "none",
+                         .dist = "sharegpt"};
+    int rc = kv_cli_parse("stress", stress_synopsis, stress_opt_table,
+                          sizeof stress_opt_table / sizeof stress_opt_table[0], argc, argv, o);
+    if (rc)
+        return rc;
+    if (o->faults != STRESS_NOT_GIVEN) {
+        fprintf(stderr, "kvpage stress: --faults needs the offload tier (not in this build: "
+                        "stress does not drive kv_seq_offload/kv_seq_prefetch yet, and the "
+                        "public API sets no fault-shim rate)\n");
+        return 2;
+    }
+    if (o->q_heads % o->kv_heads || o->head_dim % 16) {
+        fprintf(stderr, "kvpage stress: --q-heads must be a multiple of --kv-heads and "
+                        "--head-dim a multiple of 16\n");
+        return 2;
+    }
+    if (!o->ops && o->seconds == 0)
+        o->seconds = 10;
+    char err[512];
+    *cfg = (stress_cfg_t){.layers = (uint32_t)o->layers, .kv_heads = (uint32_t)o->kv_heads,
+                          .q_heads = (uint32_t)o->q_heads, .head_dim = (uint32_t)o->head_dim,
+                          .pool = o->pool, .max_seqs = (uint32_t)o->max_seqs,
+                          .seed = o->seed, .rate = o->rate, .verify_every = o->verify_every,
+                          .mix = mix};
+    if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
+        stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
+        fprintf(stderr, "kvpage stress: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+int kv_cmd_stress(int argc, char **argv)
+{
+    stress_opts_t o;
+    stress_mix_t mix;
+    stress_cfg_t cfg;
+    memset(&mix, 0, sizeof mix);
+    int rc = stress_setup(argc, argv, &o, &mix, &cfg);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    stress_driver_t d;
+    char err[512];
+    rc = stress_driver_create(&cfg, &d, stderr, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "kvpage stress: %s\n", err);
+        stress_mix_destroy(&mix);
+        return rc == KV_ENOMEM || rc == KV_EIO ? 1 : 2;
+    }
+    const int progress = o.progress || isatty(2);
+    const double t0 = kv_cli_now();
+    double now = t0, shown = t0;
+    for (;;) {
+        stress_driver_step(&d);
+        now = kv_cli_now();
+        if ((o.ops && d.ops >= o.ops) || (o.seconds > 0 && now - t0 >= o.seconds))
+            break;
+        if (progress && now - shown >= 1.0) {
+            stress_progress(&d, now - t0);
+            shown = now;
+        }
+    }
+    if (progress)
+        fprintf(stderr, "\n");
+    const uint64_t ops_at_stop = d.ops;
+    kv_stats_t st;
+    kv_store_stats(d.st, &st);
+    stress_driver_finish(&d);
+    double secs = kv_cli_now() - t0;
+    if (o.json)
+        stress_report_json(&o, &d, &mix, &st, secs);
+    else
+        stress_report_text(&o, &d, &st, secs);
+    int bad = d.vf.violations || d.vf.leaks;
+    if (bad)
+        stress_repro(&o, ops_at_stop);
+    stress_driver_destroy(&d);
+    stress_mix_destroy(&mix);
+    return bad ? 1 : 0;
+}

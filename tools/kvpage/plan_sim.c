@@ -1,0 +1,210 @@
+/*
+ * plan_sim.c — one sequence of `kvpage plan` through the real store (see
+ * plan_sim.h for the engine loop and the synthetic data).
+ *
+ * Ownership: every buffer and the store live for one plan_sim_run call.
+ */
+#include "plan_sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_spec.h"
+
+#define SIM_LOGIT 40.0       /* s^2 / sqrt(head_dim) of the strong keys    */
+#define SIM_MAX_PAGES (1ull << 26)
+
+enum { VEC_E1 = 0, VEC_E2 = 1, VEC_STRONG = 2 };
+
+typedef struct sim {
+    const plan_sim_cfg_t *c;
+    uint32_t H, Hq, D, L;
+    uint64_t n_pos;          /* prompt + out: positions of the run         */
+    int mc, sim;             /* MiniCache, SimLayerKV present              */
+    uint32_t sink;           /* SimLayerKV sink tokens                     */
+    float strong;            /* s                                          */
+    float *k;                /* [chunk][H][D] rows being appended          */
+    float *q, *out;          /* [rows][Hq][D]                              */
+    uint32_t rows;           /* prefill rows attended per layer (0: none)  */
+    int attn_first, attn_every; /* decode attention: first step, every step */
+    kv_store_t *st;
+    kv_seq_id_t seq;         /* the measured sequence                      */
+} sim_t;
+
+int plan_sim_pick(uint64_t i, uint64_t n, double frac)
+{
+    if (n == 0 || i >= n || !(frac > 0))
+        return 0;
+    uint64_t k = (uint64_t)llround(frac * (double)n);
+    k = k > n ? n : k;
+    return (i + 1) * k / n > i * k / n;
+}
+
+static int vec_kind(const sim_t *S, uint32_t layer, uint64_t t)
+{
+    if (S->sim) {
+        int lazy = plan_sim_pick(layer, S->L, S->c->lazy_frac);
+        if (lazy ? t < S->sink : t == S->sink)
+            return VEC_STRONG;
+    }
+    if (S->mc && (layer & 1u) && plan_sim_pick(t, S->n_pos, S->c->retain_frac))
+        return VEC_E2;
+    return VEC_E1;
+}
+
+/* Rows of positions [t0, t0 + n) of one layer into S->k (every head alike). */
+static void fill_rows(sim_t *S, uint32_t layer, uint64_t t0, uint32_t n)
+{
+    const size_t row = S->D;
+    memset(S->k, 0, (size_t)n * S->H * row * sizeof *S->k);
+    for (uint32_t i = 0; i < n; i++) {
+        int kind = vec_kind(S, layer, t0 + i);
+        for (uint32_t h = 0; h < S->H; h++) {
+            float *r = S->k + ((size_t)i * S->H + h) * row;
+            if (kind == VEC_STRONG)
+                r[0] = S->strong;
+            else
+                r[kind == VEC_E2 ? 2 : 1] = 1.0f;
+        }
+    }
+}
+
+static int prefill(sim_t *S, uint32_t prompt)
+{
+    const plan_sim_cfg_t *c = S->c;
+    int rc = 0;
+    for (uint32_t l = 0; l < S->L && !rc; l++) {
+        for (uint32_t t = 0; t < prompt && !rc; t += c->chunk) {
+            uint32_t n = prompt - t < c->chunk ? prompt - t : c->chunk;
+            fill_rows(S, l, t, n);
+            rc = kv_append(S->st, S->seq, l, n, KV_DTYPE_F32, S->k, S->k, NULL);
+        }
+        kv_prefill_t pf = {.layer = l, .seq = S->seq, .n_new = S->rows, .q = S->q,
+                           .out = S->out};
+        if (!rc && S->rows)
+            rc = kv_attn_prefill(S->st, &pf);
+    }
+    return rc ? rc : kv_seq_prefill_end(S->st, S->seq);
+}
+
+static int decode(sim_t *S, uint32_t prompt, uint32_t out)
+{
+    kv_seq_id_t seq = S->seq;
+    int rc = 0;
+    for (uint32_t g = 0; g < out && !rc; g++) {
+        for (uint32_t l = 0; l < S->L && !rc; l++) {
+            fill_rows(S, l, (uint64_t)prompt + g, 1);
+            rc = kv_append(S->st, seq, l, 1, KV_DTYPE_F32, S->k, S->k, NULL);
+            kv_decode_t d = {.layer = l, .batch = 1, .seqs = &seq, .q = S->q, .out = S->out};
+            if (!rc && (S->attn_every || (g == 0 && S->attn_first)))
+                rc = kv_attn_decode(S->st, &d);
+        }
+        if (!rc)
+            rc = kv_seq_step_end(S->st, seq);
+    }
+    return rc;
+}
+
+/* A store for the run; a warm-up sequence with the policy, freed at once
+ * (it creates the store's policy table, so the baseline metadata is the
+ * store's own); then the measured sequence. */
+static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, plan_foot_t *f)
+{
+    const plan_sim_cfg_t *c = S->c;
+    kv_config_t cfg = kv_config_default();
+    cfg.n_layers = S->L;
+    cfg.n_q_heads = S->Hq;
+    cfg.n_kv_heads = S->H;
+    cfg.head_dim = S->D;
+    cfg.host_pages = pages;
+    cfg.max_seqs = 2;
+    cfg.n_threads = 1;
+    cfg.flags = KV_CONFIG_NO_TCACHE;
+    const char *fmt = plan_spec_format(c->canon);
+    cfg.residual = fmt ? (uint32_t)plan_spec_num(c->canon, fmt, "r", 0) : 0;
+    int rc = kv_store_create(&cfg, &S->st);
+    if (rc)
+        return rc;
+    kv_seq_id_t seq;
+    kv_stats_t base, end;
+    if (!(rc = kv_seq_create(S->st, &seq)) && !(rc = kv_seq_set_policy(S->st, seq, c->policy)))
+        rc = kv_seq_free(S->st, seq);
+    if (!rc)
+        rc = kv_store_stats(S->st, &base);
+    if (!rc && !(rc = kv_seq_create(S->st, &S->seq)))
+        rc = kv_seq_set_policy(S->st, S->seq, c->policy);
+    if (!rc)
+        rc = prefill(S, prompt);
+    if (!rc)
+        rc = decode(S, prompt, out);
+    if (!rc)
+        rc = kv_store_check(S->st);
+    if (!rc)
+        rc = kv_store_stats(S->st, &end);
+    if (!rc)
+        *f = (plan_foot_t){.pages = end.pages_used, .peak_pages = end.pages_peak,
+                           .kv_bytes = end.kv_bytes,
+                           .meta_bytes = end.meta_bytes - base.meta_bytes,
+                           .tokens = end.tokens, .page_bytes = end.page_bytes};
+    kv_store_destroy(S->st);
+    S->st = NULL;
+    return rc;
+}
+
+/* Attention only where the policy scores tokens, on the rows it reads. */
+static void sim_attention(sim_t *S, uint32_t prompt)
+{
+    const char *cn = S->c->canon;
+    int sim_prefill = S->sim && strstr(cn, "mode=prefill") != NULL;
+    int acc = plan_spec_has(cn, "minikv") || plan_spec_has(cn, "h2o") || plan_spec_has(cn, "cam");
+    double rows = acc ? 1 : 0;
+    rows = fmax(rows, plan_spec_num(cn, "snapkv", "w", 0));
+    rows = fmax(rows, sim_prefill ? plan_spec_num(cn, "simlayerkv", "rows", 0) : 0);
+    S->rows = rows < prompt ? (uint32_t)rows : prompt;
+    S->attn_every = plan_spec_has(cn, "h2o") || plan_spec_has(cn, "cam");
+    S->attn_first = S->sim && !sim_prefill;
+}
+
+int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
+                 uint32_t out, plan_foot_t *f)
+{
+    if (!c || !f || !c->policy || !c->canon || !c->layers || !c->q_per_kv || !kv_heads ||
+        !c->head_dim || !c->chunk || !prompt || !(c->lazy_frac >= 0 && c->lazy_frac <= 1) ||
+        !(c->retain_frac >= 0 && c->retain_frac <= 0.5))
+        return KV_EINVAL;
+    sim_t S = {.c = c, .H = kv_heads, .Hq = kv_heads * c->q_per_kv, .D = c->head_dim,
+               .L = c->layers, .n_pos = (uint64_t)prompt + out,
+               .mc = plan_spec_has(c->canon, "minicache"),
+               .sim = plan_spec_has(c->canon, "simlayerkv"),
+               .sink = (uint32_t)plan_spec_num(c->canon, "simlayerkv", "sink", 4),
+               .strong = (float)sqrt(SIM_LOGIT * sqrt((double)c->head_dim))};
+    sim_attention(&S, prompt);
+    size_t qrows = S.rows ? S.rows : 1;
+    size_t kn = (size_t)c->chunk * S.H * S.D, qn = qrows * S.Hq * S.D;
+    S.k = malloc(kn * sizeof *S.k);
+    S.q = calloc(qn, sizeof *S.q);
+    S.out = malloc(qn * sizeof *S.out);
+    int rc = S.k && S.q && S.out ? 0 : KV_ENOMEM;
+    for (size_t i = 0; !rc && i < qn; i += S.D)
+        S.q[i] = S.strong;
+    /* FP16 pages of every token, twice (conversion and compaction
+     * transients), plus slack; doubled when a run still runs out. */
+    uint64_t lists = (uint64_t)S.L * S.H, per_list = ((uint64_t)prompt + out) / 16 + 4;
+    uint64_t pages = 2 * lists * per_list + 64;
+    for (int attempt = 0; !rc; attempt++) {
+        if (pages > SIM_MAX_PAGES) {
+            rc = KV_ERANGE;
+            break;
+        }
+        rc = run_once(&S, pages, prompt, out, f);
+        if (rc != KV_ENOMEM || attempt == 2)
+            break;
+        rc = 0;
+        pages *= 2;
+    }
+    free(S.k);
+    free(S.q);
+    free(S.out);
+    return rc;
+}

@@ -1,0 +1,369 @@
+/*
+ * stress_driver.c — the simulated engine's state and its one door to the
+ * store, stress_call (stress_driver.h): issue a public call, count it, and
+ * on KV_ENOMEM verify that nothing changed, preempt, retry.
+ *
+ * Invariants: slots[i].used <=> slots[i].sh.id is a live store sequence;
+ * n_live counts them; every live sequence's shadow says what was appended.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stress_driver.h"
+
+#define DRV_QUEUE_CAP 1024u
+
+/* Per op: its name; whether a failure must leave the store exactly as it
+ * was (prefill_end/step_end are done-or-untouched per list only). */
+static const struct {
+    const char *name;
+    int atomic;
+} drv_ops[STRESS_OP_COUNT] = {
+    [STRESS_OP_CREATE] = {"create", 1},
+    [STRESS_OP_SET_POLICY] = {"set_policy", 1},
+    [STRESS_OP_APPEND] = {"append", 1},
+    [STRESS_OP_ATTN_PREFILL] = {"attn_prefill", 1},
+    [STRESS_OP_PREFILL_END] = {"prefill_end", 0},
+    [STRESS_OP_ATTN_DECODE] = {"attn_decode", 1},
+    [STRESS_OP_STEP_END] = {"step_end", 0},
+    [STRESS_OP_FORK] = {"fork", 1},
+    [STRESS_OP_FREE] = {"free", 1},
+};
+
+static const char *const drv_evs[STRESS_EV_COUNT] = {
+    [STRESS_EV_ARRIVED] = "arrived",     [STRESS_EV_REJECTED] = "rejected",
+    [STRESS_EV_ADMITTED] = "admitted",   [STRESS_EV_DEFERRED] = "deferred",
+    [STRESS_EV_PREEMPTED] = "preempted", [STRESS_EV_DROPPED] = "dropped",
+    [STRESS_EV_FINISHED] = "finished",   [STRESS_EV_ABORTED] = "aborted",
+    [STRESS_EV_SAMPLED] = "sampled",     [STRESS_EV_BRANCHED] = "branched",
+};
+
+const char *stress_op_name(stress_op_t op)
+{
+    return op < STRESS_OP_COUNT ? drv_ops[op].name : "?";
+}
+
+const char *stress_ev_name(stress_ev_t ev)
+{
+    return ev < STRESS_EV_COUNT ? drv_evs[ev] : "?";
+}
+
+void stress_driver_destroy(stress_driver_t *d)
+{
+    stress_verifier_destroy(&d->vf);
+    kv_store_destroy(d->st);
+    free(d->slots);
+    free(d->queue);
+    free(d->k);
+    free(d->v);
+    free(d->q);
+    free(d->out);
+    free(d->hk);
+    free(d->hv);
+    free(d->pos);
+    free(d->batch);
+    free(d->batch_slot);
+    free(d->running);
+    free(d->live);
+    memset(d, 0, sizeof *d);
+}
+
+/* Every policy of the mix must attach to a fresh sequence of this store. */
+static int drv_check_policies(stress_driver_t *d, char *err, size_t err_len)
+{
+    for (uint32_t i = 0; i < d->cfg.mix->n; i++) {
+        const stress_pol_t *p = &d->cfg.mix->pol[i];
+        kv_seq_id_t s;
+        if (!p->policy)
+            continue;
+        int rc = kv_seq_create(d->st, &s);
+        if (rc) {
+            snprintf(err, err_len, "kv_seq_create: %s", kv_strerror(rc));
+            return rc;
+        }
+        rc = kv_seq_set_policy(d->st, s, p->policy);
+        kv_seq_free(d->st, s);
+        if (rc) {
+            snprintf(err, err_len, "policy '%s' cannot run on this store: %s", p->spec,
+                     kv_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log, char *err,
+                         size_t err_len)
+{
+    memset(d, 0, sizeof *d);
+    d->cfg = *cfg;
+    d->rng = cfg->seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    d->next_origin = 1;
+    kv_config_t kc = kv_config_default();
+    kc.n_layers = cfg->layers;
+    kc.n_q_heads = cfg->q_heads;
+    kc.n_kv_heads = cfg->kv_heads;
+    kc.head_dim = cfg->head_dim;
+    kc.host_pages = cfg->pool;
+    kc.max_seqs = cfg->max_seqs;
+    kc.n_threads = 1;
+    int rc = kv_store_create(&kc, &d->st);
+    if (rc) {
+        snprintf(err, err_len, "kv_store_create: %s", kv_strerror(rc));
+        return rc;
+    }
+    kv_stats_t st;
+    kv_store_stats(d->st, &st);
+    d->tokens_per_page = st.fp16_tokens_per_page;
+    const size_t n_slots = (size_t)cfg->max_seqs + 1; /* one more: creates hit ELIMIT */
+    const size_t max_len = cfg->dist.hi[0] > 0 ? cfg->dist.hi[0] : 1;
+    const size_t rows = n_slots > STRESS_PREFILL_ROWS ? n_slots : STRESS_PREFILL_ROWS;
+    const size_t kv_n = max_len * cfg->kv_heads * cfg->head_dim;
+    const size_t q_n = rows * cfg->q_heads * cfg->head_dim;
+    d->slots = calloc(n_slots, sizeof *d->slots);
+    d->live = calloc(n_slots, sizeof *d->live);
+    d->queue = calloc(DRV_QUEUE_CAP, sizeof *d->queue);
+    d->q_cap = DRV_QUEUE_CAP;
+    d->k = malloc(kv_n * sizeof *d->k);
+    d->v = malloc(kv_n * sizeof *d->v);
+    d->hk = malloc(kv_n * sizeof *d->hk);
+    d->hv = malloc(kv_n * sizeof *d->hv);
+    d->q = malloc(q_n * sizeof *d->q);
+    d->out = malloc(q_n * sizeof *d->out);
+    d->pos = malloc(max_len * sizeof *d->pos);
+    d->batch = malloc(n_slots * sizeof *d->batch);
+    d->batch_slot = malloc(n_slots * sizeof *d->batch_slot);
+    d->running = malloc(n_slots * sizeof *d->running);
+    rc = stress_verifier_init(&d->vf, d->st, cfg->seed, log);
+    if (rc || !d->slots || !d->live || !d->queue || !d->k || !d->v || !d->hk || !d->hv ||
+        !d->q || !d->out || !d->pos || !d->batch || !d->batch_slot || !d->running) {
+        snprintf(err, err_len, "out of memory");
+        stress_driver_destroy(d);
+        return KV_ENOMEM;
+    }
+    rc = drv_check_policies(d, err, err_len);
+    if (rc) {
+        stress_driver_destroy(d);
+        return rc;
+    }
+    /* The leak baseline: the store's policy table is created on the first
+     * kv_seq_set_policy (drv_check_policies) and kept until destroy. */
+    kv_store_stats(d->st, &st);
+    d->meta0 = st.meta_bytes;
+    return 0;
+}
+
+/* Attention outputs of `rows` rows of slot s at layer: finite and within
+ * the largest value its lists may hold (an output is a convex combination
+ * of value rows). */
+static void drv_check_out(stress_driver_t *d, const stress_slot_t *s, uint32_t layer,
+                          const float *out, uint32_t rows)
+{
+    const size_t n = (size_t)rows * d->cfg.q_heads * d->cfg.head_dim;
+    const double vmax = stress_check_vmax(s->sh.chk, layer, d->cfg.head_dim) * (1 + 1e-5) + 1e-6;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(out[i]) || fabs(out[i]) > vmax) {
+            stress_violation(&d->vf, "attention output of seq %u layer %u is %g, outside "
+                             "[-%g, %g] (its values' bound)", s->sh.id, layer, out[i], vmax,
+                             vmax);
+            return;
+        }
+}
+
+static int drv_append(stress_driver_t *d, stress_slot_t *s, const stress_call_t *c)
+{
+    const size_t n = (size_t)c->n * d->cfg.kv_heads * d->cfg.head_dim;
+    stress_shadow_values(&s->sh, d->cfg.seed, c->layer, c->n, d->cfg.kv_heads,
+                         d->cfg.head_dim, d->k, d->v, d->pos);
+    kv_dtype_t dt = stress_rng_below(&d->rng, 4) == 0 ? KV_DTYPE_F16 : KV_DTYPE_F32;
+    const void *k = d->k, *v = d->v;
+    if (dt == KV_DTYPE_F16) {
+        for (size_t i = 0; i < n; i++) {
+            d->hk[i] = stress_gen_half(d->k[i]);
+            d->hv[i] = stress_gen_half(d->v[i]);
+        }
+        k = d->hk;
+        v = d->hv;
+    }
+    int rc = kv_append(d->st, s->sh.id, c->layer, c->n, dt, k, v, d->pos);
+    if (rc == 0)
+        stress_shadow_append(&s->sh, c->layer, c->n);
+    return rc;
+}
+
+static int drv_attn_decode(stress_driver_t *d, const stress_call_t *c)
+{
+    const size_t row = (size_t)d->cfg.q_heads * d->cfg.head_dim;
+    stress_gen_fill(&d->rng, d->q, c->batch * row);
+    for (uint32_t j = 0; j < c->batch; j++)
+        d->batch[j] = d->slots[d->batch_slot[j]].sh.id;
+    kv_decode_t a = {.layer = c->layer, .batch = c->batch, .seqs = d->batch, .q = d->q,
+                     .out = d->out};
+    int rc = kv_attn_decode(d->st, &a);
+    for (uint32_t j = 0; rc == 0 && j < c->batch; j++)
+        drv_check_out(d, &d->slots[d->batch_slot[j]], c->layer, d->out + j * row, 1);
+    return rc;
+}
+
+static int drv_issue(stress_driver_t *d, stress_call_t *c)
+{
+    stress_slot_t *s = c->slot >= 0 ? &d->slots[c->slot] : NULL;
+    switch (c->op) {
+    case STRESS_OP_CREATE:
+        return kv_seq_create(d->st, &c->out);
+    case STRESS_OP_SET_POLICY:
+        return kv_seq_set_policy(d->st, s->sh.id, d->cfg.mix->pol[s->req.pol].policy);
+    case STRESS_OP_APPEND:
+        return drv_append(d, s, c);
+    case STRESS_OP_ATTN_PREFILL: {
+        stress_gen_fill(&d->rng, d->q, (size_t)c->n * d->cfg.q_heads * d->cfg.head_dim);
+        kv_prefill_t pf = {.layer = c->layer, .seq = s->sh.id, .n_new = c->n, .q = d->q,
+                           .out = d->out};
+        int rc = kv_attn_prefill(d->st, &pf);
+        if (rc == 0)
+            drv_check_out(d, s, c->layer, d->out, c->n);
+        return rc;
+    }
+    case STRESS_OP_PREFILL_END:
+        return kv_seq_prefill_end(d->st, s->sh.id);
+    case STRESS_OP_ATTN_DECODE:
+        return drv_attn_decode(d, c);
+    case STRESS_OP_STEP_END:
+        return kv_seq_step_end(d->st, s->sh.id);
+    case STRESS_OP_FORK:
+        return kv_seq_fork(d->st, s->sh.id, &c->out);
+    case STRESS_OP_FREE:
+        return kv_seq_free(d->st, s->sh.id);
+    case STRESS_OP_COUNT:
+        break;
+    }
+    return KV_EINVAL;
+}
+
+/* The newest live slot, if it is not the call's own (lowest priority
+ * first, as vLLM preempts: the call's sequence goes itself when it is the
+ * newest); or -1. */
+static int drv_victim(const stress_driver_t *d, const stress_call_t *c)
+{
+    int best = -1;
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
+        if (d->slots[i].used && (best < 0 || d->slots[i].order > d->slots[best].order))
+            best = (int)i;
+    if (best == c->slot)
+        return -1;
+    return best;
+}
+
+static void drv_context(stress_driver_t *d, const stress_call_t *c, const char *what)
+{
+    snprintf(d->vf.context, sizeof d->vf.context, "op %llu (%s%s%s)",
+             (unsigned long long)d->ops, stress_op_name(c->op), what ? ": " : "",
+             what ? what : "");
+}
+
+int stress_call(stress_driver_t *d, stress_call_t *c)
+{
+    for (;;) {
+        const stress_shadow_t *sh = c->slot >= 0 ? &d->slots[c->slot].sh : NULL;
+        stress_snap_take(&d->vf, sh);
+        int rc = drv_issue(d, c);
+        d->ops++;
+        d->op_count[c->op]++;
+        if (rc == 0)
+            return 0;
+        if (rc == KV_ELIMIT && (c->op == STRESS_OP_CREATE || c->op == STRESS_OP_FORK)) {
+            d->limit_failures++;
+            drv_context(d, c, "KV_ELIMIT");
+            stress_verify_unchanged(&d->vf, sh);
+            return rc;
+        }
+        if (rc != KV_ENOMEM) {
+            drv_context(d, c, NULL);
+            stress_violation(&d->vf, "unexpected error %d (%s)", rc, kv_strerror(rc));
+            return rc;
+        }
+        d->alloc_failures++;
+        drv_context(d, c, "KV_ENOMEM");
+        if (drv_ops[c->op].atomic) {
+            stress_verify_unchanged(&d->vf, sh);
+        } else {
+            int crc = kv_store_check(d->st);
+            if (crc)
+                stress_violation(&d->vf, "kv_store_check after a failed call: %s",
+                                 kv_strerror(crc));
+            if (sh)
+                stress_verify_seq(&d->vf, sh);
+        }
+        if (c->op == STRESS_OP_ATTN_PREFILL || c->op == STRESS_OP_ATTN_DECODE ||
+            c->defer)
+            return rc; /* attention scratch, or an admission that waits instead */
+        int victim = drv_victim(d, c);
+        if (victim < 0)
+            return rc;
+        stress_driver_release(d, victim, STRESS_EV_PREEMPTED);
+    }
+}
+
+int stress_driver_free_slot(const stress_driver_t *d)
+{
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
+        if (!d->slots[i].used)
+            return (int)i;
+    return -1;
+}
+
+int stress_driver_enqueue(stress_driver_t *d, const stress_req_t *r, int front)
+{
+    if (d->q_len == d->q_cap)
+        return -1;
+    if (front) {
+        d->q_head = (d->q_head + d->q_cap - 1) % d->q_cap;
+        d->queue[d->q_head] = *r;
+    } else {
+        d->queue[(d->q_head + d->q_len) % d->q_cap] = *r;
+    }
+    d->q_len++;
+    return 0;
+}
+
+void stress_driver_release(stress_driver_t *d, int i, stress_ev_t ev)
+{
+    stress_slot_t *s = &d->slots[i];
+    stress_call_t c = {.op = STRESS_OP_FREE, .slot = i};
+    stress_call(d, &c);
+    s->used = 0;
+    d->n_live--;
+    if (ev < STRESS_EV_COUNT)
+        d->ev_count[ev]++;
+    if (ev == STRESS_EV_PREEMPTED) {
+        stress_req_t r = s->req;
+        r.samples = 1;
+        r.waited = 0;
+        if (stress_driver_enqueue(d, &r, 1))
+            d->ev_count[STRESS_EV_REJECTED]++;
+    }
+}
+
+uint64_t stress_driver_verify(stress_driver_t *d)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
+        if (d->slots[i].used)
+            d->live[n++] = &d->slots[i].sh;
+    snprintf(d->vf.context, sizeof d->vf.context, "op %llu (verification)",
+             (unsigned long long)d->ops);
+    d->verify_runs++;
+    d->last_verify = d->ops;
+    return stress_verify_store(&d->vf, d->live, n);
+}
+
+uint64_t stress_driver_finish(stress_driver_t *d)
+{
+    uint64_t bad = stress_driver_verify(d);
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
+        if (d->slots[i].used)
+            stress_driver_release(d, (int)i, STRESS_EV_COUNT);
+    snprintf(d->vf.context, sizeof d->vf.context, "end (every sequence freed)");
+    return bad + stress_verify_empty(&d->vf, d->meta0);
+}
