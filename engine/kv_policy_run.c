@@ -19,6 +19,17 @@
  * the policy state matches the lists; calling the same function again
  * finishes the job with the same result (each step is idempotent: a list
  * already at its budget is left alone, the phase only advances on success).
+ *
+ * Both are mutating calls on the sequence, like kv_append: with a policy,
+ * the sequence is made resident first (kv_store_press_ready: its I/O in
+ * flight finished, then KV_ENOTRES, or with KV_OFFLOAD_WAIT a page-in), and
+ * the work runs under the memory-pressure ladder's retry protocol
+ * (kv_store_int.h): a refused page runs the ladder on the other sequences,
+ * then the call runs once more, which is safe because it is idempotent. The
+ * conversions and merges it makes through kv_seq_* are nested in it. Its
+ * need is one operation's: the largest layer rewritten (twice under
+ * MiniCache: a merge rewrites a pair, see kv_seq_merge_layers), since every
+ * operation before the refused one gave back about what it took.
  */
 #include "alloc/kv_mem.h"
 #include "kv_policy_int.h"
@@ -107,15 +118,19 @@ static int lists_apply(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, int at_
     return 0;
 }
 
-int kv_seq_prefill_end(kv_store_t *s, kv_seq_id_t seq)
+/* Pages the retry protocol frees for one policy call on seq (file comment). */
+static uint64_t run_need(const kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p)
 {
-    if (!s)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(s->pt, seq))
-        return KV_ENOENT;
-    kv_pol_seq_t *ps = kv_pol_get(s, seq);
-    if (!ps || ps->decoding)
-        return 0;
+    uint64_t need = 0;
+    for (uint32_t l = 0; s->press && l < s->cfg.n_layers; l++) {
+        uint64_t n = kv_store_press_layer_need(s, seq, l);
+        need = n > need ? n : need;
+    }
+    return p->mc ? 2 * need : need;
+}
+
+static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
+{
     const kv_policy_t *p = &ps->pol;
     uint32_t T = ps->prompt_len;
     if (T == 0) { /* first attempt (a retry keeps the budgets) */
@@ -153,17 +168,10 @@ int kv_seq_prefill_end(kv_store_t *s, kv_seq_id_t seq)
     return rc;
 }
 
-int kv_seq_step_end(kv_store_t *s, kv_seq_id_t seq)
+static int step_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
 {
-    if (!s)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(s->pt, seq))
-        return KV_ENOENT;
-    kv_pol_seq_t *ps = kv_pol_get(s, seq);
-    if (!ps)
-        return 0;
     int rc;
-    if (!ps->decoding && (rc = kv_seq_prefill_end(s, seq)))
+    if (!ps->decoding && (rc = prefill_run(s, seq, ps)))
         return rc;
     const kv_policy_t *p = &ps->pol;
     if (p->sim && p->sim_mode == KV_POL_SIM_DECODE && !ps->sim_decided)
@@ -178,4 +186,35 @@ int kv_seq_step_end(kv_store_t *s, kv_seq_id_t seq)
     if (!rc)
         ps->steps++;
     return rc;
+}
+
+/* A public policy call: validate, make seq resident, run under the ladder. */
+static int policy_call(kv_store_t *s, kv_seq_id_t seq, int at_step)
+{
+    if (!s)
+        return KV_EINVAL;
+    if (!kv_page_seq_live(s->pt, seq))
+        return KV_ENOENT;
+    kv_pol_seq_t *ps = kv_pol_get(s, seq);
+    if (!ps || (!at_step && ps->decoding))
+        return 0; /* nothing to do */
+    int rc = kv_store_press_ready(s, seq);
+    if (rc)
+        return rc;
+    kv_store_press_call_t pc;
+    kv_store_press_begin(s, &pc, seq, run_need(s, seq, &ps->pol));
+    do
+        rc = at_step ? step_run(s, seq, ps) : prefill_run(s, seq, ps);
+    while (kv_store_press_retry(s, &pc, rc));
+    return rc;
+}
+
+int kv_seq_prefill_end(kv_store_t *s, kv_seq_id_t seq)
+{
+    return policy_call(s, seq, 0);
+}
+
+int kv_seq_step_end(kv_store_t *s, kv_seq_id_t seq)
+{
+    return policy_call(s, seq, 1);
 }

@@ -232,7 +232,7 @@ int kv_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t *child)
     if (!s || !child)
         return KV_EINVAL;
     kv_seq_id_t c;
-    int rc = kv_store_off_ready(s, parent);
+    int rc = kv_store_press_ready(s, parent); /* resident (offload, ladder) */
     if (rc || (rc = kv_page_seq_fork(s->pt, parent, &c)))
         return rc;
     if ((rc = kv_pol_seq_fork(s, parent, c))) {
@@ -288,7 +288,7 @@ int kv_append(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t n_tokens,
         return 0;
     if (!k || !v || (dtype != KV_DTYPE_F32 && dtype != KV_DTYPE_F16))
         return KV_EINVAL;
-    int rc = kv_store_off_ready(s, seq); /* its pages resident (offload) */
+    int rc = kv_store_press_ready(s, seq); /* its pages resident (offload) */
     if (rc)
         return rc;
     kv_store_touch(s, seq);
@@ -324,7 +324,7 @@ int kv_compact(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_head,
     if (!s || (n_keep && !keep))
         return KV_EINVAL;
     int rc;
-    if (!list_lookup(s, seq, layer, kv_head, &rc) || (rc = kv_store_off_ready(s, seq)))
+    if (!list_lookup(s, seq, layer, kv_head, &rc) || (rc = kv_store_press_ready(s, seq)))
         return rc;
     const uint32_t T = s->cfg.page_bytes / (4u * s->cfg.head_dim);
     kv_store_press_call_t pc; /* fresh pages: at most one per kept page */

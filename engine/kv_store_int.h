@@ -70,13 +70,17 @@ void kv_store_pressure_stats(const kv_store_t *s, kv_stats_t *out);
  *     do rc = the_call(...); while (kv_store_press_retry(s, &pc, rc));
  * need: the most pool pages the call can take. retry returns 1 once, after
  * a refused page (rc KV_ENOMEM, the pool's refusals moved) if the ladder
- * freed pages; on success it tops the pool up to the reserve. Off: begin
- * and retry do nothing. */
+ * freed pages; on success it tops the pool up to the reserve. A call begun
+ * while another one runs (a hooked call made by a hooked call) is nested:
+ * its retry never runs the ladder, the outer call's does. Every begin must
+ * be followed by retries until one returns 0. Off: begin and retry do
+ * nothing. */
 typedef struct kv_store_press_call {
     kv_seq_id_t hot;    /* the call's sequence: never touched by the ladder */
     uint64_t need;      /* pages the call can take at most                   */
     uint64_t failed0;   /* the pool's refused allocations before the call    */
     int retried;        /* 1 after the retry                                 */
+    int nested;         /* 1: inside another call under the protocol         */
 } kv_store_press_call_t;
 
 void kv_store_press_begin(kv_store_t *s, kv_store_press_call_t *pc,
@@ -86,6 +90,16 @@ int kv_store_press_retry(kv_store_t *s, kv_store_press_call_t *pc, int rc);
  * copy of a shared tail and the fresh pages after the tail's room. */
 uint64_t kv_store_press_append_need(const kv_store_t *s, kv_seq_id_t seq,
                                     uint32_t layer, uint32_t n);
+/* Most pool pages one page-table operation that rewrites lists of (seq,
+ * layer) can take (a conversion, a compaction): per kv head the list's
+ * tokens in FP16 pages, plus one (a copied shared or partly filled tail). */
+uint64_t kv_store_press_layer_need(const kv_store_t *s, kv_seq_id_t seq,
+                                   uint32_t layer);
+/* kv_store_off_ready (below) before a mutating call on seq, with the ladder
+ * behind it: a KV_OFFLOAD_WAIT page-in the pool refused runs the ladder for
+ * the sequence's pages on the file (never touching seq) and is tried once
+ * more. Not nested in a call under the protocol. */
+int kv_store_press_ready(kv_store_t *s, kv_seq_id_t seq);
 
 /* ---- page-file tier (kv_store_offload*.c) ---------------------------------
  * kv_store_offload.c         config, life (create/open, destroy), stats,

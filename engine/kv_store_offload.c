@@ -23,16 +23,31 @@
 #define OFF_DEFAULT_LOW  750u
 #define OFF_FLAGS (KV_OFFLOAD_WAIT | KV_OFFLOAD_OPEN | KV_OFFLOAD_PREAD)
 #define OFF_SETTLE_TRIES 1000 /* progress errors tolerated at destroy */
+#define OFF_FAULT_PPM_MAX 1000000u /* offload_fault_ppm: every I/O at most */
+
+/* kv_config_t.offload_fault_ppm split evenly over the fault kinds (the
+ * first ppm % KV_OFFLOAD_FAULT_COUNT kinds get one more: the sum is ppm). */
+static kv_offload_fault_t off_fault(const kv_config_t *c)
+{
+    kv_offload_fault_t f = {.seed = c->offload_fault_seed};
+    for (uint32_t k = 0; k < KV_OFFLOAD_FAULT_COUNT; k++)
+        f.ppm[k] = c->offload_fault_ppm / KV_OFFLOAD_FAULT_COUNT +
+                   (k < c->offload_fault_ppm % KV_OFFLOAD_FAULT_COUNT);
+    return f;
+}
 
 int kv_store_off_resolve(kv_config_t *c)
 {
     if (!c->offload_path)
         return c->offload_pages || c->offload_qd || c->offload_high ||
-                       c->offload_low || c->offload_flags
+                       c->offload_low || c->offload_flags || c->offload_fault_ppm ||
+                       c->offload_fault_seed
                    ? KV_EINVAL
                    : 0;
     if (!*c->offload_path || (c->offload_flags & ~OFF_FLAGS))
         return KV_EINVAL;
+    if (c->offload_fault_ppm > OFF_FAULT_PPM_MAX)
+        return KV_ERANGE;
     if (!(c->offload_flags & KV_OFFLOAD_OPEN) &&
         (c->offload_pages == 0 || c->offload_pages > KV_ALLOC_MAX_PAGES))
         return KV_ERANGE;
@@ -74,6 +89,9 @@ int kv_store_off_init(kv_store_t *s)
     oc.queue_depth = c->offload_qd;
     oc.engine = (c->offload_flags & KV_OFFLOAD_PREAD) ? KV_OFFLOAD_ENGINE_PREAD
                                                       : KV_OFFLOAD_ENGINE_AUTO;
+    oc.fault = off_fault(c);
+    if (c->offload_fault_ppm)
+        oc.max_io_bytes = 1; /* one page per I/O: every page meets the shim */
     int rc = (c->offload_flags & KV_OFFLOAD_OPEN) ? kv_offload_open(o->path, &oc, &o->file)
                                                   : kv_offload_create(o->path, &oc, &o->file);
     if (rc)
@@ -196,6 +214,8 @@ void kv_store_off_stats(const kv_store_t *s, kv_stats_t *out)
     out->bytes_in = o->bytes_in;
     out->io_errors = o->io_errors;
     out->seqs_dropped = o->seqs_dropped;
+    for (int k = 0; k < KV_OFFLOAD_FAULT_COUNT; k++)
+        out->offload_faults += st.faults[k];
     pthread_mutex_unlock(&o->lock);
 }
 

@@ -1,14 +1,17 @@
 /*
  * kv_store_offload_balance.c — kv_store_offload_balance: the watermarks.
  *
- * Pool pages in use (less those whose page-out is already in flight: they
- * are about to be freed) above offload_high per mille of host_pages starts
- * a run: whole sequences, least recently used first (kv_store_lru_next),
- * are written until the pages in use would be at most offload_low per
- * mille; then the run waits for its writes, so their pool pages are free
- * when it returns. A sequence with nothing eligible (all shared, MERGED or
- * already on the file) is skipped. Pages still referenced elsewhere do not
- * count as freed: only refcount-1 pages are written.
+ * Writes already in flight when it is called (an earlier kv_seq_offload)
+ * are waited for first, so that the pages it returns, and its KV_EIO, are
+ * about its own writes only. Pool pages in use (less those whose page-out
+ * is still in flight after that: a file error) above offload_high per
+ * mille of host_pages starts a run: whole sequences, least recently used
+ * first (kv_store_lru_next), are written until the pages in use would be
+ * at most offload_low per mille; then the run waits for its writes, so
+ * their pool pages are free when it returns. A sequence with nothing
+ * eligible (all shared, MERGED or already on the file) is skipped. Pages
+ * still referenced elsewhere do not count as freed: only refcount-1 pages
+ * are written.
  *
  * Not all-or-nothing (kvpage.h): the first failure ends the run; what was
  * written stays written.
@@ -23,6 +26,7 @@ int kv_store_offload_balance(kv_store_t *s)
     if (rc)
         return rc;
     kv_store_off_t *o = s->off;
+    int wrc0 = kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1); /* not this run's */
     kv_alloc_stats_t as;
     kv_alloc_stats(s->pool, &as);
     uint64_t writing = 0;
@@ -49,7 +53,7 @@ int kv_store_offload_balance(kv_store_t *s)
     pthread_mutex_unlock(&o->lock);
     if (written)
         return written > INT_MAX ? INT_MAX : (int)written;
-    if (rc || wrc)
-        return rc ? rc : wrc;
+    if (rc || wrc || wrc0)
+        return rc ? rc : wrc ? wrc : wrc0;
     return started ? KV_EIO : 0; /* every write failed: kv_seq_wait says why */
 }

@@ -1,8 +1,9 @@
 /*
  * kv_store_pressure.c — the memory-pressure ladder (kvpage.h, "memory
  * pressure"): when a mutating call fails because the pool refused a page,
- * convert (FP16 -> INT4 -> INT2) and finally evict the coldest sequences'
- * lists until the call's pages are free, then retry the call once.
+ * write the coldest sequences to the page file (offload), convert (FP16 ->
+ * INT4 -> INT2) and finally evict the coldest sequences' lists until the
+ * call's pages are free, then retry the call once.
  *
  * Shape of a run (relieve): for each step of the ladder in order, for each
  * live sequence from the least recently used (kv_store_lru_next) but the
@@ -11,6 +12,17 @@
  * pages. Every action is one all-or-nothing page-table call, so whatever
  * happens (a refused page, a failed metadata allocation) the store is
  * consistent; an action that fails is skipped and the run goes on.
+ *
+ * The offload step (first when given: lossless before lossy) works on whole
+ * sequences instead, under off->lock: it first finishes the I/O in flight
+ * (so pages_out counts only its own writes), then submits page-outs of the
+ * coldest sequences (kv_store_off_write_seq: their resident, unshared, non-
+ * MERGED pages) until the pool would have the target once they complete,
+ * and waits for them (kv_store_off_settle), so the pool pages are free
+ * before the retry; a write that fails leaves its page resident, and the
+ * step goes on with the next sequence. A sequence the file cannot take
+ * (-ENOSPC: fewer free slots than its pages) or whose batch cannot be
+ * allocated is skipped; the next step then runs on what is still resident.
  *
  * Progress when few pages are free: a conversion writes its new pages before
  * it releases the old ones, so a layer converts in chunks that fit in the
@@ -28,10 +40,20 @@
  * page file or in flight (kv_page_seq_busy: the offload tier) are skipped:
  * the page table does not mutate them.
  *
+ * Calls: kv_append, kv_compact (kv_store.c), kv_seq_quantize,
+ * kv_seq_merge_layers (kv_store_format.c), kv_seq_prefill_end,
+ * kv_seq_step_end (kv_policy_run.c) run under the retry protocol
+ * (kv_store_int.h); a call made inside another one (the policy run's
+ * conversions and merges) is nested: it leaves refusals to the outer call,
+ * which retries as a whole. kv_store_press_ready makes a sequence resident
+ * before such a call and runs the ladder when a KV_OFFLOAD_WAIT page-in is
+ * refused its pool pages.
+ *
  * Invariants: s->press is NULL when the ladder is off; s->cfg.pressure then
  * is NULL, else it points to press->spec (the store's copy). Counters only
- * grow. The ladder only runs inside a mutating call (kv_append,
- * kv_compact), never from attention.
+ * grow. depth counts the calls under the protocol now running (0 between
+ * calls). The ladder only runs inside a mutating call, never from
+ * attention.
  * Ownership: the store owns s->press and its spec copy (kv_mem, counted in
  * meta_bytes); scratch of a run is freed before it returns.
  */
@@ -44,7 +66,8 @@
 #include "kv_store_int.h"
 #include "pages/kv_format.h"
 
-enum { PRESS_INT4 = 0, PRESS_INT2 = 1, PRESS_EVICT = 2, PRESS_N_STEPS = 3 };
+enum { PRESS_OFFLOAD = 0, PRESS_INT4 = 1, PRESS_INT2 = 2, PRESS_EVICT = 3,
+       PRESS_N_STEPS = 4 };
 
 #define PRESS_MAX_SPEC    1023u
 #define PRESS_MAX_SINK    65535u
@@ -64,12 +87,16 @@ typedef struct kv_press {
     size_t spec_bytes;
     uint32_t reserve;            /* pages to keep free (0: on refusal only)  */
     uint32_t backoff, skip;      /* top-ups skipped after one freed nothing  */
+    uint32_t depth;              /* calls under the protocol now running     */
     uint64_t runs, rescued, pages_freed, converted, evicted; /* kv_stats_t   */
+    uint64_t offloaded;          /* pages the offload step wrote (kv_stats_t)*/
 } kv_press_t;
 
-static const char *const step_names[PRESS_N_STEPS] = {"int4", "int2", "evict"};
-static const uint32_t step_format[PRESS_N_STEPS] = {KV_FMT_INT4, KV_FMT_INT2,
-                                                    KV_FMT_FP16};
+static const char *const step_names[PRESS_N_STEPS] = {"offload", "int4", "int2",
+                                                      "evict"};
+/* the format a conversion step converts to; FP16: not a conversion */
+static const uint32_t step_format[PRESS_N_STEPS] = {KV_FMT_FP16, KV_FMT_INT4,
+                                                    KV_FMT_INT2, KV_FMT_FP16};
 
 /* ---- parsing ---------------------------------------------------------------- */
 
@@ -154,7 +181,7 @@ static int ladder_parse(const char *spec, press_ladder_t *lad)
             keys_open = 0;
             if (colon) {
                 if (step != PRESS_EVICT)
-                    return KV_EINVAL; /* int4/int2 take no keys */
+                    return KV_EINVAL; /* offload/int4/int2 take no keys */
                 keys_open = 1;
                 if ((rc = parse_key(colon + 1, n - name_n - 1, lad, &seen)))
                     return rc;
@@ -179,6 +206,8 @@ int kv_store_pressure_check(const kv_config_t *cfg)
         return rc;
     if (cfg->pressure_reserve > cfg->host_pages)
         return KV_ERANGE;
+    if (lad.steps[0] == PRESS_OFFLOAD && !cfg->offload_path)
+        return KV_EINVAL; /* offload names a tier the store does not have */
     kv_page_geom_t g = {.head_dim = cfg->head_dim, .page_bytes = cfg->page_bytes};
     for (uint32_t i = 0; i < lad.n_steps; i++) {
         uint32_t f = step_format[lad.steps[i]];
@@ -238,6 +267,7 @@ void kv_store_pressure_stats(const kv_store_t *s, kv_stats_t *out)
     out->pressure_pages_freed = p->pages_freed;
     out->pressure_converted_tokens = p->converted;
     out->pressure_evicted_tokens = p->evicted;
+    out->pressure_offloaded_pages = p->offloaded;
 }
 
 /* ---- the pool ------------------------------------------------------------------ */
@@ -275,6 +305,18 @@ uint64_t kv_store_press_append_need(const kv_store_t *s, kv_seq_id_t seq,
             }
         }
         need += (n - fill + T - 1) / T;
+    }
+    return need;
+}
+
+uint64_t kv_store_press_layer_need(const kv_store_t *s, kv_seq_id_t seq,
+                                   uint32_t layer)
+{
+    const uint32_t T = fp16_tpp(s);
+    uint64_t need = 0;
+    for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
+        uint64_t n = kv_page_list_get(s->pt, seq, layer, h)->n_tokens;
+        need += (n + T - 1) / T + 1;
     }
     return need;
 }
@@ -397,6 +439,36 @@ static void step_evict(kv_store_t *s, kv_seq_id_t seq, uint32_t layer)
     kv_mem_free(keep, (size_t)n_keep * sizeof *keep);
 }
 
+/* ---- offload -------------------------------------------------------------------- */
+
+/* Write whole sequences, coldest first (never hot), to the page file until
+ * target pages are free; wait for the writes (see the file comment). */
+static void step_offload(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
+{
+    kv_store_off_t *o = s->off;
+    pthread_mutex_lock(&o->lock);
+    (void)kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1); /* older I/O first */
+    const uint64_t out0 = o->pages_out;
+    uint64_t f = pool_free(s), pending = 0, after = 0, tick;
+    kv_seq_id_t seq;
+    while (f < target && kv_store_lru_next(s, after, &seq, &tick) == 0) {
+        after = tick;
+        uint32_t n = 0;
+        if (seq == hot || kv_store_off_write_seq(s, seq, &n) || n == 0)
+            continue; /* -ENOSPC, KV_ENOMEM or nothing to write: the next one */
+        pending += n; /* each written page frees one pool page (refcount 1) */
+        if (f + pending >= target) {
+            (void)kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1);
+            pending = 0;
+            f = pool_free(s); /* short if writes failed: go on */
+        }
+    }
+    if (pending)
+        (void)kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1);
+    s->press->offloaded += o->pages_out - out0;
+    pthread_mutex_unlock(&o->lock);
+}
+
 /* ---- a run ---------------------------------------------------------------------- */
 
 static int cmp_u64(const void *a, const void *b)
@@ -437,6 +509,11 @@ static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
         const uint32_t step = p->lad.steps[st];
         uint64_t after = 0, tick;
         kv_seq_id_t seq;
+        if (step == PRESS_OFFLOAD) {
+            step_offload(s, hot, target);
+            f = pool_free(s);
+            continue;
+        }
         while (f < target && kv_store_lru_next(s, after, &seq, &tick) == 0) {
             after = tick;
             const kv_pol_seq_t *ps = kv_pol_get(s, seq);
@@ -484,17 +561,26 @@ static void top_up(kv_store_t *s, kv_seq_id_t hot)
 
 /* ---- the call protocol ---------------------------------------------------------- */
 
+/* The pool's refused allocations so far. */
+static uint64_t pool_refused(const kv_store_t *s)
+{
+    kv_alloc_stats_t as;
+    kv_alloc_stats(s->pool, &as);
+    return as.failed;
+}
+
 void kv_store_press_begin(kv_store_t *s, kv_store_press_call_t *pc,
                           kv_seq_id_t hot, uint64_t need)
 {
     pc->hot = hot;
     pc->need = need;
     pc->retried = 0;
+    pc->nested = 0;
     pc->failed0 = 0;
     if (s->press) {
-        kv_alloc_stats_t as;
-        kv_alloc_stats(s->pool, &as);
-        pc->failed0 = as.failed;
+        pc->nested = s->press->depth > 0;
+        s->press->depth++;
+        pc->failed0 = pool_refused(s);
     }
 }
 
@@ -503,17 +589,33 @@ int kv_store_press_retry(kv_store_t *s, kv_store_press_call_t *pc, int rc)
     kv_press_t *p = s->press;
     if (!p)
         return 0;
-    if (rc == 0) {
+    if (rc == KV_ENOMEM && !pc->retried && !pc->nested &&
+        pool_refused(s) != pc->failed0) { /* else a metadata allocation failed */
+        pc->retried = 1;
+        if (relieve(s, pc->hot, pc->need) > 0)
+            return 1;
+    }
+    assert(p->depth > 0);
+    p->depth--;
+    if (rc == 0 && !pc->nested) {
         p->rescued += (uint64_t)pc->retried;
         top_up(s, pc->hot);
-        return 0;
     }
-    if (rc != KV_ENOMEM || pc->retried)
-        return 0;
-    kv_alloc_stats_t as;
-    kv_alloc_stats(s->pool, &as);
-    if (as.failed == pc->failed0)
-        return 0; /* a metadata allocation failed, not the pool */
-    pc->retried = 1;
-    return relieve(s, pc->hot, pc->need) > 0;
+    return 0;
+}
+
+int kv_store_press_ready(kv_store_t *s, kv_seq_id_t seq)
+{
+    kv_press_t *p = s->press;
+    if (!p || !s->off || p->depth)
+        return kv_store_off_ready(s, seq); /* no ladder, no file, or nested */
+    const uint64_t failed0 = pool_refused(s);
+    int rc = kv_store_off_ready(s, seq);
+    if (rc != KV_ENOMEM || pool_refused(s) == failed0)
+        return rc; /* done, another error, or a metadata allocation failed */
+    if (relieve(s, seq, s->off->seqs[seq].on_file) == 0)
+        return rc;
+    rc = kv_store_off_ready(s, seq);
+    p->rescued += rc == 0;
+    return rc;
 }

@@ -120,9 +120,9 @@ typedef struct kv_config {
                           /* a time; a multiple of 16; 0 = 128                    */
     const char *pressure; /* memory-pressure ladder, NULL or "" = off: steps run */
                           /* on the coldest sequences before KV_ENOMEM, e.g.     */
-                          /* "int4,int2,evict:sink=4,recent=256" (see "memory    */
-                          /* pressure" below); copied at create                  */
-    uint32_t pressure_reserve; /* pages: when a kv_append/kv_compact leaves     */
+                          /* "offload,int4,int2,evict:sink=4,recent=256" (see    */
+                          /* "memory pressure" below); copied at create          */
+    uint32_t pressure_reserve; /* pages: when a mutating call leaves            */
                           /* fewer free, the ladder runs until this many are;    */
                           /* 0 = only when a page is refused; <= host_pages      */
     /* page-file tier ("offload" below); all zero/NULL: no page file          */
@@ -135,6 +135,13 @@ typedef struct kv_config {
     uint32_t offload_low;  /* mille of host_pages in use; 0 = 900 and 750     */
                           /* (low: high/2 if high <= 750); low < high <= 1000 */
     uint32_t offload_flags; /* KV_OFFLOAD_* bits                              */
+    /* TESTING only (docs/offload.md, "Fault injection"): faults injected     */
+    /* into page-file I/O, per million transfers, 0..1e6 (with faults on,    */
+    /* each I/O carries one page); split evenly over 7 kinds (EIO, ENOSPC,    */
+    /* short transfer, torn write, bit flip, EAGAIN, EINTR); 0 = none.        */
+    /* Both 0 without offload_path (KV_EINVAL); > 1e6: KV_ERANGE.             */
+    uint32_t offload_fault_ppm;
+    uint64_t offload_fault_seed; /* PRNG seed of the injected faults          */
 } kv_config_t;
 
 /* kv_config_t.offload_flags */
@@ -191,6 +198,11 @@ typedef struct kv_stats {
                                 /* failures included (cumulative)                  */
     uint64_t seqs_dropped;      /* sequences a reopened file named that could not  */
                                 /* be restored (record or pages unreadable)        */
+    uint64_t offload_faults;    /* faults injected (kv_config_t.offload_fault_ppm; */
+                                /* testing), cumulative                            */
+    /* memory-pressure ladder, continued                                       */
+    uint64_t pressure_offloaded_pages; /* pages its offload step wrote to the   */
+                                /* page file (their pool pages freed)              */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -281,13 +293,14 @@ KV_API int kv_compact(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
  * each time R tokens have accumulated (KIVI). Pages already converted stay as
  * they are. Forks inherit it. Errors: KV_ENOENT, KV_ERANGE, KV_EINVAL (fmt
  * not INT4/INT2/FP16), KV_ENOTSUP (this page size holds no 16-token group
- * of fmt). Allocates nothing. */
+ * of fmt), KV_ENOTRES (see "offload"). Allocates nothing. */
 KV_API int kv_seq_set_format(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                              kv_format_t fmt);
 
 /* Convert now every token of (seq, layer) but the newest keep_fp16 (rounded up
  * so that only whole 16-token groups convert) to the layer's format; e.g. at
- * prefill end. No-op for FP16 layers. All-or-nothing (KV_ENOMEM). */
+ * prefill end. No-op for FP16 layers. All-or-nothing (KV_ENOMEM, after the
+ * memory-pressure ladder if any; KV_ENOTRES: see "offload"). */
 KV_API int kv_seq_quantize(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                            uint32_t keep_fp16);
 
@@ -318,7 +331,8 @@ KV_API kv_merge_opts_t kv_merge_opts_default(void);
  * opts NULL = the defaults. Errors: KV_ENOENT, KV_ERANGE (layer 0 or out of
  * range), KV_ESTATE (the two layers' tokens differ), KV_EVERSION
  * (struct_size), KV_EINVAL (t or gamma outside [0, 1], dir_format),
- * KV_ENOTSUP (a page too small for one merged token), KV_ENOMEM. */
+ * KV_ENOTSUP (a page too small for one merged token), KV_ENOMEM (after the
+ * memory-pressure ladder if any), KV_ENOTRES (see "offload"). */
 KV_API int kv_seq_merge_layers(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                                const kv_merge_opts_t *opts);
 
@@ -360,37 +374,58 @@ KV_API int kv_seq_set_policy(kv_store_t *store, kv_seq_id_t seq,
                              const kv_policy_t *policy);
 
 /* The prompt is in (every layer appended and prefilled): apply prefill-end
- * decisions (selection, quantization, merging, lazy-layer marking). */
+ * decisions (selection, quantization, merging, lazy-layer marking).
+ * Errors: KV_ENOENT, KV_ENOMEM (after the memory-pressure ladder if any;
+ * call again to finish, docs/policies.md), KV_ENOTRES (see "offload"). */
 KV_API int kv_seq_prefill_end(kv_store_t *store, kv_seq_id_t seq);
 
 /* One decode step is done on every layer: apply per-step decisions
  * (H2O/StreamingLLM eviction + CaM merging, SimLayerKV trimming after the
  * first decode token, MiniCache merging of new tokens, residual
- * quantization). */
+ * quantization). Errors as kv_seq_prefill_end. */
 KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
 
 /* ---- memory pressure --------------------------------------------------- */
 
 /* kv_config_t.pressure, a ladder of steps in escalation order, comma
  * separated, each at most once and in this order (any subset):
+ *   offload                   write whole sequences to the page file
+ *                             (lossless; needs offload_path)
  *   int4                      FP16 -> INT4
  *   int2                      FP16 -> INT2
  *   evict[:sink=S,recent=W]   keep the first S (0..65535, default 4) and the
  *                             last W (1..2^24, default 256) tokens of a list
- * e.g. "int4,int2,evict:sink=4,recent=256", "evict:recent=1024", "int2".
- * Errors at kv_store_create: KV_EINVAL (unknown step or key, malformed,
- * repeated or out-of-order step, pressure_reserve without a ladder),
+ * e.g. "offload,int4,int2,evict:sink=4,recent=256", "int4,int2,evict",
+ * "evict:recent=1024", "int2". Errors at kv_store_create: KV_EINVAL
+ * (unknown step or key, malformed, repeated or out-of-order step,
+ * pressure_reserve without a ladder, offload without offload_path),
  * KV_ERANGE (a value out of range, pressure_reserve > host_pages),
  * KV_ENOTSUP (a step's format holds no 16-token group in this page size).
  *
- * When kv_append or kv_compact fails with KV_ENOMEM because the pool refused
- * a page (a failed metadata allocation does not count), the ladder runs over
- * the other live sequences, least recently used first (create, fork,
- * append and attention mark a sequence used), step by step
- * (every sequence gets a step before any gets the next), one layer at a
- * time (shortest first), until as many pages are free as the call can need;
- * then the call is retried once and its result returned (still KV_ENOMEM if
- * the ladder could not free enough; what the ladder did stays done).
+ * When a mutating call that takes pages -- kv_append, kv_compact,
+ * kv_seq_quantize, kv_seq_merge_layers, kv_seq_prefill_end,
+ * kv_seq_step_end, and the page-in of a KV_OFFLOAD_WAIT call (see
+ * "offload") -- fails with KV_ENOMEM because the pool refused a page (a
+ * failed metadata allocation does not count), the ladder runs over the
+ * other live sequences, least recently used first (create, fork, append,
+ * attention and kv_seq_prefetch mark a sequence used), step by step (every
+ * sequence gets a step before any gets the next), one layer at a time
+ * (shortest first), until as many pages are free as the call can need (an
+ * upper bound: for the conversions, merges and policy calls, one layer or
+ * layer pair rewritten), then the call is retried once and its result
+ * returned (still KV_ENOMEM if the ladder could not free enough; what the
+ * ladder did stays done). The retry is safe: those calls are all-or-nothing,
+ * and kv_seq_prefill_end/kv_seq_step_end finish the job when called again.
+ * (Their own conversions and merges run no ladder of their own.)
+ *   offload: the coldest sequences' resident, unshared, non-MERGED pages
+ *     are written to the page file, whole sequences at a time (as
+ *     kv_seq_offload), until the pool would have the pages; the step waits
+ *     for those writes (and first for any I/O already in flight), so their
+ *     pool pages are free before the retry. Lossless: they come back
+ *     bit-exact with kv_seq_prefetch + kv_seq_wait, or KV_OFFLOAD_WAIT. A
+ *     sequence the file has no room for (-ENOSPC) or whose write fails
+ *     stays resident; the next steps then work on what is still resident.
+ *     Only first in the ladder (lossless before lossy).
  *   int4/int2: the layer's FP16 residual (its unconverted FP16 tail) is
  *     converted (kv_seq_set_format + kv_seq_quantize with keep_fp16 0, a few
  *     pages at a time while few are free) and the layer keeps that format
@@ -399,29 +434,34 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  *   evict: every list longer than S + W keeps its first S and last W tokens
  *     (kv_compact, with the sequence's policy scores following), where that
  *     frees pages: kept tokens of INT4/INT2/MERGED pages become FP16.
- * Never touched: the sequence the call is for; pages shared with another
- * list (forks, merged pairs: acting on them costs pages instead of freeing
- * them); sequences under a MiniCache policy (its layer pairs must keep the
- * same tokens); sequences with pages on the page file or in flight.
- * Sequences under CaM are only evicted (CaM rewrites FP16 values).
+ * Never touched: the sequence the call is for. Nor, by the lossy steps
+ * (int4, int2, evict): pages shared with another list (forks, merged
+ * pairs: acting on them costs pages instead of freeing them); sequences
+ * under a MiniCache policy (its layer pairs must keep the same tokens);
+ * sequences with pages on the page file or in flight (so a sequence the
+ * offload step wrote is not also converted). Sequences under CaM are only
+ * evicted (CaM rewrites FP16 values).
  * A conversion needs fresh pages before it frees old ones (at least one per
  * kv head for a layer), so with fewer free pages than kv heads only
  * eviction makes progress (typical at decode time, when an append fails
  * for want of one page per kv head). kv_config_t.pressure_reserve keeps
- * pages free for the ladder ahead of time (after a successful kv_append or
- * kv_compact leaves fewer free, the ladder runs until that many are; best
- * effort): 2 * n_kv_heads or more lets conversion start. Contents change
- * as the steps say (within the format's bound; evicted tokens are gone);
- * kv_store_stats counts runs, pages freed and tokens converted/evicted.
- * The ladder runs inside the (mutating) call, so the caller's serialization
- * of mutating calls covers it. */
+ * pages free for the ladder ahead of time (after a successful call above,
+ * the page-in aside, leaves fewer free, the ladder runs until that many
+ * are; best effort): 2 * n_kv_heads or more lets conversion start. With
+ * offload first this is an automatic watermark: cold sequences are paged
+ * out ahead of time (inside the call, waiting for the writes). Contents change as
+ * the lossy steps say (within the format's bound; evicted tokens are gone);
+ * kv_store_stats counts runs, pages freed, pages offloaded and tokens
+ * converted/evicted. The ladder runs inside the (mutating) call, so the
+ * caller's serialization of mutating calls covers it. */
 
 /* ---- offload: the page-file tier (docs/offload.md) --------------------- */
 
 /* With kv_config_t.offload_path set, the store keeps a page file (O_DIRECT
  * where the filesystem allows, io_uring or pread/pwrite): pages of a
  * sequence can be written to it in their stored (compressed) form and their
- * pool pages freed (kv_seq_offload, kv_store_offload_balance), and read
+ * pool pages freed (kv_seq_offload, kv_store_offload_balance, or the
+ * memory-pressure ladder's offload step when the pool runs out), and read
  * back (kv_seq_prefetch). Every page on the file carries a crc32c'd header;
  * a page that fails its check is never returned as data: it is reported
  * lost (below). kv_store_create errors for the tier: KV_EINVAL (offload
@@ -449,13 +489,16 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * concurrently with each other: page-ins from attention are serialized
  * inside the store, and the pages other calls are reading never move.
  * Mutating calls on a sequence (kv_append, kv_compact, kv_seq_fork as
- * parent) first wait for its I/O in flight; then, with a page not resident,
- * they return KV_ENOTRES, or with KV_OFFLOAD_WAIT read the sequence back
- * first. kv_seq_set_format, kv_seq_quantize, kv_seq_merge_layers,
- * kv_seq_prefill_end and kv_seq_step_end return KV_ENOTRES whenever a list
- * they touch has a page not resident or with I/O in flight (call
- * kv_seq_prefetch and kv_seq_wait first). Residency is not content: a call
- * that read pages back keeps them resident even if it then fails.
+ * parent, kv_seq_quantize, kv_seq_merge_layers, and kv_seq_prefill_end and
+ * kv_seq_step_end on a sequence with a policy) first wait for its I/O in
+ * flight; then, with a page not resident, they return KV_ENOTRES, or with
+ * KV_OFFLOAD_WAIT read the sequence back first (a page-in the pool has no
+ * room for runs the memory-pressure ladder, if any, which may page out
+ * colder sequences to make room). kv_seq_set_format does the same when the
+ * layer it sets has a page not resident or with I/O in flight. Residency
+ * is not content: a call that read pages back keeps them resident even if
+ * it then fails. Pages also go to the file without a call of this section:
+ * the memory-pressure ladder's offload step (see "memory pressure").
  * kv_seq_free waits for the sequence's I/O in flight, then frees its pages
  * and slots. kv_store_destroy finishes all I/O, then kv_store_offload_sync.
  *
@@ -524,8 +567,8 @@ KV_API int kv_seq_residency(kv_store_t *store, kv_seq_id_t seq, kv_residency_t *
  * is in use, write whole sequences, least recently used first (create,
  * fork, append, attention and prefetch mark a sequence used), until at most
  * offload_low per mille would be in use; waits for those writes, so their
- * pool pages are free on return. Returns the number of pages written (>= 0)
- * or an error. Not all-or-nothing: it stops at the first sequence that
+ * pool pages are free on return (and first for I/O already in flight).
+ * Returns the number of pages this call wrote (>= 0) or an error. Not all-or-nothing: it stops at the first sequence that
  * fails (-ENOSPC: the file is full; KV_ENOMEM), what was written before
  * stays written, and returns that error only if nothing was written
  * (KV_EIO if every write it started failed: kv_seq_wait tells which).

@@ -625,6 +625,110 @@ static void test_faults(const char *ladder, uint64_t pages, uint32_t n_new)
     CHECK(ok_fired > 0 && fail_fired > 0 && meta_only > 0);
 }
 
+/* ---- the other hooked calls --------------------------------------------------------- */
+
+static int hk_quantize(kv_store_t *s, kv_seq_id_t b)
+{
+    return kv_seq_quantize(s, b, 0, 0);
+}
+
+static int hk_merge(kv_store_t *s, kv_seq_id_t b)
+{
+    return kv_seq_merge_layers(s, b, 1, NULL);
+}
+
+/* Plain FP16 tokens at the end of list (l, h) of q. */
+static uint32_t residual_of(const kv_store_t *s, kv_seq_id_t q, uint32_t l, uint32_t h)
+{
+    const kv_page_list_t *x = kv_page_list_get(s->pt, q, l, h);
+    uint32_t n = 0;
+    for (uint32_t e = x->n_ents; e > 0 && x->ents[e - 1].format == KV_FMT_FP16 &&
+                                 !x->ents[e - 1].flags;
+         e--)
+        n += x->ents[e - 1].n_tokens;
+    return n;
+}
+
+/* kv_seq_quantize, kv_seq_merge_layers, kv_seq_prefill_end (StreamingLLM
+ * keeping all + INT4: converts the prompt) and kv_seq_step_end (MiniCache:
+ * the 16th decode token merges) on hot B in a full pool: KV_ENOMEM without
+ * a ladder (nothing of A changes); with "evict" one run rescues the call,
+ * A's layer 0 keeps exactly sink + recent tokens, and the call did its job. */
+static void test_hooked(void)
+{
+    static const struct {
+        const char *name, *policy;
+        int (*call)(kv_store_t *, kv_seq_id_t);
+        uint32_t fmt; /* format B's layer 0 gets; FP16: a merge (residual 0) */
+    } cases[] = {
+        {"kv_seq_quantize", NULL, hk_quantize, KV_FMT_INT4},
+        {"kv_seq_merge_layers", NULL, hk_merge, KV_FMT_FP16},
+        {"kv_seq_prefill_end", "streamingllm:sink=4,recent=1000+int4", kv_seq_prefill_end,
+         KV_FMT_INT4},
+        {"kv_seq_step_end", "minicache:from=0,every=16", kv_seq_step_end, KV_FMT_FP16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int on = 0; on < 2; on++) {
+            kv_store_t *s;
+            CHECK_OK(open_store(100, on ? "evict:sink=4,recent=16" : NULL, 0, &s));
+            kv_seq_id_t a = new_seq(s, LA), b, f;
+            CHECK_OK(kv_seq_create(s, &b));
+            if (cases[i].policy) {
+                kv_policy_t *pol;
+                char err[128];
+                CHECK_OK(kv_policy_parse(cases[i].policy, &pol, err, sizeof err));
+                CHECK_OK(kv_seq_set_policy(s, b, pol));
+                kv_policy_destroy(pol);
+            }
+            for (uint32_t l = 0; l < NL; l++)
+                CHECK_OK(append_n(s, b, l, LA, NULL));
+            if (cases[i].call == hk_quantize)
+                CHECK_OK(kv_seq_set_format(s, b, 0, KV_FMT_INT4));
+            if (cases[i].call == kv_seq_step_end) {
+                CHECK_OK(kv_seq_prefill_end(s, b)); /* merges the prompt */
+                for (int t = 0; t < 16; t++) {
+                    for (uint32_t l = 0; l < NL; l++)
+                        CHECK_OK(append_n(s, b, l, 1, NULL));
+                    if (t < 15)
+                        CHECK_OK(kv_seq_step_end(s, b));
+                }
+                CHECK_EQ(residual_of(s, b, 1, 0), 16);
+            }
+            CHECK_OK(kv_seq_create(s, &f)); /* fills the pool; warmer than A */
+            while (stats(s).pages_free >= 2)
+                CHECK_OK(append_n(s, f, 0, 16, NULL));
+            ssnap_t a0, a1;
+            take(s, a, &a0);
+            int rc = cases[i].call(s, b);
+            take(s, a, &a1);
+            kv_stats_t st = stats(s);
+            if (!on) {
+                if (rc != KV_ENOMEM)
+                    fprintf(stderr, "  %s in a full pool: %d\n", cases[i].name, rc);
+                CHECK_EQ(rc, KV_ENOMEM);
+                CHECK(same_seq(&a0, &a1));
+            } else {
+                CHECK_OK(rc);
+                CHECK_EQ(st.pressure_runs, 1);
+                CHECK_EQ(st.pressure_rescued, 1);
+                for (uint32_t h = 0; h < NKV; h++) {
+                    CHECK(evicted_to(&a0.l[0][h], &a1.l[0][h], 4, 16, 0));
+                    if (cases[i].fmt == KV_FMT_INT4)
+                        CHECK(formats(s, b, 0, h) & (1u << KV_FMT_INT4));
+                    else
+                        CHECK(residual_of(s, b, 1, h) == 0 &&
+                              (formats(s, b, 1, h) & (1u << KV_FMT_MERGED)));
+                }
+                char what[64];
+                snprintf(what, sizeof what, "%s, evict, full pool:", cases[i].name);
+                report(what, s);
+            }
+            CHECK_OK(kv_store_check(s));
+            drop(&a0), drop(&a1);
+            kv_store_destroy(s);
+        }
+}
+
 /* ---- configuration -------------------------------------------------------------------- */
 
 static void test_config(void)
@@ -646,6 +750,8 @@ static void test_config(void)
         {"evict:recent=16777217", KV_ERANGE},
         {"evict:recent=99999999999", KV_ERANGE},
         {"INT4", KV_EINVAL},          {"int4 ", KV_EINVAL},
+        {"offload", KV_EINVAL},       {"offload,int4", KV_EINVAL}, /* no page file */
+        {"int4,offload", KV_EINVAL},  {"offload:sink=1", KV_EINVAL},
         {"int4", 0},                  {"int2", 0},
         {"evict", 0},                 {"int4,evict:recent=1024", 0},
         {"int4,int2,evict:sink=4,recent=256", 0},
@@ -698,6 +804,7 @@ int main(void)
     test_lru();
     test_reserve();
     test_compact();
+    test_hooked();
     test_faults("int4", 44, 64);
     test_faults("evict:sink=4,recent=16", 40, 64);
     return kv_test_end();

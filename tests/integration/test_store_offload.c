@@ -11,7 +11,12 @@
  *     and every mutating call, prefetch, wait, then every list bit-exact
  *     and attention output identical; kv_store_check all along;
  *   - kv_seq_free with writes and with reads in flight (the free waits; no
- *     slot or page leaks), and of a sequence on the file (its slots return).
+ *     slot or page leaks), and of a sequence on the file (its slots return);
+ *   - the testing knob kv_config_t.offload_fault_ppm/_seed: refused without
+ *     a path or above 1e6; at 1e6 (pread: reproducible) faults are injected
+ *     and counted (kv_stats.offload_faults), a sequence sent out and back
+ *     either reads bit-exact or reports its lost pages, and nothing leaks;
+ *     at 0 nothing is injected.
  */
 #include "test_store_offload_util.h"
 
@@ -35,6 +40,15 @@ static void test_config(const kvt_dir_t *d)
     CHECK_EQ(kv_store_create(&c, &st), KV_ERANGE);
     c = kvs_config(p, 0, 8, 64);
     c.offload_qd = KV_OFFLOAD_MAX_QD + 1;
+    CHECK_EQ(kv_store_create(&c, &st), KV_ERANGE);
+    c = kvs_config(NULL, 0, 0, 64);
+    c.offload_fault_ppm = 10; /* the testing knob needs a page file */
+    CHECK_EQ(kv_store_create(&c, &st), KV_EINVAL);
+    c.offload_fault_ppm = 0;
+    c.offload_fault_seed = 1;
+    CHECK_EQ(kv_store_create(&c, &st), KV_EINVAL);
+    c = kvs_config(p, 0, 8, 64);
+    c.offload_fault_ppm = 1000001;
     CHECK_EQ(kv_store_create(&c, &st), KV_ERANGE);
     c = kvs_config(p, KV_OFFLOAD_OPEN, 8, 64);
     CHECK_EQ(kv_store_create(&c, &st), -ENOENT);
@@ -226,12 +240,62 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     CHECK_OK(kv_offload_unlink(p));
 }
 
+/* kv_config_t.offload_fault_ppm: every transfer faulted at 1e6, none at 0;
+ * out and back, a sequence is bit-exact or reports lost pages. */
+static void test_fault_knob(const kvt_dir_t *d)
+{
+    char p[4096];
+    kvt_path(d, "faults.kvp", p);
+    for (int on = 0; on < 2; on++) {
+        kv_config_t c = kvs_config(p, KV_OFFLOAD_PREAD, 256, 256);
+        c.offload_fault_ppm = on ? 1000000 : 0;
+        c.offload_fault_seed = 5;
+        kv_store_t *st = NULL;
+        CHECK_OK(kv_store_create(&c, &st));
+        kv_config_t back;
+        CHECK_OK(kv_store_config(st, &back));
+        CHECK_EQ(back.offload_fault_ppm, c.offload_fault_ppm);
+        kv_seq_id_t q;
+        kvs_snap_t before, after;
+        CHECK_OK(kv_seq_create(st, &q));
+        CHECK_OK(kvs_fill(st, q, 200, 3, KVS_FP16));
+        CHECK_OK(kvs_snap(st, q, &before));
+        CHECK_OK(kv_seq_offload(st, q));
+        int wrc = kv_seq_wait(st, q);
+        kv_residency_t r = kvs_res(st, q);
+        CHECK(on ? wrc != 0 && r.on_file > 0 && r.resident > 0 /* some writes failed */
+                 : wrc == 0 && r.on_file == r.pages);
+        CHECK_OK(kv_seq_prefetch(st, q));
+        int rrc = kv_seq_wait(st, q);
+        r = kvs_res(st, q);
+        kv_stats_t s = kvs_stats(st);
+        if (on) {
+            CHECK(s.offload_faults > 0 && s.io_errors > 0);
+            CHECK(r.lost > 0 && rrc != 0); /* reported, never silent */
+            CHECK_EQ(kvs_snap(st, q, &after), KV_ENOTRES);
+        } else {
+            CHECK(s.offload_faults == 0 && s.io_errors == 0 && rrc == 0 && r.on_file == 0);
+            CHECK_OK(kvs_snap(st, q, &after));
+            CHECK(kvs_snap_same(&before, &after));
+        }
+        CHECK_OK(kv_store_check(st));
+        CHECK_OK(kv_seq_free(st, q));
+        s = kvs_stats(st);
+        CHECK(s.offload_slots_used == 0 && s.pages_used == 0 && s.pages_lost == 0);
+        kvs_snap_free(&before);
+        kvs_snap_free(&after);
+        kv_store_destroy(st);
+        CHECK_OK(kv_offload_unlink(p));
+    }
+}
+
 int main(void)
 {
     kvt_dir_t d;
     kvt_dir_make(&d);
     uint64_t live0 = kv_mem_live_bytes();
     test_config(&d);
+    test_fault_knob(&d);
     uint32_t eng[2];
     int n = kvt_engines(&d, eng);
     for (int i = 0; i < n; i++)

@@ -10,7 +10,10 @@
  *   - ENOSPC: a file of 40 slots holds one sequence; kv_seq_offload of a
  *     second one returns -ENOSPC and changes nothing (residency, stats,
  *     kv_store_check), balance returns -ENOSPC when it can write nothing;
- *     freeing the first sequence makes room.
+ *     freeing the first sequence makes room;
+ *   - the count is balance's own (every engine): writes of an earlier
+ *     kv_seq_offload still in flight when balance starts (one page per I/O,
+ *     one I/O at a time) are not among the pages it returns.
  */
 #include "test_store_offload_util.h"
 
@@ -78,6 +81,38 @@ static void test_watermarks(const kvt_dir_t *d, uint32_t slots)
     CHECK_OK(kv_offload_unlink(p));
 }
 
+/* Regression: balance returned the pages_out of every write that completed
+ * while it waited, an earlier kv_seq_offload's included (so its result, and
+ * whether it reported KV_EIO, depended on how far that I/O had got). */
+static void test_own_count(const kvt_dir_t *d, uint32_t flags)
+{
+    char p[4096];
+    kvt_path(d, "own.kvp", p);
+    kv_config_t c = kvs_config(p, flags, 256, 200);
+    c.offload_qd = 1;
+    c.offload_high = 600; /* 120 pages */
+    c.offload_low = 500;  /* 100 pages */
+    kv_store_t *st;
+    CHECK_OK(kv_store_create(&c, &st));
+    CHECK_OK(kv_offload_set_max_io(st->off->file, 1)); /* one page per I/O */
+    kv_seq_id_t s[5];
+    for (int i = 0; i < 5; i++)
+        make(st, &s[i], 30 + (uint64_t)i);
+    CHECK_OK(kv_seq_offload(st, s[0])); /* 32 writes, one at a time */
+    CHECK(kvs_stats(st).pages_in_flight > 0);
+    /* 160 in use, 32 of them on their way out: s[0] (coldest) has nothing
+     * left to write, s[1] goes and brings the pool to 96 <= 100 */
+    CHECK_EQ(kv_store_offload_balance(st), PAGES);
+    CHECK_EQ(kvs_res(st, s[1]).on_file, PAGES);
+    CHECK_EQ(kvs_res(st, s[2]).resident, PAGES);
+    CHECK_OK(kv_seq_wait(st, s[0]));
+    CHECK_EQ(kvs_res(st, s[0]).on_file, PAGES);
+    CHECK_EQ(kvs_stats(st).pages_used, 3 * PAGES);
+    CHECK_OK(kv_store_check(st));
+    kv_store_destroy(st);
+    CHECK_OK(kv_offload_unlink(p));
+}
+
 int main(void)
 {
     kvt_dir_t d;
@@ -85,6 +120,10 @@ int main(void)
     uint64_t live0 = kv_mem_live_bytes();
     test_watermarks(&d, 256);
     test_watermarks(&d, 40);
+    uint32_t eng[2];
+    int n = kvt_engines(&d, eng);
+    for (int i = 0; i < n; i++)
+        test_own_count(&d, eng[i] == KV_OFFLOAD_ENGINE_PREAD ? KV_OFFLOAD_PREAD : 0);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     kvt_dir_remove(&d);
     return kv_test_end();

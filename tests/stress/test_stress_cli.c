@@ -16,8 +16,10 @@
 #include "tools/kvpage/stress_engine.c"
 #include "tools/kvpage/stress_gen.c"
 #include "tools/kvpage/stress_mix.c"
+#include "tools/kvpage/stress_offload.c"
 #include "tools/kvpage/stress_shadow.c"
 #include "tools/kvpage/stress_verify.c"
+#include "test_stress_util.h"
 
 #define NL 2
 #define NKV 2
@@ -337,50 +339,11 @@ static void test_verify_fork_and_failures(void)
 
 /* ---- the driver ------------------------------------------------------------ */
 
-typedef struct run_result {
-    uint64_t ops, op_count[STRESS_OP_COUNT], ev_count[STRESS_EV_COUNT];
-    uint64_t alloc_failures, violations, leaks;
-} run_result_t;
-
-static void drv_cfg(stress_cfg_t *cfg, stress_mix_t *mix, const char *policy, uint64_t seed)
-{
-    char err[512];
-    *cfg = (stress_cfg_t){.layers = 4, .kv_heads = 2, .q_heads = 4, .head_dim = HD,
-                          .pool = 192, .max_seqs = 12, .seed = seed, .rate = 0.7,
-                          .verify_every = 2000, .mix = mix};
-    CHECK_OK(stress_dist_parse("uniform:4-80,4-120", &cfg->dist, err, sizeof err));
-    CHECK_OK(stress_mix_parse(policy, cfg->layers, mix, err, sizeof err));
-}
-
-static run_result_t drv_run(const char *policy, uint64_t seed, uint64_t ops)
-{
-    stress_cfg_t cfg;
-    stress_mix_t mix;
-    stress_driver_t d;
-    run_result_t r;
-    char err[512];
-    memset(&r, 0, sizeof r);
-    drv_cfg(&cfg, &mix, policy, seed);
-    CHECK_OK(stress_driver_create(&cfg, &d, stderr, err, sizeof err));
-    while (d.ops < ops)
-        stress_driver_step(&d);
-    stress_driver_finish(&d);
-    r.ops = d.ops;
-    memcpy(r.op_count, d.op_count, sizeof r.op_count);
-    memcpy(r.ev_count, d.ev_count, sizeof r.ev_count);
-    r.alloc_failures = d.alloc_failures;
-    r.violations = d.vf.violations;
-    r.leaks = d.vf.leaks;
-    stress_driver_destroy(&d);
-    stress_mix_destroy(&mix);
-    return r;
-}
-
 static void test_driver(void)
 {
     const char *mix = "none|kivi2|h2o:hh=0.1,rw=0.1+cam|minicache+int4|snapkv+int4";
-    run_result_t a = drv_run(mix, 1, 15000), b = drv_run(mix, 1, 15000),
-                 c = drv_run(mix, 2, 15000);
+    run_result_t a = tsu_run(mix, 1, 15000, NULL, 0, 0), b = tsu_run(mix, 1, 15000, NULL, 0, 0),
+                 c = tsu_run(mix, 2, 15000, NULL, 0, 0);
     CHECK_EQ(a.violations, 0);
     CHECK_EQ(a.leaks, 0);
     CHECK_EQ(c.violations, 0);
@@ -398,7 +361,7 @@ static void test_driver(void)
     stress_mix_t m;
     stress_driver_t d;
     char err[512];
-    drv_cfg(&cfg, &m, "none", 3);
+    tsu_cfg(&cfg, &m, "none", 3, NULL, 0, 0);
     CHECK_OK(stress_driver_create(&cfg, &d, NULL, err, sizeof err));
     while (d.n_live < 2)
         stress_driver_step(&d);

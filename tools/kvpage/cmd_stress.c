@@ -8,11 +8,18 @@
  * stress_gen.c, the policy mix stress_mix.c, the engine stress_driver.c +
  * stress_engine.c, the checks stress_verify.c. Public API only.
  *
+ * With --offload the store gets a page file (stress_offload.c drives it):
+ * a new file (FILE, or a unique name in DIR) that this command creates
+ * through the store and removes, with its index, at the end (also when the
+ * store cannot start); an existing file is refused (usage error) and never
+ * touched.
+ *
  * Exit codes: 0 clean, 1 a violation or leak (or the store failed), 2 usage.
  */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,9 +34,12 @@ typedef struct stress_opts {
     uint64_t seed, pool, layers, kv_heads, q_heads, head_dim, max_seqs;
     uint64_t verify_every;
     uint64_t faults;       /* ppm; STRESS_NOT_GIVEN when absent   */
+    uint64_t offload_pages; /* 0: 2 x pool                        */
     double rate;
     const char *policy, *dist;
-    int json, progress;
+    const char *offload;   /* --offload FILE_OR_DIR, or NULL      */
+    int json, progress, offload_pread;
+    char offload_file[4096]; /* the page file (a name in DIR)     */
 } stress_opts_t;
 
 #define OPT(name, kind, field, lo, hi, arg, help) \
@@ -67,9 +77,19 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPT("--verify-every", KV_CLI_UINT, verify_every, 0, UINT64_MAX / 2, "N",
         "ops between full verifications of every live sequence (default\n"
         "5000; 0: only at the end)"),
+    OPT("--offload", KV_CLI_STR, offload, 0, 0, "FILE_OR_DIR",
+        "give the store a page file and offload/prefetch sequences at\n"
+        "random (FILE: created, must not exist; DIR: a new file in it);\n"
+        "removed at the end (default: no page file)"),
+    OPT("--offload-pages", KV_CLI_UINT, offload_pages, 1, 1u << 26, "N",
+        "slots of the page file (default 2 x --pool)"),
+    OPT("--offload-pread", KV_CLI_FLAG, offload_pread, 0, 0, NULL,
+        "the pread/pwrite engine instead of io_uring (exact replays\n"
+        "with --faults)"),
     OPT("--faults", KV_CLI_UINT, faults, 0, 1000000, "PPM",
-        "offload fault-shim rate per transfer; needs the offload tier,\n"
-        "not in this build: any use is a usage error (exit 2)"),
+        "faults injected per million page-file I/Os (one page each),\n"
+        "split evenly over EIO, ENOSPC, short, torn, bit flip, EAGAIN,\n"
+        "EINTR (kv_config_t.offload_fault_ppm); needs --offload"),
     OPT("--json", KV_CLI_FLAG, json, 0, 0, NULL, "one JSON object instead of the text report"),
     OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
         "progress line on stderr about once a second (default: when stderr is a tty)"),
@@ -101,6 +121,11 @@ static double stress_cpu_seconds(void)
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t stress_fault_ppm(const stress_opts_t *o)
+{
+    return o->faults == STRESS_NOT_GIVEN ? 0 : o->faults;
 }
 
 static void stress_report_json(const stress_opts_t *o, const stress_driver_t *d,
@@ -139,11 +164,36 @@ static void stress_report_json(const stress_opts_t *o, const stress_driver_t *d,
     printf("},\"verify_runs\":%llu,\"reads\":%llu,\"tokens_checked\":%llu,"
            "\"merged_by_norm\":%llu,\"max_live\":%u,\"pages_peak\":%llu,"
            "\"max_err\":{\"exact\":%g,\"int2\":%g,\"int4\":%g},"
-           "\"err_bound\":{\"int2\":%g,\"int4\":%g},\"ok\":%s}\n",
+           "\"err_bound\":{\"int2\":%g,\"int4\":%g},",
            (unsigned long long)d->verify_runs, (unsigned long long)d->vf.reads,
            (unsigned long long)d->vf.tokens, (unsigned long long)d->vf.by_norm, d->max_live,
            (unsigned long long)st->pages_peak, d->vf.max_err[0], d->vf.max_err[2],
-           d->vf.max_err[4], stress_check_qbound(2), stress_check_qbound(4),
+           d->vf.max_err[4], stress_check_qbound(2), stress_check_qbound(4));
+    const stress_off_count_t *c = &d->off;
+    const kv_stats_t *f = &d->final;
+    printf("\"offload\":");
+    if (o->offload)
+        kv_cli_json_str(stdout, o->offload_file);
+    else
+        printf("null");
+    printf(",\"offload_pages\":%llu,\"fault_ppm\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
+           "\"waits\":%llu,\"wait_errors\":%llu,\"balances\":%llu,\"balance_pages\":%llu,"
+           "\"syncs\":%llu,\"sync_errors\":%llu,\"file_full\":%llu,\"enotres_checked\":%llu,"
+           "\"read_back\":%llu,\"skipped_reads\":%llu,\"pages_out\":%llu,\"pages_in\":%llu,"
+           "\"io_errors\":%llu,\"lost_reports\":%llu,\"pages_lost\":%llu,"
+           "\"lost_recovered\":%llu,\"lost_seqs\":%llu,\"faults_injected\":%llu,\"ok\":%s}\n",
+           (unsigned long long)f->offload_slots, (unsigned long long)stress_fault_ppm(o),
+           (unsigned long long)c->offloads, (unsigned long long)c->prefetches,
+           (unsigned long long)c->waits, (unsigned long long)c->wait_errors,
+           (unsigned long long)c->balances, (unsigned long long)c->balance_pages,
+           (unsigned long long)c->syncs, (unsigned long long)c->sync_errors,
+           (unsigned long long)c->file_full,
+           (unsigned long long)(c->enotres_checked + d->vf.enotres),
+           (unsigned long long)c->read_back, (unsigned long long)d->vf.skipped,
+           (unsigned long long)f->pages_out, (unsigned long long)f->pages_in,
+           (unsigned long long)f->io_errors, (unsigned long long)c->lost_reports,
+           (unsigned long long)c->pages_lost, (unsigned long long)c->lost_recovered,
+           (unsigned long long)c->lost_seqs, (unsigned long long)f->offload_faults,
            d->vf.violations || d->vf.leaks ? "false" : "true");
 }
 
@@ -173,6 +223,32 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
     printf("  %-28s exact %g, int2 %g <= %g, int4 %g <= %g\n", "max |read - appended|",
            d->vf.max_err[0], d->vf.max_err[2], stress_check_qbound(2), d->vf.max_err[4],
            stress_check_qbound(4));
+    if (o->offload) {
+        const stress_off_count_t *c = &d->off;
+        const kv_stats_t *f = &d->final;
+        printf("  %-28s %s (%llu slots), faults %llu ppm\n", "page file", o->offload_file,
+               (unsigned long long)f->offload_slots, (unsigned long long)stress_fault_ppm(o));
+        printf("  %-28s %14llu  (%llu -ENOSPC: file full)\n", "offloads",
+               (unsigned long long)c->offloads, (unsigned long long)c->file_full);
+        printf("  %-28s %14llu  (%llu verified right after coming back)\n", "prefetches",
+               (unsigned long long)c->prefetches, (unsigned long long)c->read_back);
+        printf("  %-28s %14llu  (%llu returned an I/O error)\n", "waits",
+               (unsigned long long)c->waits, (unsigned long long)c->wait_errors);
+        printf("  %-28s %14llu  (%llu pages written)\n", "balances",
+               (unsigned long long)c->balances, (unsigned long long)c->balance_pages);
+        printf("  %-28s %14llu  (%llu failed)\n", "syncs", (unsigned long long)c->syncs,
+               (unsigned long long)c->sync_errors);
+        printf("  %-28s %14llu  (%llu lists not read: page-in in flight)\n",
+               "KV_ENOTRES checked", (unsigned long long)(c->enotres_checked + d->vf.enotres),
+               (unsigned long long)d->vf.skipped);
+        printf("  %-28s %llu out, %llu in, %llu I/O errors, %llu faults injected\n",
+               "pages", (unsigned long long)f->pages_out, (unsigned long long)f->pages_in,
+               (unsigned long long)f->io_errors, (unsigned long long)f->offload_faults);
+        printf("  %-28s %llu reports (%llu pages), %llu recovered, %llu sequences freed\n",
+               "lost pages", (unsigned long long)c->lost_reports,
+               (unsigned long long)c->pages_lost, (unsigned long long)c->lost_recovered,
+               (unsigned long long)c->lost_seqs);
+    }
     printf("  %-28s %14llu\n", "violations", (unsigned long long)d->vf.violations);
     printf("  %-28s %14llu\n", "leaks", (unsigned long long)d->vf.leaks);
 }
@@ -182,12 +258,53 @@ static void stress_repro(const stress_opts_t *o, uint64_t ops)
     fprintf(stderr,
             "kvpage stress: FAILED; reproduce with:\n  kvpage stress --seed %llu --ops %llu "
             "--pool %llu --policy '%s' --dist '%s' --rate %.17g --layers %llu --kv-heads %llu "
-            "--q-heads %llu --head-dim %llu --max-seqs %llu --verify-every %llu\n",
+            "--q-heads %llu --head-dim %llu --max-seqs %llu --verify-every %llu%s\n",
             (unsigned long long)o->seed, (unsigned long long)ops, (unsigned long long)o->pool,
             o->policy, o->dist, o->rate, (unsigned long long)o->layers,
             (unsigned long long)o->kv_heads, (unsigned long long)o->q_heads,
             (unsigned long long)o->head_dim, (unsigned long long)o->max_seqs,
-            (unsigned long long)o->verify_every);
+            (unsigned long long)o->verify_every, o->offload ? " \\" : "");
+    if (o->offload) {
+        fprintf(stderr, "    --offload '%s' --offload-pages %llu", o->offload,
+                (unsigned long long)o->offload_pages);
+        if (o->faults != STRESS_NOT_GIVEN)
+            fprintf(stderr, " --faults %llu", (unsigned long long)o->faults);
+        fprintf(stderr, "%s\n", o->offload_pread ? " --offload-pread" : "");
+    }
+}
+
+/* The page file of --offload: the path itself, or a new name in a
+ * directory; 0 or -1 (message printed). */
+static int stress_offload_file(stress_opts_t *o)
+{
+    struct stat sb;
+    int n;
+    if (stat(o->offload, &sb) == 0 && S_ISDIR(sb.st_mode))
+        n = snprintf(o->offload_file, sizeof o->offload_file, "%s/kvpage-stress-%ld-%llu.kvp",
+                     o->offload, (long)getpid(), (unsigned long long)o->seed);
+    else
+        n = snprintf(o->offload_file, sizeof o->offload_file, "%s", o->offload);
+    if (n <= 0 || (size_t)n >= sizeof o->offload_file - 8) {
+        fprintf(stderr, "kvpage stress: --offload: path too long or empty\n");
+        return -1;
+    }
+    if (access(o->offload_file, F_OK) == 0) { /* never remove what we did not create */
+        fprintf(stderr, "kvpage stress: --offload: %s exists (give a new file or a "
+                        "directory)\n", o->offload_file);
+        return -1;
+    }
+    if (!o->offload_pages)
+        o->offload_pages = o->pool * 2 < (1u << 26) ? o->pool * 2 : (1u << 26);
+    return 0;
+}
+
+/* Remove the page file this run created, with its index. */
+static void stress_offload_remove(const stress_opts_t *o)
+{
+    char idx[sizeof o->offload_file + 8];
+    unlink(o->offload_file);
+    snprintf(idx, sizeof idx, "%s.idx", o->offload_file);
+    unlink(idx);
 }
 
 /* Options into cfg (mix parsed into *mix). 0, 1 (--help), or 2. */
@@ -202,12 +319,14 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                           sizeof stress_opt_table / sizeof stress_opt_table[0], argc, argv, o);
     if (rc)
         return rc;
-    if (o->faults != STRESS_NOT_GIVEN) {
-        fprintf(stderr, "kvpage stress: --faults needs the offload tier (not in this build: "
-                        "stress does not drive kv_seq_offload/kv_seq_prefetch yet, and the "
-                        "public API sets no fault-shim rate)\n");
+    if (!o->offload && (o->faults != STRESS_NOT_GIVEN || o->offload_pages ||
+                        o->offload_pread)) {
+        fprintf(stderr, "kvpage stress: --faults, --offload-pages and --offload-pread need "
+                        "--offload FILE_OR_DIR (a page file)\n");
         return 2;
     }
+    if (o->offload && stress_offload_file(o))
+        return 2;
     if (o->q_heads % o->kv_heads || o->head_dim % 16) {
         fprintf(stderr, "kvpage stress: --q-heads must be a multiple of --kv-heads and "
                         "--head-dim a multiple of 16\n");
@@ -220,7 +339,10 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                           .q_heads = (uint32_t)o->q_heads, .head_dim = (uint32_t)o->head_dim,
                           .pool = o->pool, .max_seqs = (uint32_t)o->max_seqs,
                           .seed = o->seed, .rate = o->rate, .verify_every = o->verify_every,
-                          .mix = mix};
+                          .mix = mix, .offload_path = o->offload ? o->offload_file : NULL,
+                          .offload_pages = (uint32_t)o->offload_pages,
+                          .fault_ppm = (uint32_t)stress_fault_ppm(o),
+                          .offload_pread = o->offload_pread};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
         stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
         fprintf(stderr, "kvpage stress: %s\n", err);
@@ -243,6 +365,8 @@ int kv_cmd_stress(int argc, char **argv)
     rc = stress_driver_create(&cfg, &d, stderr, err, sizeof err);
     if (rc) {
         fprintf(stderr, "kvpage stress: %s\n", err);
+        if (o.offload)
+            stress_offload_remove(&o); /* it did not exist before */
         stress_mix_destroy(&mix);
         return rc == KV_ENOMEM || rc == KV_EIO ? 1 : 2;
     }
@@ -274,6 +398,8 @@ int kv_cmd_stress(int argc, char **argv)
     if (bad)
         stress_repro(&o, ops_at_stop);
     stress_driver_destroy(&d);
+    if (o.offload)
+        stress_offload_remove(&o);
     stress_mix_destroy(&mix);
     return bad ? 1 : 0;
 }

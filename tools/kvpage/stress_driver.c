@@ -6,6 +6,7 @@
  * Invariants: slots[i].used <=> slots[i].sh.id is a live store sequence;
  * n_live counts them; every live sequence's shadow says what was appended.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +15,36 @@
 
 #define DRV_QUEUE_CAP 1024u
 
-/* Per op: its name; whether a failure must leave the store exactly as it
- * was (prefill_end/step_end are done-or-untouched per list only). */
+/* Results an op may return besides 0 and KV_ENOMEM (stress_call). */
+#define DRV_ACC_ENOSPC   0x1 /* -ENOSPC, nothing changed (a full page file)  */
+#define DRV_ACC_IO       0x2 /* an I/O error (stress_io_error)                */
+#define DRV_ACC_POSITIVE 0x4 /* a count (balance: pages written)              */
+#define DRV_ACC_ANY      0x8 /* any result: the caller judges it (wait:       */
+                             /* stress_verify_wait)                           */
+
+/* Per op: its name; whether a KV_ENOMEM must leave the store exactly as it
+ * was (prefill_end/step_end are done-or-untouched per list only; balance
+ * keeps what it wrote; sync finishes all I/O first); whether a KV_ENOMEM
+ * preempts and retries (attention: scratch, not pages; offload, balance,
+ * sync: metadata or the file); DRV_ACC_* results. */
 static const struct {
     const char *name;
-    int atomic;
+    int atomic, preempt, accept;
 } drv_ops[STRESS_OP_COUNT] = {
-    [STRESS_OP_CREATE] = {"create", 1},
-    [STRESS_OP_SET_POLICY] = {"set_policy", 1},
-    [STRESS_OP_APPEND] = {"append", 1},
-    [STRESS_OP_ATTN_PREFILL] = {"attn_prefill", 1},
-    [STRESS_OP_PREFILL_END] = {"prefill_end", 0},
-    [STRESS_OP_ATTN_DECODE] = {"attn_decode", 1},
-    [STRESS_OP_STEP_END] = {"step_end", 0},
-    [STRESS_OP_FORK] = {"fork", 1},
-    [STRESS_OP_FREE] = {"free", 1},
+    [STRESS_OP_CREATE] = {"create", 1, 1, 0},
+    [STRESS_OP_SET_POLICY] = {"set_policy", 1, 1, 0},
+    [STRESS_OP_APPEND] = {"append", 1, 1, 0},
+    [STRESS_OP_ATTN_PREFILL] = {"attn_prefill", 1, 0, 0},
+    [STRESS_OP_PREFILL_END] = {"prefill_end", 0, 1, 0},
+    [STRESS_OP_ATTN_DECODE] = {"attn_decode", 1, 0, 0},
+    [STRESS_OP_STEP_END] = {"step_end", 0, 1, 0},
+    [STRESS_OP_FORK] = {"fork", 1, 1, 0},
+    [STRESS_OP_FREE] = {"free", 1, 1, 0},
+    [STRESS_OP_OFFLOAD] = {"offload", 1, 0, DRV_ACC_ENOSPC},
+    [STRESS_OP_PREFETCH] = {"prefetch", 1, 1, 0},
+    [STRESS_OP_WAIT] = {"wait", 1, 0, DRV_ACC_ANY},
+    [STRESS_OP_BALANCE] = {"balance", 0, 0, DRV_ACC_IO | DRV_ACC_POSITIVE},
+    [STRESS_OP_SYNC] = {"sync", 0, 0, DRV_ACC_IO},
 };
 
 static const char *const drv_evs[STRESS_EV_COUNT] = {
@@ -37,6 +53,7 @@ static const char *const drv_evs[STRESS_EV_COUNT] = {
     [STRESS_EV_PREEMPTED] = "preempted", [STRESS_EV_DROPPED] = "dropped",
     [STRESS_EV_FINISHED] = "finished",   [STRESS_EV_ABORTED] = "aborted",
     [STRESS_EV_SAMPLED] = "sampled",     [STRESS_EV_BRANCHED] = "branched",
+    [STRESS_EV_LOST] = "lost",
 };
 
 const char *stress_op_name(stress_op_t op)
@@ -108,6 +125,13 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
     kc.host_pages = cfg->pool;
     kc.max_seqs = cfg->max_seqs;
     kc.n_threads = 1;
+    if (cfg->offload_path) {
+        kc.offload_path = cfg->offload_path;
+        kc.offload_pages = cfg->offload_pages;
+        kc.offload_flags = cfg->offload_pread ? KV_OFFLOAD_PREAD : 0;
+        kc.offload_fault_ppm = cfg->fault_ppm;
+        kc.offload_fault_seed = cfg->fault_ppm ? cfg->seed : 0;
+    }
     int rc = kv_store_create(&kc, &d->st);
     if (rc) {
         snprintf(err, err_len, "kv_store_create: %s", kv_strerror(rc));
@@ -157,8 +181,8 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
 /* Attention outputs of `rows` rows of slot s at layer: finite and within
  * the largest value its lists may hold (an output is a convex combination
  * of value rows). */
-static void drv_check_out(stress_driver_t *d, const stress_slot_t *s, uint32_t layer,
-                          const float *out, uint32_t rows)
+void stress_driver_check_out(stress_driver_t *d, const stress_slot_t *s, uint32_t layer,
+                             const float *out, uint32_t rows)
 {
     const size_t n = (size_t)rows * d->cfg.q_heads * d->cfg.head_dim;
     const double vmax = stress_check_vmax(s->sh.chk, layer, d->cfg.head_dim) * (1 + 1e-5) + 1e-6;
@@ -202,7 +226,8 @@ static int drv_attn_decode(stress_driver_t *d, const stress_call_t *c)
                      .out = d->out};
     int rc = kv_attn_decode(d->st, &a);
     for (uint32_t j = 0; rc == 0 && j < c->batch; j++)
-        drv_check_out(d, &d->slots[d->batch_slot[j]], c->layer, d->out + j * row, 1);
+        stress_driver_check_out(d, &d->slots[d->batch_slot[j]], c->layer, d->out + j * row,
+                                1);
     return rc;
 }
 
@@ -222,7 +247,7 @@ static int drv_issue(stress_driver_t *d, stress_call_t *c)
                            .out = d->out};
         int rc = kv_attn_prefill(d->st, &pf);
         if (rc == 0)
-            drv_check_out(d, s, c->layer, d->out, c->n);
+            stress_driver_check_out(d, s, c->layer, d->out, c->n);
         return rc;
     }
     case STRESS_OP_PREFILL_END:
@@ -235,6 +260,16 @@ static int drv_issue(stress_driver_t *d, stress_call_t *c)
         return kv_seq_fork(d->st, s->sh.id, &c->out);
     case STRESS_OP_FREE:
         return kv_seq_free(d->st, s->sh.id);
+    case STRESS_OP_OFFLOAD:
+        return kv_seq_offload(d->st, s->sh.id);
+    case STRESS_OP_PREFETCH:
+        return kv_seq_prefetch(d->st, s->sh.id);
+    case STRESS_OP_WAIT:
+        return kv_seq_wait(d->st, s->sh.id);
+    case STRESS_OP_BALANCE:
+        return kv_store_offload_balance(d->st);
+    case STRESS_OP_SYNC:
+        return kv_store_offload_sync(d->st);
     case STRESS_OP_COUNT:
         break;
     }
@@ -268,10 +303,18 @@ int stress_call(stress_driver_t *d, stress_call_t *c)
         const stress_shadow_t *sh = c->slot >= 0 ? &d->slots[c->slot].sh : NULL;
         stress_snap_take(&d->vf, sh);
         int rc = drv_issue(d, c);
+        const int acc = drv_ops[c->op].accept;
         d->ops++;
         d->op_count[c->op]++;
-        if (rc == 0)
-            return 0;
+        if (rc == 0 || (rc > 0 && (acc & DRV_ACC_POSITIVE)))
+            return rc;
+        if (rc == -ENOSPC && (acc & DRV_ACC_ENOSPC)) { /* all or nothing */
+            drv_context(d, c, "-ENOSPC");
+            stress_verify_unchanged(&d->vf, sh);
+            return rc;
+        }
+        if ((acc & DRV_ACC_ANY) || ((acc & DRV_ACC_IO) && stress_io_error(rc)))
+            return rc;
         if (rc == KV_ELIMIT && (c->op == STRESS_OP_CREATE || c->op == STRESS_OP_FORK)) {
             d->limit_failures++;
             drv_context(d, c, "KV_ELIMIT");
@@ -295,9 +338,8 @@ int stress_call(stress_driver_t *d, stress_call_t *c)
             if (sh)
                 stress_verify_seq(&d->vf, sh);
         }
-        if (c->op == STRESS_OP_ATTN_PREFILL || c->op == STRESS_OP_ATTN_DECODE ||
-            c->defer)
-            return rc; /* attention scratch, or an admission that waits instead */
+        if (!drv_ops[c->op].preempt || c->defer)
+            return rc; /* not for want of pages, or an admission that waits instead */
         int victim = drv_victim(d, c);
         if (victim < 0)
             return rc;
@@ -336,7 +378,7 @@ void stress_driver_release(stress_driver_t *d, int i, stress_ev_t ev)
     d->n_live--;
     if (ev < STRESS_EV_COUNT)
         d->ev_count[ev]++;
-    if (ev == STRESS_EV_PREEMPTED) {
+    if (ev == STRESS_EV_PREEMPTED || ev == STRESS_EV_LOST) {
         stress_req_t r = s->req;
         r.samples = 1;
         r.waited = 0;
@@ -358,12 +400,28 @@ uint64_t stress_driver_verify(stress_driver_t *d)
     return stress_verify_store(&d->vf, d->live, n);
 }
 
+/* 1 if a live slot has I/O the driver has not waited for. */
+static int drv_io_pending(const stress_driver_t *d)
+{
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
+        if (d->slots[i].used && (d->slots[i].sh.res == STRESS_RES_WRITING ||
+                                 d->slots[i].sh.res == STRESS_RES_READING))
+            return 1;
+    return 0;
+}
+
 uint64_t stress_driver_finish(stress_driver_t *d)
 {
+    /* bring back what is coming back (each lost sequence is retried at
+     * most STRESS_LOST_TRIES times, so this ends) */
+    while (d->cfg.offload_path && drv_io_pending(d))
+        stress_off_settle_all(d);
     uint64_t bad = stress_driver_verify(d);
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
         if (d->slots[i].used)
             stress_driver_release(d, (int)i, STRESS_EV_COUNT);
     snprintf(d->vf.context, sizeof d->vf.context, "end (every sequence freed)");
-    return bad + stress_verify_empty(&d->vf, d->meta0);
+    bad += stress_verify_empty(&d->vf, d->meta0);
+    kv_store_stats(d->st, &d->final);
+    return bad;
 }

@@ -13,16 +13,26 @@
  * and retries; when no sequence newer than the call's own is left it
  * returns KV_ENOMEM and the caller preempts its own sequence (or drops the
  * request when it is alone: it cannot fit). KV_ELIMIT (max_seqs) is returned to
- * the caller, which defers. Any other error is a violation.
+ * the caller, which defers. Offload calls may also answer what the page file
+ * can (-ENOSPC from a full file: nothing changed; I/O errors from balance
+ * and sync), returned to the caller; kv_seq_wait's result always is (the
+ * caller checks it: stress_verify_wait). Any other error is a violation.
  *
  * One engine iteration (stress_engine.c, stress_driver_step) runs the
  * phases arrive, admit (create, policy, prefill, prefill_end, forks for
  * parallel sampling), decode (every layer: append one token per running
  * sequence, one batched kv_attn_decode; then step_end), finish, and the
- * random events of the event table (abort, branch; offload/prefetch later).
+ * random events of the event table (abort, branch; with a page file:
+ * offload, prefetch, balance, sync). With a page file an iteration starts
+ * by settling (kv_seq_wait) every sequence with I/O in flight
+ * (stress_offload.c): only sequences whose pages are all resident decode.
  *
  * Determinism: everything depends only on the config (seed included); the
- * same config gives the same ops in the same order.
+ * same config gives the same ops in the same order. With a page file the
+ * driver decides only on results of calls that wait for the I/O they need
+ * (kv_seq_wait, balance, sync, free), never on how far I/O got; injected
+ * faults follow the order in which transfers reach the shim, which the
+ * pread engine keeps and io_uring may not.
  *
  * Ownership: the driver owns the store, the verifier, the slots, the queue
  * and its scratch; it borrows cfg->mix.
@@ -51,6 +61,11 @@ typedef enum stress_op {
     STRESS_OP_STEP_END,      /* kv_seq_step_end      */
     STRESS_OP_FORK,          /* kv_seq_fork          */
     STRESS_OP_FREE,          /* kv_seq_free          */
+    STRESS_OP_OFFLOAD,       /* kv_seq_offload       */
+    STRESS_OP_PREFETCH,      /* kv_seq_prefetch      */
+    STRESS_OP_WAIT,          /* kv_seq_wait          */
+    STRESS_OP_BALANCE,       /* kv_store_offload_balance */
+    STRESS_OP_SYNC,          /* kv_store_offload_sync */
     STRESS_OP_COUNT
 } stress_op_t;
 
@@ -66,6 +81,7 @@ typedef enum stress_ev {
     STRESS_EV_ABORTED,     /* event: the client went away, freed            */
     STRESS_EV_SAMPLED,     /* forked for parallel sampling                  */
     STRESS_EV_BRANCHED,    /* event: forked mid-decode (beam-like branch)   */
+    STRESS_EV_LOST,        /* pages stayed lost: freed, request requeued    */
     STRESS_EV_COUNT
 } stress_ev_t;
 
@@ -81,7 +97,36 @@ typedef struct stress_cfg {
     uint64_t verify_every;  /* ops between full verifications (0: end only) */
     stress_dist_t dist;
     const stress_mix_t *mix; /* borrowed; parsed for `layers`              */
+    const char *offload_path; /* page file to create (borrowed); NULL: off */
+    uint32_t offload_pages; /* its slots                                   */
+    uint32_t fault_ppm;     /* kv_config_t.offload_fault_ppm (seed: seed)  */
+    int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite engine   */
 } stress_cfg_t;
+
+#define STRESS_LOST_TRIES 2u /* prefetches of a sequence with lost pages */
+                             /* before it is freed                        */
+
+/* What the offload events did (stress_offload.c). */
+typedef struct stress_off_count {
+    uint64_t offloads;    /* kv_seq_offload calls that returned 0          */
+    uint64_t prefetches;  /* kv_seq_prefetch calls that returned 0         */
+    uint64_t waits;       /* kv_seq_wait calls (settles)                   */
+    uint64_t wait_errors; /* of those, returning an I/O error              */
+    uint64_t balances;    /* kv_store_offload_balance calls                */
+    uint64_t balance_pages; /* pages they wrote                            */
+    uint64_t syncs;       /* kv_store_offload_sync calls                   */
+    uint64_t sync_errors; /* of those, failing (I/O, -ENOSPC, KV_ENOMEM)   */
+    uint64_t file_full;   /* kv_seq_offload answered -ENOSPC               */
+    uint64_t enotres_checked; /* calls on non-resident sequences that      */
+                          /* answered KV_ENOTRES as they must (probes and  */
+                          /* verification reads)                           */
+    uint64_t read_back;   /* sequences verified right after coming back    */
+    uint64_t lost_reports; /* settles that found lost pages                */
+    uint64_t pages_lost;  /* lost pages those found                        */
+    uint64_t lost_recovered; /* retried prefetches that brought all back   */
+    uint64_t lost_seqs;   /* sequences freed: pages still lost after       */
+                          /* STRESS_LOST_TRIES prefetches                  */
+} stress_off_count_t;
 
 /* A request: what arrives, waits and is requeued on preemption. */
 typedef struct stress_req {
@@ -99,7 +144,8 @@ typedef struct stress_slot {
     uint64_t order;     /* admission order: highest preempted first */
     stress_req_t req;   /* requeued as is when preempted            */
     uint32_t generated; /* output tokens decoded                    */
-    stress_shadow_t sh;
+    uint32_t lost_tries; /* prefetches retried for lost pages        */
+    stress_shadow_t sh; /* sh.res: where its pages are (offload)    */
 } stress_slot_t;
 
 /* One public call (see stress_call). */
@@ -110,6 +156,7 @@ typedef struct stress_call {
     uint32_t n;        /* APPEND: tokens; ATTN_PREFILL: rows           */
     uint32_t batch;    /* ATTN_DECODE: sequences in d->batch_slot      */
     int defer;         /* on KV_ENOMEM return at once (admission waits) */
+                       /* (BALANCE returns the pages written, >= 0)    */
     kv_seq_id_t out;   /* CREATE, FORK: the new sequence               */
 } stress_call_t;
 
@@ -136,6 +183,8 @@ typedef struct stress_driver {
     uint64_t alloc_failures;   /* calls that returned KV_ENOMEM          */
     uint64_t limit_failures;   /* calls that returned KV_ELIMIT          */
     uint64_t iterations, verify_runs, last_verify;
+    stress_off_count_t off;    /* offload activity (stress_offload.c)    */
+    kv_stats_t final;          /* stress_driver_finish: after every free */
 } stress_driver_t;
 
 /* Open the store and check every policy of the mix attaches to it.
@@ -156,12 +205,31 @@ int stress_driver_free_slot(const stress_driver_t *d);
 /* Queue a request at the back (or the front); 0, or -1 when full. */
 int stress_driver_enqueue(stress_driver_t *d, const stress_req_t *r, int front);
 
+/* Attention output rows of slot s at layer: finite, within its values'
+ * bound (a violation otherwise). */
+void stress_driver_check_out(stress_driver_t *d, const stress_slot_t *s, uint32_t layer,
+                             const float *out, uint32_t rows);
+/* A random live, decoding slot whose pages are where `res` says (-1: any);
+ * or -1. */
+int stress_driver_pick(stress_driver_t *d, int res);
+
+/* The offload tier (stress_offload.c). settle_all: kv_seq_wait every slot
+ * with I/O in flight and act on what came back (resident again: verified;
+ * lost: retried, then freed; on the file: KV_ENOTRES probes). The others
+ * are events: offload a random resident sequence, prefetch a random one on
+ * the file, balance, sync. */
+void stress_off_settle_all(stress_driver_t *d);
+void stress_off_offload(stress_driver_t *d);
+void stress_off_prefetch(stress_driver_t *d);
+void stress_off_balance(stress_driver_t *d);
+void stress_off_sync(stress_driver_t *d);
+
 /* One engine iteration (stress_engine.c). */
 void stress_driver_step(stress_driver_t *d);
 /* Verify every live sequence and the store now; returns violations found. */
 uint64_t stress_driver_verify(stress_driver_t *d);
-/* Final verification, free every sequence, check for leaks. Returns
- * violations + leaks found. */
+/* Settle all I/O, final verification, free every sequence, check for
+ * leaks (final = the statistics then). Returns violations + leaks found. */
 uint64_t stress_driver_finish(stress_driver_t *d);
 
 #endif /* STRESS_DRIVER_H */

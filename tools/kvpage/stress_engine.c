@@ -19,9 +19,16 @@
  *           it is the newest), then one kv_attn_decode over the batch;
  *           then step_end for each.
  *   finish  sequences with all their output tokens are freed.
- * Events (a table: offload and prefetch become one row each once the store
- * has them): abort (a random running sequence is freed), branch (a random
- * running sequence is forked mid-decode).
+ * With a page file (cfg.offload_path) an iteration starts with
+ *   settle  kv_seq_wait every sequence with I/O in flight (stress_offload.c),
+ * and only sequences whose pages are all resident decode or branch.
+ * Events (a table, each row with its probability per iteration): abort (a
+ * random live sequence is freed, wherever its pages are), branch (a random
+ * running sequence is forked mid-decode); with a page file (rows not even
+ * drawn without one, so such runs are the same as before the tier): offload
+ * (a random running sequence goes to the file), prefetch (a random one on
+ * the file comes back), balance (kv_store_offload_balance), sync
+ * (kv_store_offload_sync).
  */
 #include "stress_driver.h"
 
@@ -182,7 +189,8 @@ static void eng_decode(stress_driver_t *d)
 {
     uint32_t nb = 0, *bs = d->batch_slot, *run = d->running;
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
-        if (d->slots[i].used && d->slots[i].decoding)
+        if (d->slots[i].used && d->slots[i].decoding &&
+            d->slots[i].sh.res == STRESS_RES_RESIDENT)
             run[nb++] = i;
     for (uint32_t l = 0; l < d->cfg.layers; l++) {
         uint32_t m = 0;
@@ -222,61 +230,76 @@ static void eng_finish(stress_driver_t *d)
     }
 }
 
-/* A random running slot, or -1. */
-static int eng_pick(stress_driver_t *d)
+static int eng_pickable(const stress_slot_t *s, int res)
+{
+    return s->used && s->decoding && (res < 0 || s->sh.res == (stress_res_t)res);
+}
+
+int stress_driver_pick(stress_driver_t *d, int res)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
-        n += d->slots[i].used && d->slots[i].decoding;
+        n += (uint32_t)eng_pickable(&d->slots[i], res);
     if (n == 0)
         return -1;
     uint32_t k = stress_rng_below(&d->rng, n);
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
-        if (d->slots[i].used && d->slots[i].decoding && k-- == 0)
+        if (eng_pickable(&d->slots[i], res) && k-- == 0)
             return (int)i;
     return -1;
 }
 
 static void eng_abort(stress_driver_t *d)
 {
-    int i = eng_pick(d);
+    int i = stress_driver_pick(d, -1);
     if (i >= 0)
         stress_driver_release(d, i, STRESS_EV_ABORTED);
 }
 
 static void eng_branch(stress_driver_t *d)
 {
-    int i = eng_pick(d);
+    int i = stress_driver_pick(d, STRESS_RES_RESIDENT);
     if (i >= 0)
         eng_fork(d, i, STRESS_EV_BRANCHED);
 }
 
+/* Phases, in order; `offload`: only with a page file. */
 static const struct {
     const char *name;
     eng_fn fn;
+    int offload;
 } eng_phases[] = {
-    {"arrive", eng_arrive},
-    {"admit", eng_admit},
-    {"decode", eng_decode},
-    {"finish", eng_finish},
+    {"settle", stress_off_settle_all, 1},
+    {"arrive", eng_arrive, 0},
+    {"admit", eng_admit, 0},
+    {"decode", eng_decode, 0},
+    {"finish", eng_finish, 0},
 };
 
-/* Random events: each runs with probability p per iteration. */
+/* Random events: each runs with probability p per iteration; `offload`:
+ * only with a page file (not drawn without one). */
 static const struct {
     const char *name;
     double p;
     eng_fn fn;
+    int offload;
 } eng_events[] = {
-    {"abort", 0.01, eng_abort},
-    {"branch", 0.03, eng_branch},
+    {"abort", 0.01, eng_abort, 0},
+    {"branch", 0.03, eng_branch, 0},
+    {"offload", 0.2, stress_off_offload, 1},
+    {"prefetch", 0.3, stress_off_prefetch, 1},
+    {"balance", 0.02, stress_off_balance, 1},
+    {"sync", 0.005, stress_off_sync, 1},
 };
 
 void stress_driver_step(stress_driver_t *d)
 {
+    const int off = d->cfg.offload_path != NULL;
     for (size_t i = 0; i < sizeof eng_phases / sizeof eng_phases[0]; i++)
-        eng_phases[i].fn(d);
+        if (off || !eng_phases[i].offload)
+            eng_phases[i].fn(d);
     for (size_t i = 0; i < sizeof eng_events / sizeof eng_events[0]; i++)
-        if (stress_rng_unit(&d->rng) < eng_events[i].p)
+        if ((off || !eng_events[i].offload) && stress_rng_unit(&d->rng) < eng_events[i].p)
             eng_events[i].fn(d);
     d->iterations++;
     if (d->cfg.verify_every && d->ops - d->last_verify >= d->cfg.verify_every)

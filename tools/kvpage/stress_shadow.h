@@ -12,6 +12,9 @@
  *
  * Invariant: lineage[i].from is non-decreasing; position p was appended by
  * the last entry with from <= p. Plain data: copy freely, nothing to free.
+ *
+ * With the offload tier, `res` says where the driver last put the pages
+ * (stress_res_t) and so what the verifier may expect from kv_read.
  */
 #ifndef STRESS_SHADOW_H
 #define STRESS_SHADOW_H
@@ -22,6 +25,19 @@
 #include "stress_mix.h"
 
 #define STRESS_MAX_LINEAGE 16 /* fork depth a shadow can describe */
+
+/* Where a sequence's pages are, as far as the driver knows (offload). */
+typedef enum stress_res {
+    STRESS_RES_RESIDENT = 0, /* every page readable: kv_read must succeed    */
+    STRESS_RES_WRITING,      /* kv_seq_offload started, not waited for: a    */
+                             /* list reads as its data or KV_ENOTRES         */
+    STRESS_RES_ON_FILE,      /* waited for, pages on the file: a list reads  */
+                             /* as data or KV_ENOTRES, at least one the      */
+                             /* latter                                       */
+    STRESS_RES_READING,      /* kv_seq_prefetch started, not waited for: not */
+                             /* read (a read would take in page-ins at a     */
+                             /* moment that depends on the I/O)              */
+} stress_res_t;
 
 typedef struct stress_lineage {
     uint64_t origin; /* incarnation that appended positions >= from */
@@ -36,6 +52,7 @@ typedef struct stress_shadow {
     stress_lineage_t lineage[STRESS_MAX_LINEAGE];
     int32_t next[STRESS_MAX_LAYERS]; /* per layer: positions appended (the */
                                      /* next position)                     */
+    stress_res_t res;            /* offload: where its pages are           */
 } stress_shadow_t;
 
 /* An empty sequence `id` whose own appends are `origin`'s. */

@@ -16,6 +16,13 @@
  *     merged format restores every vector with its own norm, to FP32).
  * Values are compared as floats: appended elements are exact in FP16, so an
  * FP16 page must return them exactly (tolerance 0).
+ *
+ * Offload (the shadow's res): a RESIDENT sequence must read; WRITING and
+ * ON_FILE lists may answer KV_ENOTRES (counted in enotres), and an ON_FILE
+ * sequence must have at least one list that does (pages only come back
+ * from the file through a kv_seq_prefetch the driver knows of); READING
+ * lists are not read (lengths only), so that verification never takes in
+ * a page-in at a moment that depends on the I/O.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -192,8 +199,9 @@ static int verify_token(stress_verifier_t *vf, const stress_shadow_t *s, uint32_
     return -1;
 }
 
+/* One list; *missing counts a KV_ENOTRES the shadow allows. */
 static uint64_t verify_list(stress_verifier_t *vf, const stress_shadow_t *s, uint32_t layer,
-                            uint32_t head)
+                            uint32_t head, uint32_t *missing)
 {
     const stress_check_t *c = s->chk;
     const int merged = stress_check_merged(c, layer);
@@ -213,15 +221,25 @@ static uint64_t verify_list(stress_verifier_t *vf, const stress_shadow_t *s, uin
     }
     if (len == 0)
         return 0;
+    if (s->res == STRESS_RES_READING) {
+        vf->skipped++;
+        return 0;
+    }
     if (verify_grow(vf, len > n ? len : n)) {
         stress_violation(vf, "verifier out of memory for %u tokens", len);
         return 1;
     }
     vf->reads++;
     rc = kv_read(vf->st, s->id, layer, head, 0, len, vf->k, vf->v, vf->pos);
+    if (rc == KV_ENOTRES && s->res != STRESS_RES_RESIDENT) {
+        vf->enotres++;
+        (*missing)++;
+        return 0;
+    }
     if (rc) {
-        stress_violation(vf, "seq %u layer %u head %u: kv_read of %u tokens: %s", s->id,
-                         layer, head, len, kv_strerror(rc));
+        stress_violation(vf, "seq %u layer %u head %u: kv_read of %u tokens: %s%s", s->id,
+                         layer, head, len, kv_strerror(rc),
+                         rc == KV_ENOTRES ? " (the driver knows of no page on the file)" : "");
         return 1;
     }
     if (merged)
@@ -248,9 +266,15 @@ static uint64_t verify_list(stress_verifier_t *vf, const stress_shadow_t *s, uin
 uint64_t stress_verify_seq(stress_verifier_t *vf, const stress_shadow_t *s)
 {
     uint64_t bad = 0;
+    uint32_t missing = 0;
     for (uint32_t l = 0; l < vf->n_layers; l++)
         for (uint32_t h = 0; h < vf->n_kv_heads; h++)
-            bad += verify_list(vf, s, l, h);
+            bad += verify_list(vf, s, l, h, &missing);
+    if (s->res == STRESS_RES_ON_FILE && missing == 0) {
+        stress_violation(vf, "seq %u has pages on the page file, yet kv_read of every list "
+                         "returned data", s->id);
+        bad++;
+    }
     return bad;
 }
 
@@ -382,6 +406,30 @@ uint64_t stress_verify_unchanged(stress_verifier_t *vf, const stress_shadow_t *s
     return vf->violations - before;
 }
 
+int stress_io_error(int rc)
+{
+    return rc == KV_EIO || rc == KV_ECORRUPT || (rc < 0 && rc > -1000); /* KV_E*: -1001.. */
+}
+
+uint64_t stress_verify_wait(stress_verifier_t *vf, const stress_shadow_t *s, int wait_rc,
+                            const kv_residency_t *r)
+{
+    uint64_t before = vf->violations;
+    if (wait_rc && !stress_io_error(wait_rc))
+        stress_violation(vf, "kv_seq_wait(seq %u) returned %d (%s), not an I/O error", s->id,
+                         wait_rc, kv_strerror(wait_rc));
+    if (r->in_flight || r->pages != r->resident + r->on_file || r->lost > r->on_file)
+        stress_violation(vf, "seq %u after kv_seq_wait: residency does not add up: pages "
+                         "%llu, resident %llu, on file %llu, in flight %llu, lost %llu",
+                         s->id, (unsigned long long)r->pages, (unsigned long long)r->resident,
+                         (unsigned long long)r->on_file, (unsigned long long)r->in_flight,
+                         (unsigned long long)r->lost);
+    if (r->lost && wait_rc == 0)
+        stress_violation(vf, "seq %u has %llu lost pages, yet kv_seq_wait returned 0 (a "
+                         "silent loss)", s->id, (unsigned long long)r->lost);
+    return vf->violations - before;
+}
+
 uint64_t stress_verify_empty(stress_verifier_t *vf, uint64_t meta0)
 {
     uint64_t before = vf->leaks;
@@ -399,6 +447,12 @@ uint64_t stress_verify_empty(stress_verifier_t *vf, uint64_t meta0)
     if (st.tokens || st.n_seqs)
         verify_leak(vf, "%llu tokens in %llu sequences left after every sequence was freed",
                     (unsigned long long)st.tokens, (unsigned long long)st.n_seqs);
+    if (st.offload_slots_used || st.pages_on_file || st.pages_in_flight || st.pages_lost)
+        verify_leak(vf, "page file after every sequence was freed: %llu slots held, %llu "
+                    "pages on the file, %llu in flight, %llu lost",
+                    (unsigned long long)st.offload_slots_used,
+                    (unsigned long long)st.pages_on_file,
+                    (unsigned long long)st.pages_in_flight, (unsigned long long)st.pages_lost);
     if (st.meta_bytes != meta0)
         verify_leak(vf, "metadata: %llu bytes after every sequence was freed, %llu after "
                     "kv_store_create", (unsigned long long)st.meta_bytes,

@@ -7,7 +7,10 @@
  * printed to the log with the context string):
  *   stress_verify_seq      every (layer, kv_head) list of one sequence:
  *                          length, positions, K and V, as its
- *                          stress_check_t says (stress_mix.h);
+ *                          stress_check_t says (stress_mix.h); where the
+ *                          driver offloaded it (shadow res), a list may
+ *                          answer KV_ENOTRES instead, and at least one
+ *                          must once its pages are known to be on the file;
  *   stress_verify_same     two sequences hold bit-identical lists (a fork
  *                          right after kv_seq_fork);
  *   stress_verify_store    kv_store_check() == 0, pages_used + pages_free ==
@@ -20,8 +23,12 @@
  *                          metadata bytes) and the touched sequence's list
  *                          lengths equal the snapshot, and its contents
  *                          still match its shadow;
+ *   stress_verify_wait     after kv_seq_wait: its result is 0 or an I/O
+ *                          error, the residency adds up, and a lost page is
+ *                          never silent (kv_seq_wait reported an error);
  *   stress_verify_empty    leaks once every sequence is freed (counted in
- *                          leaks, not violations).
+ *                          leaks, not violations): pages, tokens,
+ *                          sequences, metadata, page-file slots.
  *
  * Ownership: the verifier borrows the store; it owns its scratch buffers
  * (grown as lists grow; stress_verifier_destroy frees them).
@@ -52,6 +59,8 @@ typedef struct stress_verifier {
     uint64_t reads;         /* kv_read calls made                           */
     uint64_t tokens;        /* tokens compared with their appended values   */
     uint64_t by_norm;       /* of those, accepted as merged (norms kept)    */
+    uint64_t enotres;       /* lists that answered KV_ENOTRES (offloaded)   */
+    uint64_t skipped;       /* lists not read: their page-in in flight      */
     double max_err[5];      /* largest |read - appended| seen, by bits      */
                             /* (0, 2, 4; drift and CaM values excluded)     */
     FILE *log;              /* where violations are described (or NULL)     */
@@ -79,8 +88,17 @@ void stress_snap_take(stress_verifier_t *vf, const stress_shadow_t *s);
 /* After a call that failed: everything in the snapshot is as it was, and s
  * (non-NULL) still matches its shadow. */
 uint64_t stress_verify_unchanged(stress_verifier_t *vf, const stress_shadow_t *s);
+/* After kv_seq_wait(s) returned wait_rc and kv_seq_residency gave *r: the
+ * result is 0 or an I/O error (KV_EIO, KV_ECORRUPT, -errno); nothing is in
+ * flight; pages == resident + on_file; lost <= on_file; lost > 0 only with
+ * an error (never a silent loss). */
+uint64_t stress_verify_wait(stress_verifier_t *vf, const stress_shadow_t *s, int wait_rc,
+                            const kv_residency_t *r);
+/* 1 if rc is what I/O can return: KV_EIO, KV_ECORRUPT or -errno. */
+int stress_io_error(int rc);
 /* After every sequence was freed: no page, token, sequence or metadata byte
- * beyond meta0 (meta_bytes right after kv_store_create) is left. */
+ * beyond meta0 (meta_bytes right after kv_store_create) is left, and no
+ * page-file slot or page on the file, in flight or lost. */
 uint64_t stress_verify_empty(stress_verifier_t *vf, uint64_t meta0);
 
 #endif /* STRESS_VERIFY_H */
