@@ -13,7 +13,9 @@
  *
  * The attention loop is the same for every page format: a page's tokens are
  * decoded to an FP32 tile through kv_format_get(format)->load, and all
- * arithmetic after that is FP32 on tiles. Results do not depend on the number
+ * arithmetic after that is FP32 on tiles, except for formats whose traits
+ * score and accumulate from the encoded tokens directly (attn_score,
+ * attn_accum: INT4, INT2). Results do not depend on the number
  * of threads: work is split into units whose boundaries depend only on the
  * shapes, each unit writes its own output, and reductions run in a fixed order.
  */

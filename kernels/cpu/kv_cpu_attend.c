@@ -10,17 +10,25 @@
  * (fmaf, one rounding; vfmadd in the AVX2 build, the libm fmaf per lane in
  * the baseline one) and nothing else is (no FMA contraction).
  *
- * Per chunk of a page (at most one tile of tokens): kv_format_load (the
- * format's load, or its load_variant for the list's variant of a shared
- * page) decodes K and V to FP32 tiles — the only per-format step — then,
- * for each query row that sees tokens of the chunk, logits = q . k (q is
- * pre-scaled), an online-softmax update (running max m, sum l, accumulator
- * acc) and acc += p * v. exp is a vectorized polynomial (relative error
+ * Per chunk of a page (at most one tile of tokens), for the query rows that
+ * see tokens of it: logits = q . k (q is pre-scaled), an online-softmax
+ * update per row (running max m, sum l, accumulator acc), acc += p * v. The
+ * per-format part is reached through the traits table, in one of two ways:
+ * formats with attn_score/attn_accum (INT4, INT2) compute q . k and sum p * v
+ * straight from their encoded tokens for all the rows at once (unpacking
+ * shared by a GQA group; no FP32 tiles); the others are decoded by
+ * kv_format_load (the format's load, or its load_variant for the list's
+ * variant of a shared page) to FP32 K and V tiles, and the dot products and
+ * the V accumulation below run per row over the tiles. The softmax step is
+ * the same code either way. exp is a vectorized polynomial (relative error
  * 2.6e-7) that returns exactly 0 below -87; arguments are always <= 0 here
  * (a logit minus a running max or a log-sum-exp).
  *
  * Scratch (per thread, from the caller): K tile, V tile (KV_CPU_TILE_FLOATS
- * each), then one row of tile_stride floats per query row for logits/probs.
+ * each), then one row of tile_stride floats per query row for logits/probs
+ * (the stats pass over a format with attn_score puts blocks of rows' logits
+ * in the tiles instead). A row's probabilities past its visible tokens are
+ * exactly 0 up to the chunk's end.
  * A row's logits are padded with -inf up to a whole vector, so padding
  * lanes get probability exactly 0; the logits themselves come four tokens at
  * a time (q loaded once per four; a short group repeats its last token).
@@ -296,14 +304,15 @@ KV_CPU_BODY uint32_t pad_row(float *s, uint32_t nv)
     return nvr;
 }
 
-/* One row's online-softmax step over nv tokens of the tiles. */
-KV_CPU_BODY void attend_row(const kv_kern_cpu_task_t *t, uint32_t r,
-                            uint32_t t0, uint32_t nv, const float *kt,
-                            const float *vt, float *s)
+/* One row's online-softmax step over its nv logits s[0..nv) of the chunk
+ * starting at list token t0: records them (task->logits), updates m, l and
+ * rescales acc, and turns s into probabilities, padded with zeros to a whole
+ * vector (returns the padded length). */
+KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
+                                 uint32_t t0, uint32_t nv, float *s)
 {
     const uint32_t d = t->geom->head_dim;
     float *acc = t->acc + (size_t)r * d;
-    logits_row(t->q + (size_t)r * d, kt, nv, d, s);
     if (t->logits)
         memcpy(t->logits + r * t->logits_stride + t0, s, nv * sizeof *s);
 
@@ -330,50 +339,124 @@ KV_CPU_BODY void attend_row(const kv_kern_cpu_task_t *t, uint32_t r,
         sum += e;
     }
     t->l[r] += vhsum(&sum);
-
-    accumulate(acc, s, vt, nv, d);
+    return nvr;
 }
 
-/* Walk the span chunk by chunk (a chunk never crosses a page), decoding
- * K (and V when vt) to the tiles, and call the row step for each row that
- * sees tokens of the chunk. `stats_mode` selects the stats pass. */
+/* The first row that sees tokens of the chunk at list token t0 (n tokens),
+ * or n_rows: rows see a prefix that grows with the row. */
+KV_CPU_BODY uint32_t first_row(const kv_kern_cpu_task_t *t, uint32_t t0,
+                               uint32_t n)
+{
+    uint32_t r = 0;
+    while (r < t->n_rows && row_visible(t, r, t0, n) == 0)
+        r++;
+    return r;
+}
+
+/* A chunk: n tokens of page pg from its token off (list tokens t0..),
+ * seen by rows r0 .. n_rows-1; tr its format's traits. */
+typedef struct chunk {
+    const kv_kern_page_t *pg;
+    const kv_format_traits_t *tr;
+    uint32_t off, t0, n, r0;
+} chunk_t;
+
+/* Online-softmax step of the chunk for its rows: logits (the format's
+ * attn_score for all rows at once when it has one, else its load to the
+ * tiles and q . k per row), the per-row softmax update, then sum p * v
+ * (attn_accum for all rows, else per row over the V tile). */
+KV_CPU_BODY void attend_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+                              float *scratch)
+{
+    const kv_page_geom_t *g = t->geom;
+    const uint32_t d = g->head_dim, ts = tile_stride(d), nr = t->n_rows - c->r0;
+    float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
+    float *srow = vt + KV_CPU_TILE_FLOATS;
+    const int codes = c->tr->attn_score != NULL;
+    if (codes)
+        c->tr->attn_score(c->pg->data, g, c->off, c->n,
+                          t->q + (size_t)c->r0 * d, d, nr,
+                          srow + (size_t)c->r0 * ts, ts);
+    else
+        kv_format_load(c->pg->format, c->pg->variant, c->pg->data, g, c->off,
+                       c->n, kt, vt);
+    for (uint32_t r = c->r0; r < t->n_rows; r++) {
+        const uint32_t nv = row_visible(t, r, c->t0, c->n);
+        float *s = srow + (size_t)r * ts;
+        if (!codes)
+            logits_row(t->q + (size_t)r * d, kt, nv, d, s);
+        const uint32_t nvr = softmax_row(t, r, c->t0, nv, s);
+        if (!codes)
+            accumulate(t->acc + (size_t)r * d, s, vt, nv, d);
+        else if (nvr < c->n) /* tokens the row does not see: p = 0 */
+            memset(s + nvr, 0, (c->n - nvr) * sizeof *s);
+    }
+    if (codes)
+        c->tr->attn_accum(c->pg->data, g, c->off, c->n,
+                          srow + (size_t)c->r0 * ts, ts, nr,
+                          t->acc + (size_t)c->r0 * d, d);
+}
+
+/* Statistics of the chunk: stats[t0 + i] += exp(logit - lse[r]) over its
+ * rows in order. With attn_score, blocks of rows are scored at once into
+ * the (then unused) tiles; else K is loaded to its tile and each row's
+ * logits go to the first logits row. */
+KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+                             float *scratch)
+{
+    const kv_page_geom_t *g = t->geom;
+    const uint32_t d = g->head_dim, ts = tile_stride(d);
+    float *kt = scratch, *srow = scratch + 2 * KV_CPU_TILE_FLOATS;
+    const int codes = c->tr->attn_score != NULL;
+    const uint32_t blk = codes ? 2 * KV_CPU_TILE_FLOATS / ts : t->n_rows;
+    if (!codes)
+        kv_format_load(c->pg->format, c->pg->variant, c->pg->data, g, c->off,
+                       c->n, kt, NULL);
+    for (uint32_t rb = c->r0; rb < t->n_rows; rb += blk) {
+        const uint32_t nb = t->n_rows - rb < blk ? t->n_rows - rb : blk;
+        if (codes)
+            c->tr->attn_score(c->pg->data, g, c->off, c->n,
+                              t->q + (size_t)rb * d, d, nb, kt, ts);
+        for (uint32_t r = rb; r < rb + nb; r++) {
+            const uint32_t nv = row_visible(t, r, c->t0, c->n);
+            float *s = codes ? kt + (size_t)(r - rb) * ts : srow;
+            if (!codes)
+                logits_row(t->q + (size_t)r * d, kt, nv, d, s);
+            pad_row(s, nv);
+            for (uint32_t i = 0; i < nv; i += KV_CPU_VW)
+                VST(s + i, vexp(s + i, t->lse[r]));
+            for (uint32_t i = 0; i < nv; i++)
+                t->stats[c->t0 + i] += s[i];
+        }
+    }
+}
+
+/* Walk the span chunk by chunk (a chunk never crosses a page nor holds more
+ * tokens than a tile) and run the attend or (`stats_mode`) the stats step
+ * of each chunk that some row sees. */
 KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
                       int stats_mode)
 {
-    const kv_page_geom_t *g = t->geom;
-    const uint32_t d = g->head_dim, tt = tile_tokens(d), ts = tile_stride(d);
-    float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
-    float *srow = vt + KV_CPU_TILE_FLOATS;
+    const uint32_t tt = tile_tokens(t->geom->head_dim);
     const kv_kern_cpu_span_t *sp = &t->span;
     uint32_t pi = sp->page0, off = sp->off0;
 
     for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
-        const kv_kern_page_t *pg = &sp->pages[pi];
-        uint32_t n = pg->n_tokens - off;
-        if (n > sp->t_end - t0)
-            n = sp->t_end - t0;
-        if (n > tt)
-            n = tt;
-        kv_format_load(pg->format, pg->variant, pg->data, g, off, n, kt,
-                       stats_mode ? NULL : vt);
-        for (uint32_t r = 0; r < t->n_rows; r++) {
-            uint32_t nv = row_visible(t, r, t0, n);
-            if (nv == 0)
-                continue;
-            if (!stats_mode) {
-                attend_row(t, r, t0, nv, kt, vt, srow + (size_t)r * ts);
-                continue;
-            }
-            logits_row(t->q + (size_t)r * d, kt, nv, d, srow);
-            pad_row(srow, nv);
-            for (uint32_t i = 0; i < nv; i += KV_CPU_VW)
-                VST(srow + i, vexp(srow + i, t->lse[r]));
-            for (uint32_t i = 0; i < nv; i++)
-                t->stats[t0 + i] += srow[i];
-        }
-        t0 += n;
-        off += n;
-        if (off == pg->n_tokens) {
+        chunk_t c = {.pg = &sp->pages[pi], .off = off, .t0 = t0};
+        c.tr = &kv_format_table[c.pg->format];
+        c.n = c.pg->n_tokens - off;
+        if (c.n > sp->t_end - t0)
+            c.n = sp->t_end - t0;
+        if (c.n > tt)
+            c.n = tt;
+        c.r0 = first_row(t, t0, c.n);
+        if (c.r0 < t->n_rows && stats_mode)
+            stats_chunk(t, &c, scratch);
+        else if (c.r0 < t->n_rows)
+            attend_chunk(t, &c, scratch);
+        t0 += c.n;
+        off += c.n;
+        if (off == c.pg->n_tokens) {
             pi++;
             off = 0;
         }

@@ -355,15 +355,23 @@ void plan_evalq_find(const char *dir, const char *model, const char *canon,
     }
     closedir(d);
     qsort(ents, n, sizeof ents[0], ent_newer_first);
-    for (size_t i = 0; i < n && !q->have; i++) {
+    /* The newest report with a perplexity for the policy; else the newest
+     * with any result for it (retrieval-only reports, e.g. a 4K sweep). */
+    plan_quality_t any = {0};
+    for (size_t i = 0; i < n && !q->have_ppl; i++) {
         int w = snprintf(path, sizeof path, "%s/%s", dir, ents[i].name);
         char *json = w > 0 && (size_t)w < sizeof path ? read_file(path) : NULL;
         plan_evalq_file_t f;
         if (json && !plan_evalq_parse(json, &f)) {
-            if (model && strcasestr(f.model, model))
+            if (model && strcasestr(f.model, model)) {
                 plan_evalq_quality(&f, ents[i].name, canon, q);
+                if (q->have && !q->have_ppl && !any.have)
+                    any = *q;
+            }
             plan_evalq_free(&f);
         }
         free(json);
     }
+    if (!q->have_ppl)
+        *q = any;
 }

@@ -59,10 +59,11 @@ void plan_evalq_free(plan_evalq_file_t *f);
 void plan_evalq_quality(const plan_evalq_file_t *f, const char *file, const char *canon,
                         plan_quality_t *q);
 
-/* Over the files eval-*.json in dir, newest (modification time) first: the
- * quality from the first report that ran on `model` (its "model" path
- * contains the name, case-insensitively) and has the policy. q->have = 0
- * when none does (or dir cannot be read). */
+/* Over the files eval-*.json in dir, newest (modification time, then name
+ * descending) first: the quality from the first report that ran on `model`
+ * (its "model" path contains the name, case-insensitively) and has a
+ * perplexity for the policy; failing that, the first that has any result
+ * for it. q->have = 0 when none does (or dir cannot be read). */
 void plan_evalq_find(const char *dir, const char *model, const char *canon,
                      plan_quality_t *q);
 
