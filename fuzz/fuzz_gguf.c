@@ -153,12 +153,20 @@ static void try_tokenizer(const kv_gguf_t *g)
         return;
     }
     int32_t ids[3 * sizeof text];
-    char back[3 * sizeof text];
-    size_t n = 0, len = 0;
+    char small[3 * sizeof text];
+    size_t n = 0, len = 0, len2 = 0;
     rc = kv_tok_encode(t, text, sizeof text - 1, 1, ids, sizeof ids / sizeof *ids, &n);
     if (rc == 0) {
-        check(kv_tok_decode(t, ids, n, back, sizeof back, &len) == 0, "decode");
+        /* pieces may be long (an unk token of any text): size first, then
+         * decode into exactly that; a smaller buffer is KV_ERANGE */
+        check(kv_tok_decode(t, ids, n, NULL, 0, &len) == 0, "decode size query");
+        char *back = malloc(len ? len : 1);
+        check(back != NULL, "decode buffer");
+        check(kv_tok_decode(t, ids, n, back, len, &len2) == 0 && len2 == len, "decode");
         touch(back, len);
+        free(back);
+        rc = kv_tok_decode(t, ids, n, small, sizeof small, &len2);
+        check(len > sizeof small ? rc == KV_ERANGE : rc == 0, "decode into a short buffer");
     } else {
         /* only a vocabulary that can spell neither a byte nor U+FFFD, nor has unk */
         check(rc == KV_EINVAL, "encode error other than an unencodable byte");
