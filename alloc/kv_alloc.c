@@ -23,8 +23,10 @@
  * Hot path (the thread's "hot" slot -- the one it used last -- is bound to
  * this pool, fault injection disarmed, low flag clear): an alloc pops the
  * cache, a free pushes it: relaxed loads and stores on the thread's own
- * cache and the page's refcount, no lock, no atomic read-modify-write, no
- * call (so no register saves); everything else is in out-of-line functions.
+ * cache and the page's refcount, no lock, no atomic read-modify-write. It is
+ * inline in the caller (kv_alloc.h: kv_alloc_page, kv_alloc_release,
+ * kv_alloc_page_ptr); everything else is in out-of-line functions here
+ * (kv_alloc_page_other, kv_alloc_release_other).
  * A hot slot naming a destroyed pool never matches again (serials are never
  * reused), so destroy has nothing to clear there. A thread goes to the
  * shared stack ("a trip") when its cache is empty (refill KV_ALLOC_TCACHE_MAX/2
@@ -86,25 +88,6 @@
 #define KV_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define KV_SLOW        __attribute__((noinline, cold))
 
-typedef struct kv_alloc_tcache kv_alloc_tcache_t;
-
-/* One per-thread cache slot. */
-struct kv_alloc_tcache {
-    _Atomic uint64_t serial;          /* bound pool's serial; 0 = unbound            */
-    kv_alloc_pool_t *pool;            /* bound pool (registry mutex)                 */
-    _Atomic uint32_t count;           /* ids held; written by the owner only         */
-    uint32_t lo;                      /* lowest count since last trip (owner only)   */
-    uint32_t synced;                  /* count at last trip (pool->lock)             */
-    uint32_t ids[KV_ALLOC_TCACHE_MAX]; /* page indices, top = ids[count-1]          */
-    kv_alloc_tcache_t *prev, *next;   /* pool's list of bound caches (registry)      */
-};
-
-/* The slot a thread used last, for the hot path (its own small TLS). */
-typedef struct kv_alloc_hot {
-    uint64_t serial;      /* pool serial c was bound to when set; 0 = none */
-    kv_alloc_tcache_t *c; /* that slot (set with serial, never NULL after) */
-} kv_alloc_hot_t;
-
 /* Everything else a thread keeps (in _Thread_local storage). */
 typedef struct kv_alloc_thread {
     kv_alloc_tcache_t slot[KV_ALLOC_TSLOTS];
@@ -112,38 +95,19 @@ typedef struct kv_alloc_thread {
     int keyed;       /* pthread_setspecific done (exit flush armed)   */
 } kv_alloc_thread_t;
 
-struct kv_alloc_pool {
-    /* Read-mostly, read on the hot path: set at create (cache_key and low
-     * also at low-watermark crossings, under lock). */
-    _Atomic uint64_t cache_key; /* what a hot slot must match: serial, or     */
-                            /* KV_ALLOC_KEY_NONE (matches no slot) with       */
-                            /* NO_TCACHE or while low: one compare on the     */
-                            /* hot path covers "bound" and "not low"          */
-    uint64_t serial;        /* unique per pool in this process, never 0       */
-    uint32_t tag_bits;      /* tag << 26                                      */
-    uint32_t capacity;      /* pages                                          */
-    uint32_t page_bytes;    /* bytes per page                                 */
-    uint32_t flags;         /* KV_ALLOC_*                                     */
-    kv_tier_t tier;
-    unsigned char *base;    /* HOST: [capacity][page_bytes], else NULL        */
-    size_t block_bytes;     /* capacity * page_bytes (HOST)                   */
-    _Atomic uint32_t *refs; /* [capacity] refcounts                           */
-    _Atomic int low;        /* 1: shared stack below low_mark, bypass caches  */
-    char pad0[64];          /* keep the lock-side fields off the hot line     */
-
-    /* Shared stack side: written under lock. */
-    pthread_mutex_t lock;
-    uint32_t *stack;             /* [capacity] free indices, top = stack[shared_n-1] */
-    _Atomic uint32_t shared_n;   /* ids on the stack (relaxed reads outside lock)    */
-    uint32_t cached_synced;      /* sum of bound caches' `synced`                    */
-    _Atomic uint32_t low_mark;   /* see file comment; set under registry             */
-    _Atomic uint64_t peak;       /* high-water mark of used                          */
-    _Atomic uint64_t failed;     /* refused allocations                              */
-
-    /* Registry mutex. */
-    kv_alloc_tcache_t *caches;   /* bound caches (list through prev/next)            */
-    uint32_t n_bound;            /* length of that list                              */
-};
+/* The external definitions of kv_alloc.h's inline functions. */
+extern inline uint32_t kv_alloc_count(const kv_alloc_tcache_t *c);
+extern inline void kv_alloc_set_count(kv_alloc_tcache_t *c, uint32_t n);
+extern inline int kv_alloc_valid(const kv_alloc_pool_t *pool, kv_page_id_t id);
+extern inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, uint32_t idx,
+                                     kv_page_id_t *id);
+extern inline kv_alloc_tcache_t *kv_alloc_hot(const kv_alloc_pool_t *pool);
+extern inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
+                                     kv_page_id_t *id);
+extern inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, uint32_t idx);
+extern inline int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id);
+extern inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id);
+extern inline void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id);
 
 static pthread_once_t kv_alloc_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t kv_alloc_registry = PTHREAD_MUTEX_INITIALIZER;
@@ -156,10 +120,11 @@ static int kv_alloc_arena_ok;
 static _Atomic uint32_t kv_alloc_next_tag;
 static _Atomic uint64_t kv_alloc_next_serial;
 static _Thread_local kv_alloc_thread_t kv_alloc_tls;
-/* initial-exec: the hot path reads it with no __tls_get_addr call even in
- * PIC code (the shared library); 16 bytes of static TLS. */
-static _Thread_local kv_alloc_hot_t kv_alloc_hot_tls
-    __attribute__((tls_model("initial-exec")));
+/* Declared in kv_alloc.h (the inline hot path reads it). initial-exec: no
+ * __tls_get_addr call even in PIC code (the shared library); 16 bytes of
+ * static TLS. */
+_Thread_local kv_alloc_hot_t kv_alloc_hot_tls
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 static void kv_alloc_thread_exit(void *arg);
 
@@ -222,16 +187,6 @@ static uint32_t kv_alloc_shared_n(const kv_alloc_pool_t *pool)
 static void kv_alloc_set_shared_n(kv_alloc_pool_t *pool, uint32_t n)
 {
     atomic_store_explicit(&pool->shared_n, n, memory_order_relaxed);
-}
-
-static uint32_t kv_alloc_count(const kv_alloc_tcache_t *c)
-{
-    return atomic_load_explicit(&c->count, memory_order_relaxed);
-}
-
-static void kv_alloc_set_count(kv_alloc_tcache_t *c, uint32_t n)
-{
-    atomic_store_explicit(&c->count, n, memory_order_relaxed);
 }
 
 static void kv_alloc_peak_note(kv_alloc_pool_t *pool, int64_t used)
@@ -409,22 +364,6 @@ KV_SLOW static kv_alloc_tcache_t *kv_alloc_tc_bind(kv_alloc_pool_t *pool)
     return c;
 }
 
-/* The calling thread's hot slot if it is pool's and the pool is not low,
- * else NULL. Never NULL once the key matched (c is set with serial). The
- * slot is bound to pool then: a destroyed pool's serial never matches again,
- * an evicted slot is re-pointed at once, and thread exit clears serial. */
-static inline kv_alloc_tcache_t *kv_alloc_hot(const kv_alloc_pool_t *pool)
-{
-    const kv_alloc_hot_t *h = &kv_alloc_hot_tls;
-    if (KV_UNLIKELY(h->serial !=
-                    atomic_load_explicit(&pool->cache_key, memory_order_relaxed)))
-        return NULL;
-    kv_alloc_tcache_t *c = h->c;
-    if (c == NULL)
-        __builtin_unreachable();
-    return c;
-}
-
 /* The calling thread's cache for pool (bound now if need be), or NULL if
  * caching is off; the caller checks the low flag. */
 static inline kv_alloc_tcache_t *kv_alloc_tc(kv_alloc_pool_t *pool)
@@ -505,13 +444,6 @@ void kv_alloc_pool_destroy(kv_alloc_pool_t *pool)
 
 /* ---- ids ----------------------------------------------------------------- */
 
-/* Tag matches and index < capacity, in one compare: capacity <= 2^26, so
- * id - tag_bits < capacity exactly when both hold (else it wraps high). */
-static inline int kv_alloc_valid(const kv_alloc_pool_t *pool, kv_page_id_t id)
-{
-    return id - pool->tag_bits < pool->capacity;
-}
-
 int kv_alloc_id_valid(const kv_alloc_pool_t *pool, kv_page_id_t id)
 {
     return pool && kv_alloc_valid(pool, id);
@@ -520,13 +452,6 @@ int kv_alloc_id_valid(const kv_alloc_pool_t *pool, kv_page_id_t id)
 uint32_t kv_alloc_page_index(kv_page_id_t id)
 {
     return id & KV_ALLOC_INDEX_MASK;
-}
-
-void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id)
-{
-    if (!pool || !pool->base || !kv_alloc_valid(pool, id))
-        return NULL;
-    return pool->base + (size_t)(id - pool->tag_bits) * pool->page_bytes;
 }
 
 uint32_t kv_alloc_refcount(const kv_alloc_pool_t *pool, kv_page_id_t id)
@@ -543,13 +468,6 @@ KV_SLOW static int kv_alloc_refuse(kv_alloc_pool_t *pool)
 {
     atomic_fetch_add_explicit(&pool->failed, 1, memory_order_relaxed);
     return KV_ENOMEM;
-}
-
-static inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, uint32_t idx,
-                                     kv_page_id_t *id)
-{
-    atomic_store_explicit(&pool->refs[idx], 1, memory_order_relaxed);
-    *id = pool->tag_bits | idx;
 }
 
 KV_SLOW static int kv_alloc_page_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
@@ -589,46 +507,22 @@ KV_SLOW static int kv_alloc_page_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *
     return ok ? 0 : kv_alloc_refuse(pool);
 }
 
-/* Take one page from c (bound, pool not low) unless it is empty. */
-static inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool,
-                                     kv_alloc_tcache_t *c, kv_page_id_t *id)
+/* Everything kv_alloc_page's inline hot path does not handle. */
+KV_SLOW kv_alloc_got_t kv_alloc_page_other(kv_alloc_pool_t *pool)
 {
-    uint32_t n = kv_alloc_count(c);
-    if (KV_UNLIKELY(n == 0))
-        return 0;
-    n--;
-    kv_alloc_hand_out(pool, c->ids[n], id);
-    kv_alloc_set_count(c, n);
-    if (n < c->lo)
-        c->lo = n;
-    return 1;
-}
-
-/* Everything kv_alloc_page's hot path does not handle. */
-KV_SLOW static int kv_alloc_page_other(kv_alloc_pool_t *pool, kv_page_id_t *id)
-{
-    if (!pool || !id)
-        return KV_EINVAL;
-    if (kv_fault_hit_fast())
-        return kv_alloc_refuse(pool);
-    kv_alloc_tcache_t *c = kv_alloc_tc(pool);
-    if (c && !kv_alloc_is_low(pool) && kv_alloc_cache_pop(pool, c, id))
-        return 0;
-    return kv_alloc_page_slow(pool, c, id);
-}
-
-int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id)
-{
-    /* Hot path: fault injection disarmed, the thread's hot slot is this
-     * pool's; no call, so no register saves. */
-    if (KV_LIKELY(pool != NULL) && KV_LIKELY(id != NULL) &&
-        KV_LIKELY(atomic_load_explicit(&kv_fault_countdown,
-                                       memory_order_relaxed) == 0)) {
-        kv_alloc_tcache_t *c = kv_alloc_hot(pool);
-        if (KV_LIKELY(c != NULL) && kv_alloc_cache_pop(pool, c, id))
-            return 0;
+    kv_alloc_got_t g = { KV_EINVAL, KV_PAGE_ID_INVALID };
+    if (!pool)
+        return g;
+    if (kv_fault_hit_fast()) {
+        g.rc = kv_alloc_refuse(pool);
+        return g;
     }
-    return kv_alloc_page_other(pool, id);
+    kv_alloc_tcache_t *c = kv_alloc_tc(pool);
+    if (c && !kv_alloc_is_low(pool) && kv_alloc_cache_pop(pool, c, &g.id))
+        g.rc = 0;
+    else
+        g.rc = kv_alloc_page_slow(pool, c, &g.id);
+    return g;
 }
 
 int kv_alloc_pages(kv_alloc_pool_t *pool, uint32_t n, kv_page_id_t *ids)
@@ -718,44 +612,16 @@ KV_SLOW static void kv_alloc_put_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *
     pthread_mutex_unlock(&pool->lock);
 }
 
-/* Put idx on c (bound, pool not low) unless it is full. */
-static inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, uint32_t idx)
-{
-    uint32_t n = kv_alloc_count(c);
-    if (KV_UNLIKELY(n >= KV_ALLOC_TCACHE_MAX))
-        return 0;
-    c->ids[n] = idx;
-    kv_alloc_set_count(c, n + 1);
-    return 1;
-}
-
-/* kv_alloc_put when the hot slot cannot take the page; returns 1. */
-KV_SLOW static int kv_alloc_put_other(kv_alloc_pool_t *pool, uint32_t idx)
-{
-    kv_alloc_tcache_t *c = kv_alloc_tc(pool);
-    if (!c || kv_alloc_is_low(pool) || !kv_alloc_cache_push(c, idx))
-        kv_alloc_put_slow(pool, c, idx);
-    return 1;
-}
-
-/* A page whose refcount just reached 0 goes back to a free list; returns 1
- * (what kv_alloc_release returns then). */
-static inline int kv_alloc_put(kv_alloc_pool_t *pool, uint32_t idx)
-{
-    kv_alloc_tcache_t *c = kv_alloc_hot(pool);
-    if (KV_LIKELY(c != NULL) && kv_alloc_cache_push(c, idx))
-        return 1;
-    return kv_alloc_put_other(pool, idx);
-}
-
-int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id)
+/* Everything kv_alloc_release's inline hot path does not handle: bad ids,
+ * shared pages, a hot slot that is not this pool's or is full, low pools. */
+KV_SLOW int kv_alloc_release_other(kv_alloc_pool_t *pool, kv_page_id_t id)
 {
     if (!pool || !kv_alloc_valid(pool, id))
         return KV_EINVAL;
     uint32_t idx = id - pool->tag_bits;
     _Atomic uint32_t *r = &pool->refs[idx];
     uint32_t v = atomic_load_explicit(r, memory_order_acquire);
-    if (KV_LIKELY(v == 1)) {
+    if (v == 1) {
         /* The caller holds the only reference: nobody else may touch it. */
         atomic_store_explicit(r, 0, memory_order_relaxed);
     } else {
@@ -767,7 +633,12 @@ int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id)
         if (v != 1)
             return 0;
     }
-    return kv_alloc_put(pool, idx);
+    /* That was the last reference: back to this thread's cache or the
+     * shared stack. */
+    kv_alloc_tcache_t *c = kv_alloc_tc(pool);
+    if (!c || kv_alloc_is_low(pool) || !kv_alloc_cache_push(c, idx))
+        kv_alloc_put_slow(pool, c, idx);
+    return 1;
 }
 
 /* ---- stats --------------------------------------------------------------- */

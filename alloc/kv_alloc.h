@@ -71,21 +71,30 @@ typedef struct kv_alloc_stats {
 
 typedef struct kv_alloc_pool kv_alloc_pool_t;
 
+/* The hot-path functions are C99 inline functions in C (defined at the end
+ * of this header), plain external functions for C++ callers. */
+#ifdef __cplusplus
+#define KV_ALLOC_INLINE
+#else
+#define KV_ALLOC_INLINE inline
+#endif
+
 /* Errors: KV_EINVAL (NULL), KV_ERANGE (page_bytes/capacity), KV_ENOMEM. */
 int  kv_alloc_pool_create(const kv_alloc_config_t *cfg, kv_alloc_pool_t **out);
 /* Frees the pool and its page memory, whatever is still held. NULL: no-op. */
 void kv_alloc_pool_destroy(kv_alloc_pool_t *pool);
 
-/* One page with refcount 1. Errors: KV_ENOMEM (exhausted), KV_EINVAL. */
-int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id);
+/* One page with refcount 1. Errors: KV_ENOMEM (exhausted), KV_EINVAL.
+ * (Inline in C: see "inline hot path" below.) */
+KV_ALLOC_INLINE int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id);
 /* n pages, all or nothing: on KV_ENOMEM no page was taken. */
 int kv_alloc_pages(kv_alloc_pool_t *pool, uint32_t n, kv_page_id_t *ids);
 
 /* Add a reference. Errors: KV_EINVAL (bad id), KV_ESTATE (page is free). */
 int kv_alloc_retain(kv_alloc_pool_t *pool, kv_page_id_t id);
 /* Drop a reference: returns 1 if the page was freed, 0 if still held,
- * KV_EINVAL (bad id) or KV_ESTATE (page already free). */
-int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id);
+ * KV_EINVAL (bad id) or KV_ESTATE (page already free). (Inline in C.) */
+KV_ALLOC_INLINE int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id);
 
 /* Current refcount (0 = free); 0 for a bad id as well. */
 uint32_t kv_alloc_refcount(const kv_alloc_pool_t *pool, kv_page_id_t id);
@@ -93,13 +102,214 @@ uint32_t kv_alloc_refcount(const kv_alloc_pool_t *pool, kv_page_id_t id);
 int kv_alloc_id_valid(const kv_alloc_pool_t *pool, kv_page_id_t id);
 /* Address of a page of a HOST pool (page_bytes bytes, 4096-aligned if
  * page_bytes is a multiple of 4096, else 64-aligned); NULL for id-only pools
- * or a bad id. Valid whatever the refcount; meaningful while held. */
-void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id);
+ * or a bad id. Valid whatever the refcount; meaningful while held.
+ * (Inline in C.) */
+KV_ALLOC_INLINE void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id);
 /* Index of a page in 0..capacity-1 (for arrays indexed by page). */
 uint32_t kv_alloc_page_index(kv_page_id_t id);
 
 void     kv_alloc_stats(const kv_alloc_pool_t *pool, kv_alloc_stats_t *out);
 uint32_t kv_alloc_page_bytes(const kv_alloc_pool_t *pool);
 uint32_t kv_alloc_capacity(const kv_alloc_pool_t *pool);
+
+/* ---- inline hot path (C only; internals of kv_alloc.c) -------------------
+ *
+ * kv_alloc_page, kv_alloc_release and kv_alloc_page_ptr are C99 inline
+ * functions, so that a C caller runs the per-thread-cache hot path without a
+ * call and keeps the page id in a register instead of a round trip through
+ * the out-parameter (a call costs about as much as the whole hot path:
+ * kvbench-alloc). Whatever the hot path does not handle goes to the
+ * out-of-line kv_alloc_page_other / kv_alloc_release_other. kv_alloc.c holds
+ * the external definitions (for C++ callers, the CUDA files, and calls the
+ * compiler does not inline). The types below are kv_alloc.c's internals,
+ * shown here only for the inline functions; kv_alloc.c's top comment says
+ * what each field means and who writes it.
+ */
+#ifndef __cplusplus
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "alloc/kv_fault_fast.h"
+#include "kvpage/kvpage.h"
+
+typedef struct kv_alloc_tcache kv_alloc_tcache_t;
+
+/* One per-thread cache slot. */
+struct kv_alloc_tcache {
+    _Atomic uint64_t serial;          /* bound pool's serial; 0 = unbound            */
+    kv_alloc_pool_t *pool;            /* bound pool (registry mutex)                 */
+    _Atomic uint32_t count;           /* ids held; written by the owner only         */
+    uint32_t lo;                      /* lowest count since last trip (owner only)   */
+    uint32_t synced;                  /* count at last trip (pool->lock)             */
+    uint32_t ids[KV_ALLOC_TCACHE_MAX]; /* page indices, top = ids[count-1]          */
+    kv_alloc_tcache_t *prev, *next;   /* pool's list of bound caches (registry)      */
+};
+
+/* The slot a thread used last, for the hot path (its own small TLS). */
+typedef struct kv_alloc_hot {
+    uint64_t serial;      /* pool serial c was bound to when set; 0 = none */
+    kv_alloc_tcache_t *c; /* that slot (set with serial, never NULL after) */
+} kv_alloc_hot_t;
+
+struct kv_alloc_pool {
+    /* Read-mostly, read on the hot path: set at create (cache_key and low
+     * also at low-watermark crossings, under lock). */
+    _Atomic uint64_t cache_key; /* what a hot slot must match: serial, or     */
+                            /* KV_ALLOC_KEY_NONE (matches no slot) with       */
+                            /* NO_TCACHE or while low: one compare on the     */
+                            /* hot path covers "bound" and "not low"          */
+    uint64_t serial;        /* unique per pool in this process, never 0       */
+    uint32_t tag_bits;      /* tag << 26                                      */
+    uint32_t capacity;      /* pages                                          */
+    uint32_t page_bytes;    /* bytes per page                                 */
+    uint32_t flags;         /* KV_ALLOC_*                                     */
+    kv_tier_t tier;
+    unsigned char *base;    /* HOST: [capacity][page_bytes], else NULL        */
+    size_t block_bytes;     /* capacity * page_bytes (HOST)                   */
+    _Atomic uint32_t *refs; /* [capacity] refcounts                           */
+    _Atomic int low;        /* 1: shared stack below low_mark, bypass caches  */
+    char pad0[64];          /* keep the lock-side fields off the hot line     */
+
+    /* Shared stack side: written under lock. */
+    pthread_mutex_t lock;
+    uint32_t *stack;             /* [capacity] free indices, top = stack[shared_n-1] */
+    _Atomic uint32_t shared_n;   /* ids on the stack (relaxed reads outside lock)    */
+    uint32_t cached_synced;      /* sum of bound caches' `synced`                    */
+    _Atomic uint32_t low_mark;   /* see file comment; set under registry             */
+    _Atomic uint64_t peak;       /* high-water mark of used                          */
+    _Atomic uint64_t failed;     /* refused allocations                              */
+
+    /* Registry mutex. */
+    kv_alloc_tcache_t *caches;   /* bound caches (list through prev/next)            */
+    uint32_t n_bound;            /* length of that list                              */
+};
+
+/* The calling thread's hot slot (initial-exec TLS, defined in kv_alloc.c). */
+extern _Thread_local kv_alloc_hot_t kv_alloc_hot_tls
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+/* kv_alloc_page_other's answer: returned by value (in one register), so that
+ * the caller's id variable never has its address taken. */
+typedef struct kv_alloc_got {
+    int rc;           /* 0 or KV_E*          */
+    kv_page_id_t id;  /* the page when rc==0 */
+} kv_alloc_got_t;
+
+kv_alloc_got_t kv_alloc_page_other(kv_alloc_pool_t *pool);
+int kv_alloc_release_other(kv_alloc_pool_t *pool, kv_page_id_t id);
+
+inline uint32_t kv_alloc_count(const kv_alloc_tcache_t *c)
+{
+    return atomic_load_explicit(&c->count, memory_order_relaxed);
+}
+
+inline void kv_alloc_set_count(kv_alloc_tcache_t *c, uint32_t n)
+{
+    atomic_store_explicit(&c->count, n, memory_order_relaxed);
+}
+
+/* Tag matches and index < capacity, in one compare: capacity <= 2^26, so
+ * id - tag_bits < capacity exactly when both hold (else it wraps high). */
+inline int kv_alloc_valid(const kv_alloc_pool_t *pool, kv_page_id_t id)
+{
+    return id - pool->tag_bits < pool->capacity;
+}
+
+/* The calling thread's hot slot if it is pool's and the pool is not low,
+ * else NULL. Never NULL once the key matched (c is set with serial). The
+ * slot is bound to pool then: a destroyed pool's serial never matches again,
+ * an evicted slot is re-pointed at once, and thread exit clears serial. */
+inline kv_alloc_tcache_t *kv_alloc_hot(const kv_alloc_pool_t *pool)
+{
+    const kv_alloc_hot_t *h = &kv_alloc_hot_tls;
+    if (__builtin_expect(h->serial != atomic_load_explicit(
+                                          &pool->cache_key, memory_order_relaxed), 0))
+        return NULL;
+    kv_alloc_tcache_t *c = h->c;
+    if (c == NULL)
+        __builtin_unreachable();
+    return c;
+}
+
+/* Page idx leaves a free list: refcount 1, its id to *id. */
+inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, uint32_t idx, kv_page_id_t *id)
+{
+    atomic_store_explicit(&pool->refs[idx], 1, memory_order_relaxed);
+    *id = pool->tag_bits | idx;
+}
+
+/* Take one page from c (bound, pool not low) unless it is empty. */
+inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
+                              kv_page_id_t *id)
+{
+    uint32_t n = kv_alloc_count(c);
+    if (__builtin_expect(n == 0, 0))
+        return 0;
+    n--;
+    kv_alloc_hand_out(pool, c->ids[n], id);
+    kv_alloc_set_count(c, n);
+    if (n < c->lo)
+        c->lo = n;
+    return 1;
+}
+
+/* Put idx on c (bound, pool not low) unless it is full. */
+inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, uint32_t idx)
+{
+    uint32_t n = kv_alloc_count(c);
+    if (__builtin_expect(n >= KV_ALLOC_TCACHE_MAX, 0))
+        return 0;
+    c->ids[n] = idx;
+    kv_alloc_set_count(c, n + 1);
+    return 1;
+}
+
+inline int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id)
+{
+    if (__builtin_expect(id == NULL, 0))
+        return KV_EINVAL;
+    /* Hot path: fault injection disarmed, the thread's hot slot is this
+     * pool's and not empty. */
+    if (__builtin_expect(pool != NULL &&
+                             atomic_load_explicit(&kv_fault_countdown,
+                                                  memory_order_relaxed) == 0, 1)) {
+        kv_alloc_tcache_t *c = kv_alloc_hot(pool);
+        if (__builtin_expect(c != NULL && kv_alloc_cache_pop(pool, c, id), 1))
+            return 0;
+    }
+    kv_alloc_got_t g = kv_alloc_page_other(pool);
+    if (g.rc == 0)
+        *id = g.id;
+    return g.rc;
+}
+
+inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id)
+{
+    /* Hot path: the caller holds the only reference (so nobody else may
+     * touch the refcount) and the hot slot is this pool's with room. */
+    if (__builtin_expect(pool != NULL && kv_alloc_valid(pool, id), 1)) {
+        uint32_t idx = id - pool->tag_bits;
+        _Atomic uint32_t *r = &pool->refs[idx];
+        kv_alloc_tcache_t *c = kv_alloc_hot(pool);
+        if (__builtin_expect(c != NULL &&
+                                 atomic_load_explicit(r, memory_order_acquire) == 1 &&
+                                 kv_alloc_cache_push(c, idx), 1)) {
+            /* Only this thread pops c, so the page is not handed out before
+             * its refcount is 0. */
+            atomic_store_explicit(r, 0, memory_order_relaxed);
+            return 1;
+        }
+    }
+    return kv_alloc_release_other(pool, id);
+}
+
+inline void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id)
+{
+    if (!pool || !pool->base || !kv_alloc_valid(pool, id))
+        return NULL;
+    return pool->base + (size_t)(id - pool->tag_bits) * pool->page_bytes;
+}
+#endif /* !__cplusplus */
 
 #endif /* KV_ALLOC_H */

@@ -89,19 +89,21 @@ static void bench_loop(bench_job_t *j)
     const size_t bytes = j->bytes;
     switch (j->impl) {
     case IMPL_KVPAGE:
-    case IMPL_KVPAGE_NOTCACHE:
+    case IMPL_KVPAGE_NOTCACHE: {
+        kv_alloc_pool_t *pool = j->pool;
         for (uint64_t i = 0; i < n; i++) {
             kv_page_id_t id;
-            if (kv_alloc_page(j->pool, &id) != 0) {
+            if (kv_alloc_page(pool, &id) != 0) {
                 j->err = 1;
                 break;
             }
-            volatile unsigned char *p = kv_alloc_page_ptr(j->pool, id);
+            volatile unsigned char *p = kv_alloc_page_ptr(pool, id);
             p[0] = (unsigned char)i;
             sink += p[0];
-            kv_alloc_release(j->pool, id);
+            kv_alloc_release(pool, id);
         }
         break;
+    }
     case IMPL_JEMALLOC:
         for (uint64_t i = 0; i < n; i++) {
             volatile unsigned char *p = mallocx(bytes, 0);

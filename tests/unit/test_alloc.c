@@ -109,7 +109,7 @@ static void test_lifo(void)
     kv_alloc_pool_t *pool = make_pool(128, 16, KV_TIER_HOST, KV_ALLOC_NO_TCACHE);
     if (!pool)
         return;
-    kv_page_id_t a, b, c, x;
+    kv_page_id_t a = 0, b = 0, c = 0, x = 0;
     CHECK_OK(kv_alloc_page(pool, &a));
     CHECK_OK(kv_alloc_page(pool, &b));
     CHECK_OK(kv_alloc_page(pool, &c));
@@ -180,7 +180,7 @@ static void test_refcounts(uint32_t flags)
     kv_alloc_pool_t *pool = make_pool(64, 8, KV_TIER_HOST, flags);
     if (!pool)
         return;
-    kv_page_id_t a, b;
+    kv_page_id_t a = 0, b = 0;
     CHECK_OK(kv_alloc_page(pool, &a));
     CHECK_OK(kv_alloc_page(pool, &b));
     CHECK_EQ(kv_alloc_refcount(pool, a), 1);
@@ -208,7 +208,7 @@ static void test_refcounts(uint32_t flags)
     kv_alloc_stats(pool, &st1);
     CHECK(same_stats(&st0, &st1));
     /* the freed page comes back with refcount 1 */
-    kv_page_id_t c;
+    kv_page_id_t c = 0;
     CHECK_OK(kv_alloc_page(pool, &c));
     CHECK_EQ(c, a);
     CHECK_EQ(kv_alloc_refcount(pool, c), 1);
@@ -223,7 +223,7 @@ static void test_bad_ids(void)
     kv_alloc_pool_t *p2 = make_pool(64, 8, KV_TIER_HOST, 0);
     if (!p1 || !p2)
         goto out;
-    kv_page_id_t a, b;
+    kv_page_id_t a = 0, b = 0;
     CHECK_OK(kv_alloc_page(p1, &a));
     CHECK_OK(kv_alloc_page(p2, &b));
     CHECK(a != b); /* same index, different tags */
