@@ -284,15 +284,22 @@ static void test_minicache(void)
     pe_t e;
     CHECK_OK(pe_open(&e, 8, 1, 2, 0, 1024));
     kv_seq_id_t s;
-    CHECK_OK(pe_seq(&e, "minicache:from=0.5", &s));
+    CHECK_OK(pe_seq(&e, "minicache:from=0.5,every=16", &s));
     CHECK_OK(pe_prefill(&e, s, 40));
     CHECK_OK(kv_seq_prefill_end(e.s, s));
     for (uint32_t l = 0; l < 8; l++)
         CHECK_EQ(count_fmt(&e, s, l, KV_FMT_MERGED) > 0, l >= 4);
-    for (int i = 0; i < 16; i++)
+    const kv_page_list_t *li;
+    for (int i = 0; i < 16; i++) {
         CHECK_OK(pe_step(&e, s, 40 + i));
+        /* every=16: nothing merged before the 16th new token */
+        li = kv_page_list_get(e.s->pt, s, 5, 0);
+        if (i < 15)
+            CHECK(li->ents[li->n_ents - 1].format == KV_FMT_FP16 &&
+                  li->ents[li->n_ents - 1].flags == 0);
+    }
     /* 16 new tokens in both layers of each pair: merged too. */
-    const kv_page_list_t *li = kv_page_list_get(e.s->pt, s, 5, 0);
+    li = kv_page_list_get(e.s->pt, s, 5, 0);
     CHECK(li->ents[li->n_ents - 1].format != KV_FMT_FP16 ||
           li->ents[li->n_ents - 1].flags != 0);
     li = kv_page_list_get(e.s->pt, s, 3, 0);
