@@ -388,6 +388,8 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
     }
     for (uint32_t t = 0; hp && t < nt; t++, *at += 4)
         l->pos[t] = (int32_t)kv_offload_get32(r->blob + *at);
+    if (hp)
+        kv_page_list_pos_rescan(l);
     return sum == nt ? 0 : KV_ECORRUPT;
 }
 

@@ -231,6 +231,7 @@ int kv_page_seq_fork(kv_page_table_t *pt, uint32_t parent, uint32_t *child)
             }
             memcpy(d->pos, s->pos, (size_t)s->n_tokens * sizeof *d->pos);
             d->cap_pos = s->n_tokens;
+            d->pos_next = s->pos_next;
         }
         d->n_tokens = s->n_tokens;
         d->target = s->target;
@@ -252,6 +253,15 @@ int kv_page_seq_fork(kv_page_table_t *pt, uint32_t parent, uint32_t *child)
 }
 
 /* ---- read-back and queries --------------------------------------------- */
+
+void kv_page_list_pos_rescan(kv_page_list_t *l)
+{
+    int64_t next = 0;
+    for (uint32_t i = 0; l->pos && i < l->n_tokens; i++)
+        if (l->pos[i] >= next)
+            next = (int64_t)l->pos[i] + 1;
+    l->pos_next = next;
+}
 
 const kv_page_list_t *kv_page_list_get(const kv_page_table_t *pt, uint32_t seq,
                                        uint32_t layer, uint32_t head)

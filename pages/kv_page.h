@@ -119,6 +119,11 @@ typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
     uint32_t n_tokens;           /* sum of ents[i].n_tokens          */
     int32_t *pos;                /* [cap_pos] or NULL (= identity)   */
     uint32_t cap_pos;
+    int64_t pos_next;            /* with pos: 1 + the largest        */
+                                 /* position held (0: none); where a */
+                                 /* pos=NULL append continues (a     */
+                                 /* merge reorders, so the last      */
+                                 /* token need not hold the largest) */
     uint32_t target;             /* format the residual converts to  */
                                  /* (KV_FMT_FP16: never)             */
     uint32_t n_busy;             /* entries with residency flags     */
@@ -217,6 +222,17 @@ static inline int32_t kv_page_list_pos(const kv_page_list_t *l, uint32_t i)
 {
     return l->pos ? l->pos[i] : (int32_t)i;
 }
+
+/* 1 + the largest position a list holds (0 if empty): where an append
+ * without positions continues. */
+static inline int64_t kv_page_list_pos_next(const kv_page_list_t *l)
+{
+    return l->pos ? l->pos_next : (int64_t)l->n_tokens;
+}
+
+/* Recompute pos_next from a list's pos array (after positions were
+ * rewritten wholesale: compaction, restore). */
+void kv_page_list_pos_rescan(kv_page_list_t *l);
 
 /* Address of a page's bytes (host pool). */
 const void *kv_page_data(const kv_page_table_t *pt, kv_page_id_t id);

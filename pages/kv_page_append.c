@@ -90,11 +90,8 @@ static int plan_list(const kv_page_table_t *pt, const kv_page_list_t *l,
     /* Positions: does the list need an array after this append? */
     if (l->pos) {
         p->pos_array = 1;
-        if (!pos) {
-            int32_t last = l->n_tokens ? l->pos[l->n_tokens - 1] : -1;
-            if ((int64_t)last + n > INT32_MAX)
-                return KV_ERANGE;
-        }
+        if (!pos && l->pos_next + n - 1 > INT32_MAX)
+            return KV_ERANGE;
     } else if (pos) {
         for (uint32_t i = 0; i < n; i++)
             if ((int64_t)pos[i] != (int64_t)l->n_tokens + i) {
@@ -148,6 +145,7 @@ static void apply_arrays(kv_page_table_t *pt, kv_page_list_t *l, uint32_t n,
         l->ents = p->ents;
         l->cap_ents = p->cap_ents;
     }
+    int64_t next = kv_page_list_pos_next(l);
     if (p->pos) {
         for (uint32_t i = 0; i < l->n_tokens; i++)
             p->pos[i] = kv_page_list_pos(l, i);
@@ -156,9 +154,13 @@ static void apply_arrays(kv_page_table_t *pt, kv_page_list_t *l, uint32_t n,
         l->cap_pos = p->cap_pos;
     }
     if (p->pos_array) {
-        int32_t next = l->n_tokens ? l->pos[l->n_tokens - 1] + 1 : 0;
-        for (uint32_t i = 0; i < n; i++)
-            l->pos[l->n_tokens + i] = pos ? pos[i] : next + (int32_t)i;
+        l->pos_next = next;
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t q = pos ? pos[i] : (int32_t)(next + i);
+            l->pos[l->n_tokens + i] = q;
+            if (q >= l->pos_next)
+                l->pos_next = (int64_t)q + 1;
+        }
     }
 }
 

@@ -129,6 +129,14 @@ int kv_page_table_check(const kv_page_table_t *pt)
             if (l->target != KV_FMT_FP16 && l->target != KV_FMT_INT4 &&
                 l->target != KV_FMT_INT2)
                 FAIL("seq %u list %u: target format %u", s, li, l->target);
+            if (l->pos && l->cap_pos >= l->n_tokens) {
+                int64_t next = 0; /* pos_next == 1 + the largest position */
+                for (uint32_t i = 0; i < l->n_tokens; i++)
+                    next = l->pos[i] >= next ? (int64_t)l->pos[i] + 1 : next;
+                if (next != l->pos_next)
+                    FAIL("seq %u list %u: pos_next %lld, largest position + 1 is %lld",
+                         s, li, (long long)l->pos_next, (long long)next);
+            }
             uint32_t busy = 0;
             for (uint32_t e = 0; e < l->n_ents; e++) {
                 const kv_page_ent_t *ent = &l->ents[e];

@@ -224,6 +224,8 @@ int kv_page_compact(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     l->n_ents = n_dst;
     pt->tokens -= l->n_tokens - n_keep;
     l->n_tokens = n_keep;
+    if (l->pos)
+        kv_page_list_pos_rescan(l);
     kv_page_scratch_put(&f_s);
     kv_page_scratch_put(&ids_s);
     kv_page_scratch_put(&dst_s);

@@ -22,14 +22,18 @@
  * before; a later merge of new tokens appends another [MERGED][RETAINED]
  * segment after this one.
  *
- * Fill (kv_page.h): RETAINED pages are full but the last. A merge that
- * retains every one of its tokens adds no MERGED entry, so its RETAINED
- * entries would continue the previous segment's RETAINED run behind that
- * run's partly filled last page. Such a merge packs instead: the previous
- * partly filled RETAINED page (both lists: same tokens, same fill) joins
- * the call as `pre` leading tokens marked retained, read as a source and
- * rewritten with the new ones to fresh pages; its old page is released
- * (never written: it may be shared). Order and positions are unchanged.
+ * Fill (kv_page.h): RETAINED pages are full but the last. A merge whose
+ * residual follows a partly filled RETAINED page (the previous segment's
+ * last; both lists: same tokens, same fill) packs it: those tokens join the
+ * call as `pre` leading tokens marked retained, read as a source and
+ * rewritten with the new retained ones to fresh pages; the old page is
+ * released (never written: it may be shared). Without this every decode
+ * merge that retains a token would leave a partly filled FP16 page per
+ * layer behind (docs/plan.md). The segment becomes
+ *   [new MERGED][pre + new RETAINED]
+ * so the pre tokens move behind the new MERGED entries: positions are
+ * permuted over all pre + m tokens (merged first), like the m alone. A
+ * merge that retains every token keeps the order (no MERGED entry).
  *
  * All-or-nothing: validation, selection (scratch only), then every entry
  * array, position array and page is allocated before the first write.
@@ -149,12 +153,13 @@ typedef struct work {
     int32_t *pos;         /* [max m]                                      */
 } work_t;
 
-/* Rewrite positions of tokens [s0, s0+m) of l merged-first. */
-static void side_positions(side_t *s, uint32_t m, const uint8_t *ret,
-                           int32_t *tmp)
+/* Rewrite positions of tokens [s0, s0+m) of l merged-first, where s0 is
+ * `pre` tokens before the residual and ret[0..m) their marks. */
+static void side_positions(side_t *s, uint32_t pre, uint32_t m,
+                           const uint8_t *ret, int32_t *tmp)
 {
     kv_page_list_t *l = s->l;
-    uint32_t s0 = l->n_tokens - s->res, k = 0;
+    uint32_t s0 = l->n_tokens - s->res - pre, k = 0;
     for (uint32_t pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < m; i++)
             if ((ret[i] != 0) == (pass == 1))
@@ -164,6 +169,7 @@ static void side_positions(side_t *s, uint32_t m, const uint8_t *ret,
             s->pos[i] = (int32_t)i;
         l->pos = s->pos;
         l->cap_pos = s->cap_pos;
+        l->pos_next = l->n_tokens;
         s->pos = NULL;
     }
     if (l->pos)
@@ -234,7 +240,7 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
     /* both lists */
     for (uint32_t j = 0; j < 2; j++) {
         side_t *s = &p->s[j];
-        side_positions(s, p->m, ret, w->pos);
+        side_positions(s, p->pre, p->pre + p->m, ret - p->pre, w->pos);
         kv_page_cut_apply(pt, s->l, &s->cut, s->cut.fresh ? *fids++ : 0);
         kv_page_ent_t *ins =
             kv_page_ents_open(pt, s->l, s->cut.r0, s->cut.e_s,
@@ -314,7 +320,7 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     size_t src_n = (size_t)max_src * sizeof(kv_kern_page_t);
     size_t ptr_n = ((size_t)max_t / mcap + 2u * ((size_t)max_t / T) + 3u) *
                    sizeof(void *);
-    size_t pos_n = (size_t)max_m * sizeof(int32_t);
+    size_t pos_n = (size_t)max_t * sizeof(int32_t); /* pre + m tokens */
     uint8_t *ret = kv_page_scratch_get(&ret_s, NULL, 0, (size_t)sum_r);
     char *wb = ret ? kv_page_scratch_get(&work_s, NULL, 0,
                                          fl_n + src_n + ptr_n + pos_n)
@@ -349,7 +355,7 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
             break;
         for (uint32_t i = 0; i < p->m; i++)
             p->n_ret += ret[p->ret0 + i] != 0;
-        if (p->n_ret == p->m && (p->pre = pack_prev(p, T)) != 0) {
+        if (p->n_ret > 0 && (p->pre = pack_prev(p, T)) != 0) {
             memset(ret + p->ret0 - p->pre, 1, p->pre);
             p->n_ret += p->pre;
             p->s[0].cut.r0--;
@@ -365,7 +371,7 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         merge_plan_t *p = &plans[h_ok];
         if (!p->m)
             continue;
-        int ro = reorders(ret + p->ret0, p->m);
+        int ro = reorders(ret + p->ret0 - p->pre, p->pre + p->m);
         if ((rc = side_arrays(pt, &p->s[0], p->n_mp + p->n_rp, ro)))
             break;
         if ((rc = side_arrays(pt, &p->s[1], p->n_mp + p->n_rp, ro))) {

@@ -256,7 +256,8 @@ KV_API int kv_seq_len(const kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 /* Append n_tokens tokens of one layer, all kv heads at once.
  *   k, v: [n_tokens][n_kv_heads][head_dim] of dtype (post-RoPE keys).
  *   pos:  [n_tokens] original token positions, or NULL to continue each list
- *         from its last position + 1 (0 for an empty list).
+ *         from one past the largest position it holds (0 for an empty list;
+ *         after a MiniCache merge the last token need not hold the largest).
  * Values must be finite and within FP16 range (|x| <= 65504): otherwise
  * KV_ERANGE and nothing is stored. All-or-nothing: on KV_ENOMEM no head of the
  * layer changed. n_tokens == 0 is a no-op. If the layer's format is INT4/INT2

@@ -833,6 +833,87 @@ static void test_merge_pack_heads(void)
     S = NULL;
 }
 
+/* A merge that adds MERGED entries packs the previous partly filled
+ * RETAINED page too. Both heads as head 0 above (the newest 8 tokens of each
+ * call merged, the others retained): 36 tokens ([M8][R16 R12] per list),
+ * then 12 (8 merged, 4 retained): [M8][R16][M8][R16] per list, where
+ * without packing it would be [M8][R16 R12][M8][R4]. The 12 repacked
+ * tokens move behind the new MERGED entry: every position 0..47 still
+ * appears once per list, retained tokens read back (FP16) at their
+ * positions, merged ones restore to zero vectors; a fork sharing the old
+ * pages reads as before. */
+static void test_merge_pack_mixed(void)
+{
+    S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
+    kv_seq_id_t q, f = 0;
+    CHECK_OK(kv_seq_create(S, &q));
+    kv_merge_opts_t o = kv_merge_opts_default();
+    o.gamma = 1.0f;
+    const uint32_t parts[2] = {36, 12}, N = 48;
+    shot_t fork0, fork1, now;
+    for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
+        uint32_t n = parts[r];
+        size_t ne = (size_t)n * NKV * HD;
+        float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+        for (uint32_t i = 0; i < n * NKV; i++) {
+            pk_rot(k + (size_t)i * HD, 0.0, 1.0f);
+            pk_rot(v + (size_t)i * HD, 0.0, 0.5f);
+        }
+        CHECK_OK(kv_append(S, q, 0, n, KV_DTYPE_F32, k, v, NULL));
+        for (uint32_t i = 0; i < n * NKV; i++) {
+            uint32_t t = t0 + i / NKV;
+            float sc = i / NKV >= n - 8 ? 0.0f : 1.0f;
+            pk_rot(k + (size_t)i * HD, 0.1 + 0.02 * t, 2.0f * sc);
+            pk_rot(v + (size_t)i * HD, 0.1 + 0.02 * t, 0.7f * sc);
+        }
+        CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
+        free(k), free(v);
+        CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
+        CHECK_OK(kv_store_check(S));
+        if (r == 0) {
+            CHECK_OK(kv_seq_fork(S, q, &f));
+            shot_take(f, &fork0);
+        }
+    }
+    shot_take(f, &fork1);
+    CHECK(shot_same(&fork0, &fork1));
+    shot_take(q, &now);
+    uint32_t seen[2][48] = {{0}}, exact = 0, zero = 0;
+    for (uint32_t g = 0; g < NKV; g++)
+        for (uint32_t i = 0; i < now.n[1][g]; i++) {
+            int32_t p = now.pos[1][g][i];
+            if (p < 0 || p >= (int32_t)N)
+                continue;
+            seen[g][p]++;
+            uint32_t t = (uint32_t)p;
+            int merged = (t >= 28 && t < 36) || t >= 40;
+            float ek[HD], ev[HD];
+            pk_rot(ek, 0.1 + 0.02 * t, merged ? 0.0f : 2.0f);
+            pk_rot(ev, 0.1 + 0.02 * t, merged ? 0.0f : 0.7f);
+            const float *k = now.k[1][g] + (size_t)i * HD, *v = now.v[1][g] + (size_t)i * HD;
+            if (merged)
+                zero += vnorm(k) < 1e-6 && vnorm(v) < 1e-6;
+            else
+                exact += fp16_of(ek, k) && fp16_of(ev, v);
+        }
+    uint32_t once = 0;
+    for (uint32_t g = 0; g < NKV; g++)
+        for (uint32_t t = 0; t < N; t++)
+            once += seen[g][t] == 1;
+    CHECK_EQ(once, NKV * N);
+    CHECK_EQ(exact, NKV * (N - 16));
+    CHECK_EQ(zero, NKV * 16);
+    shot_free(&fork0), shot_free(&fork1), shot_free(&now);
+    CHECK_OK(kv_seq_free(S, f));
+    kv_stats_t st;
+    CHECK_OK(kv_store_stats(S, &st));
+    /* per list [M8][R16][M8][R16]: 2 FP16 pages x 2 layers x NKV heads */
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 2 * 2 * NKV);
+    CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], 2 * NKV);
+    kv_store_destroy(S);
+    S = NULL;
+}
+
 /* Allocation failure through the API. */
 static void test_faults(void)
 {
@@ -945,6 +1026,7 @@ int main(void)
     test_merge_api();
     test_merge_pack();
     test_merge_pack_heads();
+    test_merge_pack_mixed();
     test_faults();
     return kv_test_end();
 }

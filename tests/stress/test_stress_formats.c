@@ -394,7 +394,9 @@ static int append_layer(sseq_t *s, uint32_t l, uint32_t n, const float *bk,
         for (uint32_t h = 0; h < NKV; h++) {
             slist_t *x = &s->l[l][h];
             sl_reserve(x, x->n + n);
-            int32_t next = x->n ? x->pos[x->n - 1] + 1 : 0;
+            int32_t next = 0; /* one past the largest position held */
+            for (uint32_t t = 0; t < x->n; t++)
+                next = x->pos[t] >= next ? x->pos[t] + 1 : next;
             for (uint32_t t = 0; t < n; t++) {
                 for (int d = 0; d < HD; d++) {
                     x->k[(size_t)(x->n + t) * HD + d] = h16(k[((size_t)t * NKV + h) * HD + d]);

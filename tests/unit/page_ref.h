@@ -90,7 +90,9 @@ static inline void ref_append(ref_t *r, uint32_t s, uint32_t l, uint32_t n,
     for (uint32_t h = 0; h < r->H; h++) {
         ref_list_t *x = ref_at(r, s, l, h);
         ref_reserve(r, x, x->n + n);
-        int32_t next = x->n ? x->pos[x->n - 1] + 1 : 0;
+        int32_t next = 0; /* one past the largest position held */
+        for (uint32_t i = 0; i < x->n; i++)
+            next = x->pos[i] >= next ? x->pos[i] + 1 : next;
         for (uint32_t i = 0; i < n; i++) {
             memcpy(x->k + (size_t)(x->n + i) * r->D,
                    k + ((size_t)i * r->H + h) * r->D, r->D * sizeof(float));

@@ -266,10 +266,10 @@ static void test_positions(void)
     CHECK_EQ(kv_page_list_pos(l, 6), 6);
     CHECK_EQ(kv_page_list_pos(l, 7), 100);
     CHECK(meta_exact(&f));
-    /* Continuation from the last position: 52, 53, ... */
+    /* Continuation from one past the largest position: 101, 102, ... */
     CHECK_OK(fix_append(&f, &seed, s, 0, 9, NULL));
-    CHECK_EQ(kv_page_list_pos(kv_page_list_get(f.pt, s, 0, 1), 10), 52);
-    CHECK_EQ(kv_page_list_pos(kv_page_list_get(f.pt, s, 0, 1), 18), 60);
+    CHECK_EQ(kv_page_list_pos(kv_page_list_get(f.pt, s, 0, 1), 10), 101);
+    CHECK_EQ(kv_page_list_pos(kv_page_list_get(f.pt, s, 0, 1), 18), 109);
     CHECK_OK(kv_page_table_check(f.pt));
     CHECK_EQ(ref_diff(f.pt, &f.ref), 0);
     /* A list's first explicit positions (other layer). */

@@ -61,6 +61,7 @@ typedef struct cmodel {
 
 static fix_t F;
 static cmodel_t CM;
+static int64_t BOUND_FAILS; /* model quantization errors past their bound */
 
 static uint32_t *cm_rs(uint32_t s, uint32_t l, uint32_t h)
 {
@@ -73,9 +74,12 @@ static uint32_t *cm_tg(uint32_t s, uint32_t l, uint32_t h)
 
 static const kv_format_traits_t *fmt_tr(uint32_t f) { return kv_format_get(f); }
 
-/* Fixture with a chosen page size, default format and residual. */
-static void cfix_open(uint32_t L, uint32_t H, uint32_t page_bytes, uint32_t S,
-                      uint32_t cap, uint32_t fmt, uint32_t R)
+static uint32_t new_seq(void);
+
+/* Fixture with a chosen page size, default format and residual; returns
+ * its first sequence. */
+static uint32_t cfix_open(uint32_t L, uint32_t H, uint32_t page_bytes,
+                          uint32_t S, uint32_t cap, uint32_t fmt, uint32_t R)
 {
     memset(&F, 0, sizeof F);
     kv_alloc_config_t ac = {.page_bytes = page_bytes, .capacity = cap,
@@ -100,10 +104,14 @@ static void cfix_open(uint32_t L, uint32_t H, uint32_t page_bytes, uint32_t S,
     CM.target = calloc((size_t)S * L * H, sizeof *CM.target);
     for (size_t i = 0; i < (size_t)S * L * H; i++)
         CM.target[i] = fmt;
+    return new_seq();
 }
 
+/* Closes the fixture (everything returned), after checking that every
+ * conversion the model made kept its error bound. */
 static void cfix_close(void)
 {
+    CHECK_EQ(BOUND_FAILS, 0);
     fix_close(&F);
     free(CM.rs), free(CM.target);
 }
@@ -123,8 +131,6 @@ static double group_bound(const float *x, size_t stride, uint32_t levels)
     double sc = ((double)mx - mn + ulp) / levels * (1.0 + 1.0 / 512.0);
     return sc / 2.0 + 1e-6 * fmax(fabs(mx), fabs(mn));
 }
-
-static int64_t BOUND_FAILS;
 
 /* Convert tokens [t0, t0+c) of a model list to fmt, group by group. */
 static void model_convert(ref_list_t *x, uint32_t t0, uint32_t c, uint32_t fmt)
@@ -171,19 +177,40 @@ static void model_rule(uint32_t s, uint32_t l, uint32_t h, uint32_t keep)
     *rs += c;
 }
 
-/* Append n random tokens to (s, l) in table and model. convert: apply the
- * rule in the model (0: the table deferred it). */
+/* n random tokens for every head of a layer: k, v as appended (K scaled
+ * by 2), kr, vr as the table returns them (FP16-rounded); cnt floats each. */
+typedef struct toks {
+    size_t cnt;
+    float *k, *v, *kr, *vr;
+} toks_t;
+
+static toks_t toks_gen(uint64_t *seed, uint32_t n)
+{
+    toks_t t = {.cnt = (size_t)n * F.ref.H * D};
+    t.k = malloc(t.cnt * 4), t.v = malloc(t.cnt * 4);
+    t.kr = malloc(t.cnt * 4), t.vr = malloc(t.cnt * 4);
+    if (!t.k || !t.v || !t.kr || !t.vr)
+        exit(2);
+    gen_f32(seed, t.cnt, 2.0f, t.k, t.kr);
+    gen_f32(seed, t.cnt, 1.0f, t.v, t.vr);
+    return t;
+}
+
+static void toks_free(toks_t *t)
+{
+    free(t->k), free(t->v), free(t->kr), free(t->vr);
+}
+
+/* Append n random tokens to (s, l) in table and model, the conversion rule
+ * applied in the model unless the table deferred it (*deferred, if not
+ * NULL, says which). */
 static int do_append(uint64_t *seed, uint32_t s, uint32_t l, uint32_t n,
                      int *deferred)
 {
-    size_t cnt = (size_t)n * F.ref.H * D;
-    float *k = malloc(cnt * 4), *v = malloc(cnt * 4);
-    float *kr = malloc(cnt * 4), *vr = malloc(cnt * 4);
-    gen_f32(seed, cnt, 2.0f, k, kr);
-    gen_f32(seed, cnt, 1.0f, v, vr);
-    int rc = kv_page_append(F.pt, s, l, n, KV_DTYPE_F32, k, v, NULL);
+    toks_t t = toks_gen(seed, n);
+    int rc = kv_page_append(F.pt, s, l, n, KV_DTYPE_F32, t.k, t.v, NULL);
     if (rc == 0) {
-        ref_append(&F.ref, s, l, n, kr, vr, NULL);
+        ref_append(&F.ref, s, l, n, t.kr, t.vr, NULL);
         /* a conversion that could not get memory is deferred: detected by
          * the table's residual still being >= R somewhere */
         int def = 0;
@@ -198,7 +225,7 @@ static int do_append(uint64_t *seed, uint32_t s, uint32_t l, uint32_t n,
         for (uint32_t h = 0; h < F.ref.H && !def; h++)
             model_rule(s, l, h, UINT32_MAX);
     }
-    free(k), free(v), free(kr), free(vr);
+    toks_free(&t);
     return rc;
 }
 
@@ -251,6 +278,61 @@ static uint32_t fmt_tokens(const kv_page_list_t *l, uint32_t f)
     for (uint32_t e = 0; e < l->n_ents; e++)
         n += l->ents[e].format == f ? l->ents[e].n_tokens : 0;
     return n;
+}
+
+/* ---- one step in table and model -------------------------------------------- */
+
+/* The table matches the model and passes its own check (two CHECKs). */
+static void table_ok(void)
+{
+    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
+    CHECK_OK(kv_page_table_check(F.pt));
+}
+
+static uint32_t fork_seq(uint32_t parent)
+{
+    uint32_t c = 0;
+    CHECK_OK(kv_page_seq_fork(F.pt, parent, &c));
+    model_fork(parent, c);
+    return c;
+}
+
+static void free_seq(uint32_t s)
+{
+    CHECK_OK(kv_page_seq_free(F.pt, s));
+    model_clear(s);
+}
+
+/* Layer l of s converts to fmt from now on (every head). */
+static void set_target(uint32_t s, uint32_t l, uint32_t fmt)
+{
+    CHECK_OK(kv_page_set_format(F.pt, s, l, fmt));
+    for (uint32_t h = 0; h < F.ref.H; h++)
+        *cm_tg(s, l, h) = fmt;
+}
+
+/* kv_page_quantize, and on success the same rule in the model. */
+static int quantize(uint32_t s, uint32_t l, uint32_t keep)
+{
+    int rc = kv_page_quantize(F.pt, s, l, keep);
+    for (uint32_t h = 0; rc == 0 && h < F.ref.H; h++)
+        model_rule(s, l, h, keep);
+    return rc;
+}
+
+/* For fault_sweep: quantize(a[0], a[1], a[2]). */
+static int quantize_op(fix_t *f, void *a_)
+{
+    const uint32_t *a = a_;
+    (void)f;
+    return quantize(a[0], a[1], a[2]);
+}
+
+static void compact(uint32_t s, uint32_t l, uint32_t h, const uint32_t *keep,
+                    uint32_t nk)
+{
+    CHECK_OK(kv_page_compact(F.pt, s, l, h, keep, nk));
+    model_compact(s, l, h, keep, nk);
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -310,11 +392,8 @@ static void test_create(void)
 static void residual_case(uint32_t fmt, uint32_t page_bytes, uint32_t R,
                           uint64_t seed)
 {
-    cfix_open(2, 2, page_bytes, 2, 2048, KV_FMT_FP16, R);
-    uint32_t s = new_seq();
-    CHECK_OK(kv_page_set_format(F.pt, s, 0, fmt));
-    for (uint32_t h = 0; h < 2; h++)
-        *cm_tg(s, 0, h) = fmt;
+    uint32_t s = cfix_open(2, 2, page_bytes, 2, 2048, KV_FMT_FP16, R);
+    set_target(s, 0, fmt);
     const uint32_t T = F.T, tpp = kv_page_fmt_tpp(F.pt, fmt);
     if (fmt == KV_FMT_INT2)
         CHECK_EQ(tpp, 4 * T);
@@ -357,17 +436,14 @@ static void residual_case(uint32_t fmt, uint32_t page_bytes, uint32_t R,
                                        KV_FMT_FP16) ==
                             kv_page_list_get(F.pt, s, 1, h)->n_tokens;
         }
-        CHECK_OK(kv_page_table_check(F.pt));
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
+        table_ok();
     }
     CHECK(structure_ok);
     CHECK(boundary_kept);
     kv_page_totals_t tot;
     kv_page_table_totals(F.pt, &tot);
     CHECK(tot.pages_by_format[fmt] > 0);
-    CHECK_EQ(BOUND_FAILS, 0);
-    CHECK_OK(kv_page_seq_free(F.pt, s));
-    model_clear(s);
+    free_seq(s);
     kv_page_table_totals(F.pt, &tot);
     CHECK_EQ(tot.pages_by_format[fmt], 0);
     cfix_close();
@@ -386,13 +462,10 @@ static void test_residual(void)
 static void test_fork_cow(void)
 {
     /* T = 48, INT2 tpp = 192, R = 32: boundary has room, cuts split */
-    cfix_open(1, 2, 192 * D, 4, 512, KV_FMT_INT2, 32);
     uint64_t seed = 77;
-    uint32_t a = new_seq();
+    uint32_t a = cfix_open(1, 2, 192 * D, 4, 512, KV_FMT_INT2, 32);
     CHECK_OK(do_append(&seed, a, 0, 40, NULL)); /* 32 INT2 + 8 FP16 */
-    uint32_t b;
-    CHECK_OK(kv_page_seq_fork(F.pt, a, &b));
-    model_fork(a, b);
+    uint32_t b = fork_seq(a);
     const kv_page_list_t *la = kv_page_list_get(F.pt, a, 0, 0);
     const kv_page_list_t *lb = kv_page_list_get(F.pt, b, 0, 0);
     kv_page_id_t bound = la->ents[0].id, res = la->ents[1].id;
@@ -405,31 +478,24 @@ static void test_fork_cow(void)
     CHECK(lb->ents[1].id == res && lb->ents[1].n_tokens == 8);
     CHECK_EQ(kv_alloc_refcount(F.pool, bound), 1);
     CHECK_EQ(kv_alloc_refcount(F.pool, res), 1);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     /* b alone now: its boundary fills in place */
     CHECK_OK(do_append(&seed, b, 0, 30, NULL));
     CHECK(lb->ents[0].id == bound && lb->ents[0].n_tokens == 64);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     /* a fork sharing INT pages and a partly cut residual head */
-    uint32_t c;
-    CHECK_OK(kv_page_seq_fork(F.pt, b, &c));
-    model_fork(b, c);
+    uint32_t c = fork_seq(b);
     for (int i = 0; i < 6; i++) {
         CHECK_OK(do_append(&seed, i % 2 ? b : c, 0, 1 + 13 * (uint32_t)i, NULL));
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-        CHECK_OK(kv_page_table_check(F.pt));
+        table_ok();
     }
-    CHECK_EQ(BOUND_FAILS, 0);
     cfix_close();
 }
 
 static void test_quantize(void)
 {
-    cfix_open(2, 2, 64 * D, 2, 512, KV_FMT_FP16, 64);
     uint64_t seed = 8;
-    uint32_t s = new_seq();
+    uint32_t s = cfix_open(2, 2, 64 * D, 2, 512, KV_FMT_FP16, 64);
     CHECK_OK(do_append(&seed, s, 0, 100, NULL));
     CHECK_EQ(kv_page_set_format(F.pt, s, 0, KV_FMT_MERGED), KV_EINVAL);
     CHECK_EQ(kv_page_set_format(F.pt, s, 0, 7), KV_EINVAL);
@@ -439,51 +505,35 @@ static void test_quantize(void)
     CHECK_EQ(kv_page_quantize(F.pt, s, 2, 0), KV_ERANGE);
     CHECK_EQ(kv_page_quantize(F.pt, s + 1, 0, 0), KV_ENOENT);
     /* FP16 target: quantize is a no-op */
-    CHECK_OK(kv_page_quantize(F.pt, s, 0, 0));
+    CHECK_OK(quantize(s, 0, 0));
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 0, 0), KV_FMT_FP16), 100);
-    CHECK_OK(kv_page_set_format(F.pt, s, 0, KV_FMT_INT4));
-    for (uint32_t h = 0; h < 2; h++)
-        *cm_tg(s, 0, h) = KV_FMT_INT4;
+    set_target(s, 0, KV_FMT_INT4);
     /* keep 10 -> 90 rounded down to 80 convert */
-    CHECK_OK(kv_page_quantize(F.pt, s, 0, 10));
-    for (uint32_t h = 0; h < 2; h++)
-        model_rule(s, 0, h, 10);
+    CHECK_OK(quantize(s, 0, 10));
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 0, 1), KV_FMT_INT4), 80);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_OK(kv_page_quantize(F.pt, s, 0, 0)); /* 96 */
-    for (uint32_t h = 0; h < 2; h++)
-        model_rule(s, 0, h, 0);
+    table_ok();
+    CHECK_OK(quantize(s, 0, 0)); /* 96 */
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 0, 0), KV_FMT_INT4), 96);
-    CHECK_OK(kv_page_quantize(F.pt, s, 0, 1000)); /* keep more than held */
+    CHECK_OK(quantize(s, 0, 1000)); /* keep more than held: a no-op */
     CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
     /* switch to FP16: appends stop converting */
-    CHECK_OK(kv_page_set_format(F.pt, s, 0, KV_FMT_FP16));
-    for (uint32_t h = 0; h < 2; h++)
-        *cm_tg(s, 0, h) = KV_FMT_FP16;
+    set_target(s, 0, KV_FMT_FP16);
     CHECK_OK(do_append(&seed, s, 0, 200, NULL));
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 0, 0), KV_FMT_INT4), 96);
     /* and back to INT2: the next append converts floor(res / R) * R */
-    CHECK_OK(kv_page_set_format(F.pt, s, 0, KV_FMT_INT2));
-    for (uint32_t h = 0; h < 2; h++)
-        *cm_tg(s, 0, h) = KV_FMT_INT2;
+    set_target(s, 0, KV_FMT_INT2);
     CHECK_OK(do_append(&seed, s, 0, 1, NULL));
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 0, 0), KV_FMT_INT2), 192);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_EQ(BOUND_FAILS, 0);
+    table_ok();
     cfix_close();
 }
 
 static void test_compact(void)
 {
-    cfix_open(1, 2, 192 * D, 4, 1024, KV_FMT_INT4, 32);
     uint64_t seed = 99;
-    uint32_t a = new_seq();
+    uint32_t a = cfix_open(1, 2, 192 * D, 4, 1024, KV_FMT_INT4, 32);
     CHECK_OK(do_append(&seed, a, 0, 150, NULL));
-    uint32_t b;
-    CHECK_OK(kv_page_seq_fork(F.pt, a, &b));
-    model_fork(a, b);
+    uint32_t b = fork_seq(a);
     uint32_t keep[400];
     for (int round = 0; round < 12; round++) {
         uint32_t s = round % 2 ? a : b, h = (uint32_t)round % 2;
@@ -492,34 +542,25 @@ static void test_compact(void)
         for (uint32_t i = 0; i < pl->n_tokens; i++)
             if (kv_test_rand(&seed) % 4 != 0)
                 keep[nk++] = i;
-        CHECK_OK(kv_page_compact(F.pt, s, 0, h, keep, nk));
-        model_compact(s, 0, h, keep, nk);
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-        CHECK_OK(kv_page_table_check(F.pt));
+        compact(s, 0, h, keep, nk);
+        table_ok();
         /* everything FP16 after a compaction; the next appends convert */
         CHECK_EQ(fmt_tokens(pl, KV_FMT_FP16), pl->n_tokens);
         CHECK_OK(do_append(&seed, s, 0, 1 + (uint32_t)round * 5, NULL));
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-        CHECK_OK(kv_page_table_check(F.pt));
+        table_ok();
     }
-    CHECK_OK(kv_page_seq_free(F.pt, a));
-    model_clear(a);
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_EQ(BOUND_FAILS, 0);
+    free_seq(a);
+    table_ok();
     cfix_close();
 }
 
 /* Allocation failure sweeps. */
 static void test_faults(void)
 {
-    cfix_open(2, 3, 192 * D, 4, 1024, KV_FMT_INT2, 32);
     uint64_t seed = 5;
-    uint32_t a = new_seq();
+    uint32_t a = cfix_open(2, 3, 192 * D, 4, 1024, KV_FMT_INT2, 32);
     CHECK_OK(do_append(&seed, a, 0, 20, NULL));
-    uint32_t b;
-    CHECK_OK(kv_page_seq_fork(F.pt, a, &b));
-    model_fork(a, b);
+    uint32_t b = fork_seq(a);
     int deferrals = 0, fails = 0;
     snap_t before = {0}, after = {0};
     const uint32_t sizes[5] = {30, 1, 70, 13, 64};
@@ -536,8 +577,7 @@ static void test_faults(void)
                 seed = sd;
                 deferrals += def;
                 CHECK(!def || fired); /* deferred only when memory ran out */
-                CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-                CHECK_OK(kv_page_table_check(F.pt));
+                table_ok();
                 if (!def)
                     break;
                 /* deferred: a later append catches up, same bits */
@@ -558,34 +598,13 @@ static void test_faults(void)
     fprintf(stderr, "append sweeps: %d failures, %d deferrals\n", fails,
             deferrals);
     /* quantize: all or nothing */
-    CHECK_OK(kv_page_set_format(F.pt, a, 1, KV_FMT_INT4));
-    for (uint32_t h = 0; h < 3; h++)
-        *cm_tg(a, 1, h) = KV_FMT_INT4;
+    set_target(a, 1, KV_FMT_INT4);
     CHECK_OK(do_append(&seed, a, 1, 25, NULL)); /* < R: stays FP16 */
-    fails = 0;
-    for (int n = 1; n < 300; n++) {
-        snap_take(&F, &before);
-        kv_fault_arm((uint64_t)n);
-        int rc = kv_page_quantize(F.pt, a, 1, 3);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        if (rc == 0) {
-            CHECK(!fired);
-            for (uint32_t h = 0; h < 3; h++)
-                model_rule(a, 1, h, 3);
-            break;
-        }
-        fails++;
-        CHECK_EQ(rc, KV_ENOMEM);
-        snap_take(&F, &after);
-        CHECK(snap_same(&before, &after));
-    }
-    CHECK(fails >= 2);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    uint32_t qa[3] = {a, 1, 3}; /* seq, layer, keep */
+    CHECK(fault_sweep(&F, quantize_op, qa, 299) >= 2);
+    table_ok();
     snap_free(&before);
     snap_free(&after);
-    CHECK_EQ(BOUND_FAILS, 0);
     cfix_close();
 }
 
@@ -593,11 +612,9 @@ static void test_faults(void)
 static void test_pool_deferral(void)
 {
     /* T 16, INT2 64/page, R 64; 1 head; 8 pages. */
-    cfix_open(1, 1, 64 * D, 3, 8, KV_FMT_INT2, 64);
     uint64_t seed = 12;
-    uint32_t a = new_seq(), b = new_seq();
-    CHECK_OK(kv_page_set_format(F.pt, b, 0, KV_FMT_FP16));
-    *cm_tg(b, 0, 0) = KV_FMT_FP16;
+    uint32_t a = cfix_open(1, 1, 64 * D, 3, 8, KV_FMT_INT2, 64), b = new_seq();
+    set_target(b, 0, KV_FMT_FP16);
     CHECK_OK(do_append(&seed, a, 0, 63, NULL)); /* 4 FP16 pages */
     CHECK_OK(do_append(&seed, b, 0, 64, NULL)); /* 4 FP16 pages: full */
     kv_alloc_stats_t st;
@@ -609,18 +626,15 @@ static void test_pool_deferral(void)
     CHECK(def);
     CHECK_EQ(kv_page_list_get(F.pt, a, 0, 0)->n_tokens, 64);
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, a, 0, 0), KV_FMT_INT2), 0);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     /* a full pool refuses a new FP16 page: the append itself fails */
     CHECK_EQ(do_append(&seed, a, 0, 1, &def), KV_ENOMEM);
     CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_seq_free(F.pt, b));
-    model_clear(b);
+    free_seq(b);
     CHECK_OK(do_append(&seed, a, 0, 1, &def)); /* catches up: 64 convert */
     CHECK(!def);
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, a, 0, 0), KV_FMT_INT2), 64);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     kv_alloc_stats(F.pool, &st);
     CHECK_EQ(st.used, 2); /* one INT2 page + the 65th token's FP16 page */
     cfix_close();
@@ -636,16 +650,40 @@ static double vnorm(const float *x)
     return sqrt(s);
 }
 
-/* After merging (s, layer-1/layer) with m tokens from residual start rs:
- * verify entries, flags, refcounts, values against the model (retained
- * bit-exact, merged norms), positions; then take the table's values into
- * the model (merged tokens' restored values) and return the retained
- * count over heads. */
-static uint32_t verify_merge(uint32_t s, uint32_t layer, uint32_t rs,
-                             uint32_t m, uint32_t refs)
+/* Per head, the tokens of the partly filled RETAINED entry that ends at
+ * token rs in both lists of the pair (the page a merge from rs that retains
+ * a token repacks), else 0. */
+static void merge_pre(uint32_t s, uint32_t layer, uint32_t rs, uint32_t *pre)
+{
+    for (uint32_t h = 0; h < F.ref.H; h++) {
+        pre[h] = 0;
+        uint32_t n[2] = {0, 0};
+        for (uint32_t j = 0; j < 2; j++) {
+            const kv_page_list_t *l = kv_page_list_get(F.pt, s, layer - 1 + j, h);
+            for (uint32_t e = 0, at = 0; e < l->n_ents; at += l->ents[e++].n_tokens)
+                if (at + l->ents[e].n_tokens == rs &&
+                    l->ents[e].flags == KV_PAGE_ENT_RETAINED &&
+                    l->ents[e].n_tokens < F.pt->fp16_tpp)
+                    n[j] = l->ents[e].n_tokens;
+        }
+        if (n[0] == n[1])
+            pre[h] = n[0];
+    }
+}
+
+/* After merging (s, layer-1/layer) with m tokens from residual start rs
+ * (pre: per head, tokens of a repacked previous RETAINED page, from
+ * merge_pre before the merge; NULL: none): verify entries, flags,
+ * refcounts, values against the model (retained bit-exact, merged norms),
+ * positions; then take the table's values into the model (merged tokens'
+ * restored values) and return the retained count over heads. */
+static uint32_t verify_merge(uint32_t s, uint32_t layer, uint32_t rs0,
+                             uint32_t m0, uint32_t refs, const uint32_t *pre)
 {
     uint32_t total_ret = 0;
     for (uint32_t h = 0; h < F.ref.H; h++) {
+        /* a repacked previous RETAINED page starts the segment earlier */
+        const uint32_t rs = rs0 - (pre ? pre[h] : 0), m = m0 + (pre ? pre[h] : 0);
         const kv_page_list_t *pa = kv_page_list_get(F.pt, s, layer - 1, h);
         const kv_page_list_t *pb = kv_page_list_get(F.pt, s, layer, h);
         CHECK_EQ(pa->n_ents, pb->n_ents);
@@ -729,30 +767,38 @@ static uint32_t verify_merge(uint32_t s, uint32_t layer, uint32_t rs,
  * correlated with layer l-1's (what merging is for). */
 static void append_pair(uint64_t *seed, uint32_t s, uint32_t l0, uint32_t n)
 {
-    size_t cnt = (size_t)n * F.ref.H * D;
-    float *k = malloc(cnt * 4), *v = malloc(cnt * 4);
-    float *kr = malloc(cnt * 4), *vr = malloc(cnt * 4);
-    gen_f32(seed, cnt, 2.0f, k, kr);
-    gen_f32(seed, cnt, 1.0f, v, vr);
+    toks_t t = toks_gen(seed, n);
     for (uint32_t j = 0; j < 2; j++) {
         if (j)
-            for (size_t i = 0; i < cnt; i++) {
-                k[i] = k[i] * 1.2f + 0.3f * kv_test_randf(seed);
-                v[i] = v[i] * 0.8f + 0.3f * kv_test_randf(seed);
-                kr[i] = kv_half_to_float(kv_half_from_float(k[i]));
-                vr[i] = kv_half_to_float(kv_half_from_float(v[i]));
+            for (size_t i = 0; i < t.cnt; i++) {
+                t.k[i] = t.k[i] * 1.2f + 0.3f * kv_test_randf(seed);
+                t.v[i] = t.v[i] * 0.8f + 0.3f * kv_test_randf(seed);
+                t.kr[i] = kv_half_to_float(kv_half_from_float(t.k[i]));
+                t.vr[i] = kv_half_to_float(kv_half_from_float(t.v[i]));
             }
-        CHECK_OK(kv_page_append(F.pt, s, l0 + j, n, KV_DTYPE_F32, k, v, NULL));
-        ref_append(&F.ref, s, l0 + j, n, kr, vr, NULL);
+        CHECK_OK(kv_page_append(F.pt, s, l0 + j, n, KV_DTYPE_F32, t.k, t.v,
+                                NULL));
+        ref_append(&F.ref, s, l0 + j, n, t.kr, t.vr, NULL);
     }
-    free(k), free(v), free(kr), free(vr);
+    toks_free(&t);
+}
+
+/* For fault_sweep: merge layer `layer` of seq s into layer - 1. */
+typedef struct merge_arg {
+    uint32_t s, layer;
+    const kv_page_merge_opts_t *o;
+} merge_arg_t;
+
+static int merge_op(fix_t *f, void *a_)
+{
+    const merge_arg_t *a = a_;
+    return kv_page_merge_layers(f->pt, a->s, a->layer, a->o);
 }
 
 static void test_merge(void)
 {
-    cfix_open(3, 2, 64 * D, 4, 1024, KV_FMT_FP16, 128);
     uint64_t seed = 21;
-    uint32_t s = new_seq();
+    uint32_t s = cfix_open(3, 2, 64 * D, 4, 1024, KV_FMT_FP16, 128);
     append_pair(&seed, s, 1, 150);
     kv_page_merge_opts_t o = {.t = 0.6f, .gamma = 0.05f,
                               .dir_format = KV_FMT_FP16, .keep_fp16 = 10};
@@ -772,27 +818,10 @@ static void test_merge(void)
     CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
 
     /* allocation-failure sweep of the merge */
-    snap_t before = {0}, after = {0};
-    int fails = 0;
-    for (int n = 1; n < 400; n++) {
-        snap_take(&F, &before);
-        kv_fault_arm((uint64_t)n);
-        int rc = kv_page_merge_layers(F.pt, s, 2, &o);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        if (rc == 0) {
-            CHECK(!fired);
-            break;
-        }
-        fails++;
-        CHECK_EQ(rc, KV_ENOMEM);
-        snap_take(&F, &after);
-        CHECK(snap_same(&before, &after));
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    }
-    CHECK(fails >= 3);
+    merge_arg_t ma = {s, 2, &o};
+    CHECK(fault_sweep(&F, merge_op, &ma, 399) >= 3);
     CHECK_OK(kv_page_table_check(F.pt));
-    uint32_t nret = verify_merge(s, 2, 0, 140, 2);
+    uint32_t nret = verify_merge(s, 2, 0, 140, 2, NULL);
     CHECK(nret >= 2 && nret < 60);
     kv_page_totals_t tot;
     kv_page_table_totals(F.pt, &tot);
@@ -801,14 +830,19 @@ static void test_merge(void)
 
     /* appends after a merge go after the residual, never into RETAINED */
     append_pair(&seed, s, 1, 40);
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
+    table_ok();
     /* a second merge of the new tokens (INT4 directions), keep 0 */
     o.dir_format = KV_FMT_INT4;
     o.keep_fp16 = 0;
+    uint32_t pre[8], n_pre = 0;
+    CHECK(F.ref.H <= 8);
+    merge_pre(s, 2, 140, pre);
+    for (uint32_t h = 0; h < F.ref.H; h++)
+        n_pre += pre[h] > 0;
+    CHECK(n_pre > 0); /* the first merge left a partly filled RETAINED page */
     CHECK_OK(kv_page_merge_layers(F.pt, s, 2, &o));
     CHECK_OK(kv_page_table_check(F.pt));
-    verify_merge(s, 2, 140, 50, 2);
+    verify_merge(s, 2, 140, 50, 2, pre);
     /* the tail is RETAINED (or MERGED) now: appending starts a new page */
     append_pair(&seed, s, 1, 3);
     {
@@ -816,8 +850,7 @@ static void test_merge(void)
         CHECK(pl->ents[pl->n_ents - 1].flags == 0 &&
               pl->ents[pl->n_ents - 1].n_tokens == 3);
     }
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
+    table_ok();
     /* nothing new to merge but 3 (keep 5): a no-op */
     o.keep_fp16 = 5;
     CHECK_OK(kv_page_merge_layers(F.pt, s, 2, &o));
@@ -833,9 +866,7 @@ static void test_merge(void)
     }
 
     /* fork: merged pages gain the child's two references */
-    uint32_t c;
-    CHECK_OK(kv_page_seq_fork(F.pt, s, &c));
-    model_fork(s, c);
+    uint32_t c = fork_seq(s);
     const kv_page_list_t *pa = kv_page_list_get(F.pt, s, 1, 0);
     kv_page_id_t mid = pa->ents[0].id;
     CHECK_EQ(pa->ents[0].format, KV_FMT_MERGED);
@@ -848,33 +879,24 @@ static void test_merge(void)
     for (uint32_t i = 0; i < cl->n_tokens; i++)
         if (i % 3)
             keep[nk++] = i;
-    CHECK_OK(kv_page_compact(F.pt, c, 1, 0, keep, nk));
-    model_compact(c, 1, 0, keep, nk);
+    compact(c, 1, 0, keep, nk);
     CHECK_EQ(kv_alloc_refcount(F.pool, mid), 3);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     /* free the parent: the child's deeper layer still holds the page */
-    CHECK_OK(kv_page_seq_free(F.pt, s));
-    model_clear(s);
+    free_seq(s);
     CHECK_EQ(kv_alloc_refcount(F.pool, mid), 1);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
+    table_ok();
     /* compaction keeping everything of the last holder frees the page */
     cl = kv_page_list_get(F.pt, c, 2, 0);
     nk = cl->n_tokens;
     for (uint32_t i = 0; i < nk; i++)
         keep[i] = i;
-    CHECK_OK(kv_page_compact(F.pt, c, 2, 0, keep, nk));
-    model_compact(c, 2, 0, keep, nk);
+    compact(c, 2, 0, keep, nk);
     CHECK_EQ(kv_alloc_refcount(F.pool, mid), 0);
-    CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
-    CHECK_OK(kv_page_table_check(F.pt));
-    CHECK_OK(kv_page_seq_free(F.pt, c));
-    model_clear(c);
+    table_ok();
+    free_seq(c);
     kv_page_table_totals(F.pt, &tot);
     CHECK_EQ(tot.pages_by_format[KV_FMT_MERGED], 0);
-    snap_free(&before);
-    snap_free(&after);
     cfix_close();
 }
 
@@ -882,35 +904,30 @@ static void test_merge(void)
  * retained parts alone. */
 static void test_merge_then_int(void)
 {
-    cfix_open(2, 1, 64 * D, 2, 512, KV_FMT_FP16, 32);
     uint64_t seed = 3;
-    uint32_t s = new_seq();
+    uint32_t s = cfix_open(2, 1, 64 * D, 2, 512, KV_FMT_FP16, 32);
     append_pair(&seed, s, 0, 70);
     kv_page_merge_opts_t o = {.t = 0.6f, .gamma = 0.1f,
                               .dir_format = KV_FMT_FP16, .keep_fp16 = 0};
     CHECK_OK(kv_page_merge_layers(F.pt, s, 1, &o));
-    verify_merge(s, 1, 0, 70, 2);
+    verify_merge(s, 1, 0, 70, 2, NULL);
     for (uint32_t l = 0; l < 2; l++) {
-        CHECK_OK(kv_page_set_format(F.pt, s, l, KV_FMT_INT2));
-        *cm_tg(s, l, 0) = KV_FMT_INT2;
+        set_target(s, l, KV_FMT_INT2);
         *cm_rs(s, l, 0) = 70; /* the merged segment is not residual */
     }
     for (int i = 0; i < 5; i++) {
         CHECK_OK(do_append(&seed, s, 0, 17, NULL));
         CHECK_OK(do_append(&seed, s, 1, 17, NULL));
-        CHECK_OK(kv_page_table_check(F.pt));
-        CHECK_EQ(ref_diff(F.pt, &F.ref), 0);
+        table_ok();
     }
     CHECK_EQ(fmt_tokens(kv_page_list_get(F.pt, s, 1, 0), KV_FMT_INT2), 64);
-    CHECK_EQ(BOUND_FAILS, 0);
     cfix_close();
 }
 
 static void test_check_detects(void)
 {
-    cfix_open(2, 1, 64 * D, 2, 256, KV_FMT_INT2, 32);
     uint64_t seed = 1;
-    uint32_t s = new_seq();
+    uint32_t s = cfix_open(2, 1, 64 * D, 2, 256, KV_FMT_INT2, 32);
     CHECK_OK(do_append(&seed, s, 0, 40, NULL)); /* INT2 32 + FP16 8 */
     CHECK_OK(kv_page_table_check(F.pt));
     fprintf(stderr, "(the kv_page_table_check lines below are expected)\n");
@@ -934,8 +951,7 @@ static void test_check_detects(void)
     CHECK_OK(kv_page_table_check(F.pt));
     cfix_close();
 
-    cfix_open(2, 1, 64 * D, 2, 256, KV_FMT_FP16, 32);
-    s = new_seq();
+    s = cfix_open(2, 1, 64 * D, 2, 256, KV_FMT_FP16, 32);
     append_pair(&seed, s, 0, 40);
     kv_page_merge_opts_t o = {.t = 0.6f, .gamma = 0.0f,
                               .dir_format = KV_FMT_FP16, .keep_fp16 = 0};
