@@ -10,6 +10,13 @@
  *   jemalloc        mallocx(bytes, 0) + sdallocx(p, bytes, 0)
  *   glibc           __libc_malloc + __libc_free (called by name: the
  *                   library links jemalloc, whose malloc replaces glibc's)
+ *   lifo-floor      not an allocator: the least a LIFO per-thread cache
+ *                   can do -- pop/push on a thread-local array of 32 page
+ *                   indices with an atomic count (kvpage's caches keep one,
+ *                   which other threads' stats read) and a refcount store
+ *                   each way, no pool, no checks. kvpage's hot path is this
+ *                   plus validation; the gap between the two rows is what
+ *                   the checks cost, the floor what the design can reach.
  * for bytes 4096 and 65536, threads 1 and 2. With 2 threads each thread
  * runs its own pairs on the same pool / allocator at the same time.
  *
@@ -28,6 +35,7 @@
  * Usage: kvbench-alloc [--json] [--quick]
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +56,7 @@ typedef enum bench_impl {
     IMPL_KVPAGE_NOTCACHE,
     IMPL_JEMALLOC,
     IMPL_GLIBC,
+    IMPL_FLOOR,
     IMPL_COUNT,
 } bench_impl_t;
 
@@ -56,7 +65,19 @@ static const char *const bench_impl_name[IMPL_COUNT] = {
     [IMPL_KVPAGE_NOTCACHE] = "kvpage-notcache",
     [IMPL_JEMALLOC] = "jemalloc",
     [IMPL_GLIBC] = "glibc",
+    [IMPL_FLOOR] = "lifo-floor",
 };
+
+#define FLOOR_PAGES 32u
+
+/* IMPL_FLOOR's per-thread cache (see the file comment). */
+typedef struct floor_cache {
+    _Atomic uint32_t n;                 /* indices held              */
+    uint32_t ids[FLOOR_PAGES];          /* page indices, top = n - 1 */
+    _Atomic uint32_t refs[FLOOR_PAGES]; /* per page: 0 free, 1 held  */
+} floor_cache_t;
+
+static _Thread_local floor_cache_t floor_tc;
 
 /* ns per pair for one thread, or one repetition (slowest thread). */
 typedef struct bench_time {
@@ -69,6 +90,7 @@ typedef struct bench_job {
     uint32_t bytes;          /* block size                          */
     uint64_t pairs;          /* pairs for this thread               */
     kv_alloc_pool_t *pool;   /* kvpage impls                        */
+    unsigned char *block;    /* lifo-floor: [FLOOR_PAGES][bytes]    */
     pthread_barrier_t *start;
     unsigned sink;           /* defeats dead-code elimination       */
     bench_time_t t;          /* this thread's ns per pair           */
@@ -120,6 +142,35 @@ static void bench_loop(bench_job_t *j)
             __libc_free((void *)p);
         }
         break;
+    case IMPL_FLOOR: {
+        floor_cache_t *c = &floor_tc;
+        for (uint32_t k = 0; k < FLOOR_PAGES; k++)
+            c->ids[k] = k;
+        atomic_store_explicit(&c->n, FLOOR_PAGES, memory_order_relaxed);
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t m = atomic_load_explicit(&c->n, memory_order_relaxed);
+            if (m == 0) {
+                j->err = 1;
+                break;
+            }
+            uint32_t idx = c->ids[m - 1];
+            atomic_store_explicit(&c->refs[idx], 1, memory_order_relaxed);
+            atomic_store_explicit(&c->n, m - 1, memory_order_relaxed);
+            volatile unsigned char *p = j->block + (size_t)idx * bytes;
+            p[0] = (unsigned char)i;
+            sink += p[0];
+            m = atomic_load_explicit(&c->n, memory_order_relaxed);
+            if (atomic_load_explicit(&c->refs[idx], memory_order_relaxed) != 1 ||
+                m >= FLOOR_PAGES) {
+                j->err = 1;
+                break;
+            }
+            atomic_store_explicit(&c->refs[idx], 0, memory_order_relaxed);
+            c->ids[m] = idx;
+            atomic_store_explicit(&c->n, m + 1, memory_order_relaxed);
+        }
+        break;
+    }
     default:
         j->err = 1;
     }
@@ -141,7 +192,8 @@ static void *bench_thread(void *arg)
 /* One repetition; 0, or -1 on error (a failed pthread_create aborts the
  * whole benchmark: the barrier would never open). */
 static int bench_rep(bench_impl_t impl, uint32_t bytes, uint32_t threads,
-                     uint64_t pairs, kv_alloc_pool_t *pool, bench_time_t *out)
+                     uint64_t pairs, kv_alloc_pool_t *pool, unsigned char *block,
+                     bench_time_t *out)
 {
     bench_job_t jobs[2];
     pthread_t th[2];
@@ -150,6 +202,8 @@ static int bench_rep(bench_impl_t impl, uint32_t bytes, uint32_t threads,
     for (uint32_t t = 0; t < threads; t++) {
         jobs[t] = (bench_job_t){ .impl = impl, .bytes = bytes, .pairs = pairs,
                                  .pool = pool, .start = &start };
+        if (block)
+            jobs[t].block = block + (size_t)t * FLOOR_PAGES * bytes;
         if (pthread_create(&th[t], NULL, bench_thread, &jobs[t]) != 0) {
             fprintf(stderr, "kvbench-alloc: pthread_create failed\n");
             exit(1);
@@ -202,6 +256,10 @@ static int bench_config(uint32_t bytes, uint32_t threads, int reps,
                         double target_ns, bench_row_t *rows)
 {
     kv_alloc_pool_t *pools[IMPL_COUNT] = { 0 };
+    /* lifo-floor's pages: FLOOR_PAGES per thread, 2 threads at most */
+    unsigned char *block = aligned_alloc(4096, 2 * (size_t)FLOOR_PAGES * bytes);
+    if (!block)
+        return -1;
     uint64_t pairs[IMPL_COUNT];
     double wall[IMPL_COUNT][BENCH_MAX_REPS], cpu[IMPL_COUNT][BENCH_MAX_REPS];
     bench_time_t t;
@@ -216,9 +274,9 @@ static int bench_config(uint32_t bytes, uint32_t threads, int reps,
                 break;
         }
         /* warm-up, then calibrate on a second short run */
-        rc = bench_rep((bench_impl_t)im, bytes, threads, 20000, pools[im], &t);
+        rc = bench_rep((bench_impl_t)im, bytes, threads, 20000, pools[im], block, &t);
         if (rc == 0)
-            rc = bench_rep((bench_impl_t)im, bytes, threads, 20000, pools[im], &t);
+            rc = bench_rep((bench_impl_t)im, bytes, threads, 20000, pools[im], block, &t);
         if (rc == 0) {
             double p = target_ns / (t.wall > 0.1 ? t.wall : 0.1);
             pairs[im] = p < 1000 ? 1000 : p > 5e7 ? 50000000 : (uint64_t)p;
@@ -226,10 +284,11 @@ static int bench_config(uint32_t bytes, uint32_t threads, int reps,
     }
     for (int r = 0; r < reps && rc == 0; r++)
         for (int im = 0; im < IMPL_COUNT && rc == 0; im++) {
-            rc = bench_rep((bench_impl_t)im, bytes, threads, pairs[im], pools[im], &t);
+            rc = bench_rep((bench_impl_t)im, bytes, threads, pairs[im], pools[im], block, &t);
             wall[im][r] = t.wall;
             cpu[im][r] = t.cpu;
         }
+    free(block);
     for (int im = 0; im < IMPL_COUNT; im++) {
         kv_alloc_pool_destroy(pools[im]);
         if (rc != 0)
