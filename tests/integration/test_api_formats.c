@@ -775,6 +775,34 @@ static void pk_rot(float *x, double a, float scale)
     x[1] = (float)sin(a) * scale;
 }
 
+/* Append n tokens (positions t0...) to layers 0 and 1 of q: layer 0 holds
+ * e0 in every head; in layer 1, head 0's newest 8 tokens are zero (theta 0:
+ * merged) and the others at growing angles 0.1 + 0.02 t (retained); head 1
+ * likewise if `alike`, else K angles grow and V angles shrink with t (all
+ * retained). */
+static void pk_append_rot(kv_seq_id_t q, uint32_t n, uint32_t t0, int alike)
+{
+    size_t ne = (size_t)n * NKV * HD;
+    float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
+    for (uint32_t i = 0; i < n * NKV; i++) {
+        pk_rot(k + (size_t)i * HD, 0.0, 1.0f);
+        pk_rot(v + (size_t)i * HD, 0.0, 0.5f);
+    }
+    CHECK_OK(kv_append(S, q, 0, n, KV_DTYPE_F32, k, v, NULL));
+    for (uint32_t i = 0; i < n; i++) {
+        double a = 0.1 + 0.02 * (t0 + i), b = 1.5 - 0.02 * (t0 + i);
+        float sc = i >= n - 8 ? 0.0f : 1.0f;
+        for (uint32_t g = 0; g < NKV; g++) {
+            float *kg = k + ((size_t)i * NKV + g) * HD, *vg = v + ((size_t)i * NKV + g) * HD;
+            int mixed = g == 0 || alike;
+            pk_rot(kg, a, 2.0f * (mixed ? sc : 1.0f));
+            pk_rot(vg, mixed ? a : b, 0.7f * (mixed ? sc : 1.0f));
+        }
+    }
+    CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
+    free(k), free(v);
+}
+
 static void test_merge_pack_heads(void)
 {
     S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
@@ -784,24 +812,7 @@ static void test_merge_pack_heads(void)
     o.gamma = 1.0f;
     const uint32_t parts[2] = {PK_PROMPT, PK_STEPS};
     for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
-        uint32_t n = parts[r];
-        size_t ne = (size_t)n * NKV * HD;
-        float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
-        for (uint32_t i = 0; i < n * NKV; i++) {
-            pk_rot(k + (size_t)i * HD, 0.0, 1.0f);
-            pk_rot(v + (size_t)i * HD, 0.0, 0.5f);
-        }
-        CHECK_OK(kv_append(S, q, 0, n, KV_DTYPE_F32, k, v, NULL));
-        for (uint32_t i = 0; i < n; i++) {
-            double a = 0.1 + 0.02 * (t0 + i), b = 1.5 - 0.02 * (t0 + i);
-            float *k0 = k + (size_t)i * NKV * HD, *v0 = v + (size_t)i * NKV * HD;
-            pk_rot(k0, a, i >= n - 8 ? 0.0f : 2.0f);
-            pk_rot(v0, a, i >= n - 8 ? 0.0f : 0.7f);
-            pk_rot(k0 + HD, a, 2.0f);
-            pk_rot(v0 + HD, b, 0.7f);
-        }
-        CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
-        free(k), free(v);
+        pk_append_rot(q, parts[r], t0, 0);
         int rc = KV_ENOMEM, fails = 0;
         for (uint64_t f = 1; rc == KV_ENOMEM && f < 100; f++) {
             shot_t before, after;
@@ -852,22 +863,7 @@ static void test_merge_pack_mixed(void)
     const uint32_t parts[2] = {36, 12}, N = 48;
     shot_t fork0, fork1, now;
     for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
-        uint32_t n = parts[r];
-        size_t ne = (size_t)n * NKV * HD;
-        float *k = xmalloc(ne * 4), *v = xmalloc(ne * 4);
-        for (uint32_t i = 0; i < n * NKV; i++) {
-            pk_rot(k + (size_t)i * HD, 0.0, 1.0f);
-            pk_rot(v + (size_t)i * HD, 0.0, 0.5f);
-        }
-        CHECK_OK(kv_append(S, q, 0, n, KV_DTYPE_F32, k, v, NULL));
-        for (uint32_t i = 0; i < n * NKV; i++) {
-            uint32_t t = t0 + i / NKV;
-            float sc = i / NKV >= n - 8 ? 0.0f : 1.0f;
-            pk_rot(k + (size_t)i * HD, 0.1 + 0.02 * t, 2.0f * sc);
-            pk_rot(v + (size_t)i * HD, 0.1 + 0.02 * t, 0.7f * sc);
-        }
-        CHECK_OK(kv_append(S, q, 1, n, KV_DTYPE_F32, k, v, NULL));
-        free(k), free(v);
+        pk_append_rot(q, parts[r], t0, 1);
         CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
         CHECK_OK(kv_store_check(S));
         if (r == 0) {
