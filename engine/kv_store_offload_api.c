@@ -29,40 +29,35 @@ static int enter(kv_store_t *s, kv_seq_id_t seq)
     return kv_store_off_enter(s, &seq);
 }
 
-/* Wait for seq's I/O in flight if it goes the other way (`reads`: page-ins),
+/* Page every page of seq out (in = 0: kv_seq_offload) or in (in = 1:
+ * kv_seq_prefetch). I/O of seq in flight the other way is waited for first,
  * so that the call covers every page. */
-static int drain(kv_store_t *s, kv_seq_id_t seq, int reads)
+static int transfer(kv_store_t *s, kv_seq_id_t seq, int in)
 {
+    int rc = enter(s, seq);
+    if (rc)
+        return rc;
     const kv_store_off_seq_t *q = &s->off->seqs[seq];
-    return (reads ? q->reading : q->writing) ? kv_store_off_settle(s, seq, 1, 1) : 0;
+    uint32_t n;
+    if (in ? q->writing : q->reading)
+        rc = kv_store_off_settle(s, seq, 1, 1);
+    if (rc == 0)
+        rc = in ? kv_store_off_read_seq(s, seq, &n)
+                : kv_store_off_write_seq(s, seq, &n);
+    pthread_mutex_unlock(&s->off->lock);
+    if (rc == 0 && in)
+        kv_store_touch(s, seq);
+    return rc;
 }
 
 int kv_seq_offload(kv_store_t *s, kv_seq_id_t seq)
 {
-    int rc = enter(s, seq);
-    if (rc)
-        return rc;
-    uint32_t n;
-    rc = drain(s, seq, 1);
-    if (rc == 0)
-        rc = kv_store_off_write_seq(s, seq, &n);
-    pthread_mutex_unlock(&s->off->lock);
-    return rc;
+    return transfer(s, seq, 0);
 }
 
 int kv_seq_prefetch(kv_store_t *s, kv_seq_id_t seq)
 {
-    int rc = enter(s, seq);
-    if (rc)
-        return rc;
-    uint32_t n;
-    rc = drain(s, seq, 0);
-    if (rc == 0)
-        rc = kv_store_off_read_seq(s, seq, &n);
-    pthread_mutex_unlock(&s->off->lock);
-    if (rc == 0)
-        kv_store_touch(s, seq);
-    return rc;
+    return transfer(s, seq, 1);
 }
 
 int kv_seq_wait(kv_store_t *s, kv_seq_id_t seq)

@@ -27,14 +27,29 @@ static uint32_t kv_crc_skip(const uint8_t *p, size_t n, size_t crc_off)
     return kv_crc32c(c, p + crc_off + 4, n - crc_off - 4);
 }
 
+/* Zero hdr[0..n), then the tag headers start with: u32 magic, u16 version,
+ * u16 w6. */
+static void kv_tag_put(uint8_t *hdr, size_t n, uint32_t magic, uint32_t w6)
+{
+    memset(hdr, 0, n);
+    kv_offload_put32(hdr + 0, magic);
+    kv_offload_put16(hdr + 4, KV_OFFLOAD_VERSION);
+    kv_offload_put16(hdr + 6, w6);
+}
+
+/* 1 if a 64-byte header has that tag and zero bytes 44..63. */
+static int kv_tag_ok(const uint8_t *hdr, uint32_t magic, uint32_t w6)
+{
+    return kv_offload_get32(hdr) == magic &&
+           kv_offload_get16(hdr + 4) == KV_OFFLOAD_VERSION &&
+           kv_offload_get16(hdr + 6) == w6 && kv_all_zero(hdr + 44, 20);
+}
+
 /* ---- superblock ------------------------------------------------------------ */
 
 void kv_offload_sb_encode(const kv_offload_sb_t *sb, uint8_t out[KV_OFFLOAD_SB_BYTES])
 {
-    memset(out, 0, KV_OFFLOAD_SB_BYTES);
-    kv_offload_put32(out + 0, KV_OFFLOAD_SB_MAGIC);
-    kv_offload_put16(out + 4, KV_OFFLOAD_VERSION);
-    kv_offload_put16(out + 6, 64);
+    kv_tag_put(out, KV_OFFLOAD_SB_BYTES, KV_OFFLOAD_SB_MAGIC, 64);
     kv_offload_put32(out + 8, sb->page_bytes);
     kv_offload_put32(out + 12, sb->slot_bytes);
     kv_offload_put32(out + 16, sb->capacity);
@@ -46,9 +61,7 @@ void kv_offload_sb_encode(const kv_offload_sb_t *sb, uint8_t out[KV_OFFLOAD_SB_B
 
 int kv_offload_sb_decode(const uint8_t in[KV_OFFLOAD_SB_BYTES], kv_offload_sb_t *sb)
 {
-    if (kv_offload_get32(in) != KV_OFFLOAD_SB_MAGIC ||
-        kv_offload_get16(in + 4) != KV_OFFLOAD_VERSION ||
-        kv_offload_get16(in + 6) != 64 || !kv_all_zero(in + 44, 20) ||
+    if (!kv_tag_ok(in, KV_OFFLOAD_SB_MAGIC, 64) ||
         kv_offload_get32(in + 40) != kv_crc_skip(in, KV_OFFLOAD_SB_BYTES, 40))
         return KV_ECORRUPT;
     sb->page_bytes = kv_offload_get32(in + 8);
@@ -69,9 +82,7 @@ int kv_offload_sb_decode(const uint8_t in[KV_OFFLOAD_SB_BYTES], kv_offload_sb_t 
 
 static void kv_offload_hdr_fill(uint8_t *h, const kv_offload_meta_t *m, uint64_t file_id)
 {
-    memset(h, 0, 64);
-    kv_offload_put32(h + 0, KV_OFFLOAD_SLOT_MAGIC);
-    kv_offload_put16(h + 4, KV_OFFLOAD_VERSION);
+    kv_tag_put(h, 64, KV_OFFLOAD_SLOT_MAGIC, 0); /* byte 7 stays zero */
     h[6] = (uint8_t)m->format;
     kv_offload_put64(h + 8, m->key);
     kv_offload_put64(h + 16, m->generation);
@@ -109,10 +120,8 @@ int kv_offload_slot_check(const uint8_t *slot, const kv_offload_meta_t *want,
 
 void kv_offload_idx_encode_hdr(uint8_t *buf, const kv_offload_idx_hdr_t *h)
 {
-    memset(buf, 0, KV_OFFLOAD_IDX_HDR_BYTES);
-    kv_offload_put32(buf + 0, KV_OFFLOAD_IDX_MAGIC);
-    kv_offload_put16(buf + 4, KV_OFFLOAD_VERSION);
-    kv_offload_put16(buf + 6, KV_OFFLOAD_IDX_ENT_BYTES);
+    kv_tag_put(buf, KV_OFFLOAD_IDX_HDR_BYTES, KV_OFFLOAD_IDX_MAGIC,
+               KV_OFFLOAD_IDX_ENT_BYTES);
     kv_offload_put64(buf + 8, h->file_id);
     kv_offload_put32(buf + 16, h->page_bytes);
     kv_offload_put32(buf + 20, h->slot_bytes);
@@ -141,9 +150,8 @@ void kv_offload_idx_seal(uint8_t *buf, size_t bytes)
 
 int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_hdr_t *h)
 {
-    if (bytes < KV_OFFLOAD_IDX_HDR_BYTES || kv_offload_get32(buf) != KV_OFFLOAD_IDX_MAGIC ||
-        kv_offload_get16(buf + 4) != KV_OFFLOAD_VERSION ||
-        kv_offload_get16(buf + 6) != KV_OFFLOAD_IDX_ENT_BYTES || !kv_all_zero(buf + 44, 20))
+    if (bytes < KV_OFFLOAD_IDX_HDR_BYTES ||
+        !kv_tag_ok(buf, KV_OFFLOAD_IDX_MAGIC, KV_OFFLOAD_IDX_ENT_BYTES))
         return KV_ECORRUPT;
     h->file_id = kv_offload_get64(buf + 8);
     h->page_bytes = kv_offload_get32(buf + 16);

@@ -1,9 +1,10 @@
 /*
  * fmt_int.c — the INT4 and INT2 page formats (layout spec in fmt_int.h).
  *
- * One implementation for both formats, parameterized by a descriptor
- * (bits, levels); the entries pass their descriptor, which is a constant in
- * each inlined instance of the code.
+ * One implementation for both formats, parameterized by the bits per code
+ * (4 or 2), a constant in each inlined instance of the code. Quantization
+ * is kv_fmt_codec_quantize16 (kv_fmt_codec.h: the one definition the CUDA
+ * kernels share).
  *
  * Loads are what read-back, compaction and conversions use (attention reads
  * INT pages through the attention steps below instead). A group's FP16
@@ -15,7 +16,7 @@
  * twice, portable (SSE2) and AVX2 (per-lane shifts in one instruction), and
  * the AVX2 one is chosen once at run time when the CPU has it. Both decode
  * bit-identically: x^ = q * scale + min as a multiply then an add, never
- * fused into an FMA.
+ * fused into an FMA (kv_fmt_codec_dequant's math, on vectors).
  *
  * The attention steps (attn_score, attn_accum; method in fmt_int.h) work on
  * 16-lane GNU C vectors (one group) and are compiled three times: portable,
@@ -35,6 +36,8 @@
 #include <assert.h>
 #include <stdatomic.h>
 #include <string.h>
+
+#include "kv_fmt_codec.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KV_INT_X86 1
@@ -56,15 +59,6 @@
 #define KV_INT_MAX_DIM 1024u
 /* Channels quantized per pass of a store (stack buffer [16][CHUNK]). */
 #define KV_INT_CHUNK 64u
-
-/* What distinguishes INT4 from INT2. */
-typedef struct kv_fmt_int_desc {
-    uint32_t bits;   /* bits per code: 2 or 4         */
-    uint32_t levels; /* 2^bits - 1: largest code      */
-} kv_fmt_int_desc_t;
-
-static const kv_fmt_int_desc_t int4_desc = {.bits = 4, .levels = 15};
-static const kv_fmt_int_desc_t int2_desc = {.bits = 2, .levels = 3};
 
 static uint32_t int_tokens_per_page(const kv_page_geom_t *g, uint32_t bits)
 {
@@ -167,11 +161,11 @@ KV_INT_INLINE void decode_v(const uint32_t *codes, const float *ps,
 /* Tokens [t0, t0+n) of a page, group by group. The FP16 scale/min of a
  * group (K then V, adjacent in the block) are converted to FP32 with one
  * call, then its codes are decoded. */
-KV_INT_INLINE void int_load_body(const kv_fmt_int_desc_t *f,
-                                 const void *page, const kv_page_geom_t *g,
-                                 uint32_t t0, uint32_t n, float *k, float *v)
+KV_INT_INLINE void int_load_body(uint32_t bits, const void *page,
+                                 const kv_page_geom_t *g, uint32_t t0,
+                                 uint32_t n, float *k, float *v)
 {
-    const uint32_t d = g->head_dim, bits = f->bits;
+    const uint32_t d = g->head_dim;
     assert((uint64_t)t0 + n <= int_tokens_per_page(g, bits));
     const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
     /* [4][d]: K scale, K min, V scale, V min of the current group */
@@ -199,24 +193,24 @@ KV_INT_INLINE void int_load_body(const kv_fmt_int_desc_t *f,
     }
 }
 
-/* The body instantiated per format (its descriptor a constant), portable
+/* The body instantiated per format (b: its bits, a constant), portable
  * and, on x86, AVX2. */
-#define KV_INT_LOADERS(fmt)                                                  \
+#define KV_INT_LOADERS(fmt, b)                                               \
     static void load_##fmt##_base(const void *page, const kv_page_geom_t *g, \
                                   uint32_t t0, uint32_t n, float *k,         \
                                   float *v)                                  \
     {                                                                        \
-        int_load_body(&fmt##_desc, page, g, t0, n, k, v);                    \
+        int_load_body(b##u, page, g, t0, n, k, v);                           \
     }                                                                        \
-    KV_INT_AVX2_LOADER(fmt)
+    KV_INT_AVX2_LOADER(fmt, b)
 
 #ifdef KV_INT_X86
-#define KV_INT_AVX2_LOADER(fmt)                                              \
+#define KV_INT_AVX2_LOADER(fmt, b)                                           \
     __attribute__((target("avx2"))) static void load_##fmt##_avx2(           \
         const void *page, const kv_page_geom_t *g, uint32_t t0, uint32_t n,  \
         float *k, float *v)                                                  \
     {                                                                        \
-        int_load_body(&fmt##_desc, page, g, t0, n, k, v);                    \
+        int_load_body(b##u, page, g, t0, n, k, v);                           \
     }
 
 /* 1 if the CPU has AVX2. Probed once; a race only repeats the probe. */
@@ -233,69 +227,14 @@ static int have_avx2(void)
 }
 #define KV_INT_PICK(fmt) (have_avx2() ? load_##fmt##_avx2 : load_##fmt##_base)
 #else
-#define KV_INT_AVX2_LOADER(fmt)
+#define KV_INT_AVX2_LOADER(fmt, b)
 #define KV_INT_PICK(fmt) load_##fmt##_base
 #endif
 
-KV_INT_LOADERS(int4)
-KV_INT_LOADERS(int2)
+KV_INT_LOADERS(int4, 4)
+KV_INT_LOADERS(int2, 2)
 
 /* ---- store --------------------------------------------------------------- */
-
-/* binary16 neighbours: the next value toward -inf / +inf (finite input). */
-static kv_half_t half_next_down(kv_half_t h)
-{
-    if (h == 0x0000u)
-        return 0x8001u;
-    return (h & 0x8000u) ? (kv_half_t)(h + 1u) : (kv_half_t)(h - 1u);
-}
-static kv_half_t half_next_up(kv_half_t h)
-{
-    if (h == 0x8000u)
-        return 0x0001u;
-    return (h & 0x8000u) ? (kv_half_t)(h - 1u) : (kv_half_t)(h + 1u);
-}
-
-/* Quantize 16 values x[j * xs] into codes (word w at words[w * ws]) and
- * FP16 scale/min. min rounds toward -inf and scale toward +inf, so that
- * min + levels * scale >= max; codes use the stored (rounded) values. */
-static void quantize16(const kv_fmt_int_desc_t *f, const float *x, size_t xs,
-                       uint32_t *words, size_t ws, kv_half_t *hscale,
-                       kv_half_t *hmin)
-{
-    const uint32_t per = 32u / f->bits;
-    float mn = x[0], mx = x[0];
-    for (uint32_t j = 1; j < 16; j++) {
-        float e = x[j * xs];
-        mn = e < mn ? e : mn;
-        mx = e > mx ? e : mx;
-    }
-    kv_half_t hm = kv_half_from_float(mn), hs;
-    if (mx == mn) {
-        /* constant: x^ = 0 * (+-0) + min == fp16(x) bit-exactly, also -0 */
-        hs = (kv_half_t)(hm & 0x8000u);
-    } else {
-        if (kv_half_to_float(hm) > mn)
-            hm = half_next_down(hm);
-        double range = (double)mx - (double)kv_half_to_float(hm);
-        hs = kv_half_from_float((float)(range / f->levels));
-        while ((double)kv_half_to_float(hs) * f->levels < range)
-            hs = half_next_up(hs);
-    }
-    const float fm = kv_half_to_float(hm), fs = kv_half_to_float(hs);
-    const float top = (float)f->levels;
-    for (uint32_t w = 0; w < f->bits / 2u; w++) {
-        uint32_t word = 0;
-        for (uint32_t i = 0; i < per; i++) {
-            float q = fs != 0.0f ? (x[(w * per + i) * xs] - fm) / fs : 0.0f;
-            q = q < 0.0f ? 0.0f : (q > top ? top : q);
-            word |= (uint32_t)(q + 0.5f) << (f->bits * i);
-        }
-        words[w * ws] = word;
-    }
-    *hscale = hs;
-    *hmin = hm;
-}
 
 /* dst[0..cnt) = source row r, channels c0..c0+cnt-1, as FP32. */
 static void src_row(kv_dtype_t dtype, const void *src, size_t stride,
@@ -311,12 +250,12 @@ static void src_row(kv_dtype_t dtype, const void *src, size_t stride,
 }
 
 /* One group block from source rows r0..r0+15. */
-static void encode_group(const kv_fmt_int_desc_t *f, uint8_t *blk,
-                         const kv_fmt_int_layout_t *l, uint32_t d,
-                         kv_dtype_t dtype, const void *k, const void *v,
-                         size_t stride, uint32_t r0)
+KV_INT_INLINE void encode_group(uint32_t bits, uint8_t *blk,
+                                const kv_fmt_int_layout_t *l, uint32_t d,
+                                kv_dtype_t dtype, const void *k,
+                                const void *v, size_t stride, uint32_t r0)
 {
-    const uint32_t nw = f->bits / 2u, ng = d / 16u;
+    const uint32_t nw = bits / 2u, ng = d / 16u;
     float buf[16][KV_INT_CHUNK];
     if (k) {
         uint32_t *codes = (uint32_t *)(void *)(blk + l->k_codes);
@@ -327,8 +266,9 @@ static void encode_group(const kv_fmt_int_desc_t *f, uint8_t *blk,
             for (uint32_t j = 0; j < 16; j++)
                 src_row(dtype, k, stride, r0 + j, c0, cw, buf[j]);
             for (uint32_t c = 0; c < cw; c++)
-                quantize16(f, &buf[0][c], KV_INT_CHUNK, codes + c0 + c, d,
-                           ks + c0 + c, km + c0 + c);
+                kv_fmt_codec_quantize16(bits, &buf[0][c], KV_INT_CHUNK,
+                                        codes + c0 + c, d, ks + c0 + c,
+                                        km + c0 + c);
         }
     }
     if (v) {
@@ -341,30 +281,31 @@ static void encode_group(const kv_fmt_int_desc_t *f, uint8_t *blk,
                 src_row(dtype, v, stride, r0 + j, c0, cw, buf[0]);
                 for (uint32_t c = 0; c < cw; c += 16) {
                     size_t gi = (size_t)j * ng + (c0 + c) / 16u;
-                    quantize16(f, &buf[0][c], 1, codes + gi * nw, 1, vs + gi,
-                               vm + gi);
+                    kv_fmt_codec_quantize16(bits, &buf[0][c], 1,
+                                            codes + gi * nw, 1, vs + gi,
+                                            vm + gi);
                 }
             }
     }
 }
 
-static void int_store(const kv_fmt_int_desc_t *f, void *page,
-                      const kv_page_geom_t *g, uint32_t t0, uint32_t n,
-                      kv_dtype_t dtype, const void *k, const void *v,
-                      size_t src_stride)
+/* Whole groups [t0, t0+n); inlined into each entry (bits a constant). */
+KV_INT_INLINE void int_store(uint32_t bits, void *page,
+                             const kv_page_geom_t *g, uint32_t t0, uint32_t n,
+                             kv_dtype_t dtype, const void *k, const void *v,
+                             size_t src_stride)
 {
     const uint32_t d = g->head_dim;
     if (t0 % KV_FMT_INT_GROUP != 0 || n % KV_FMT_INT_GROUP != 0 ||
-        (uint64_t)t0 + n > int_tokens_per_page(g, f->bits) ||
-        src_stride < d) {
+        (uint64_t)t0 + n > int_tokens_per_page(g, bits) || src_stride < d) {
         assert(0 && "INT store: t0, n must be whole groups within the page");
         return; /* NDEBUG: write nothing */
     }
-    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, f->bits);
+    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
     for (uint32_t r = 0; r < n; r += KV_FMT_INT_GROUP) {
         uint8_t *blk = (uint8_t *)page +
                        (size_t)((t0 + r) / KV_FMT_INT_GROUP) * l.group_bytes;
-        encode_group(f, blk, &l, d, dtype, k, v, src_stride, r);
+        encode_group(bits, blk, &l, d, dtype, k, v, src_stride, r);
     }
 }
 
@@ -743,11 +684,11 @@ static const kv_fmt_int_attn_impl_t *attn_best(void)
 
 uint32_t kv_fmt_int4_tokens_per_page(const kv_page_geom_t *g)
 {
-    return int_tokens_per_page(g, int4_desc.bits);
+    return int_tokens_per_page(g, 4u);
 }
 uint32_t kv_fmt_int2_tokens_per_page(const kv_page_geom_t *g)
 {
-    return int_tokens_per_page(g, int2_desc.bits);
+    return int_tokens_per_page(g, 2u);
 }
 
 void kv_fmt_int4_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
@@ -796,13 +737,13 @@ void kv_fmt_int4_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        uint32_t n, kv_dtype_t dtype, const void *k,
                        const void *v, size_t src_stride)
 {
-    int_store(&int4_desc, page, g, t0, n, dtype, k, v, src_stride);
+    int_store(4u, page, g, t0, n, dtype, k, v, src_stride);
 }
 void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        uint32_t n, kv_dtype_t dtype, const void *k,
                        const void *v, size_t src_stride)
 {
-    int_store(&int2_desc, page, g, t0, n, dtype, k, v, src_stride);
+    int_store(2u, page, g, t0, n, dtype, k, v, src_stride);
 }
 
 const kv_format_traits_t kv_fmt_int4 = KV_FMT_INT4_TRAITS;

@@ -186,22 +186,17 @@ typedef struct kv_fmt_int_attn_impl {
 const kv_fmt_int_attn_impl_t *kv_fmt_int_attn_impls(uint32_t *n);
 
 /* Initialisers of the two entries, for kv_format_table (kv_format.c) and
- * for kv_fmt_int4 / kv_fmt_int2 themselves: one definition of each entry. */
-#define KV_FMT_INT4_TRAITS                                                  \
+ * for kv_fmt_int4 / kv_fmt_int2 themselves: one definition of each entry.
+ * KV_FMT_INT_TRAITS(b, note): the entry of INT<b> (b: 4 or 2). */
+#define KV_FMT_INT_TRAITS(b, note)                                          \
     {                                                                       \
-        .name = "int4", .bits_note = "INT4 g16 = 6 bits/element",           \
-        .tokens_per_page = kv_fmt_int4_tokens_per_page,                     \
-        .load = kv_fmt_int4_load, .store = kv_fmt_int4_store, .copy = NULL, \
-        .attn_score = kv_fmt_int4_attn_score,                             \
-        .attn_accum = kv_fmt_int4_attn_accum,                             \
+        .name = "int" #b, .bits_note = note,                                \
+        .tokens_per_page = kv_fmt_int##b##_tokens_per_page,                 \
+        .load = kv_fmt_int##b##_load, .store = kv_fmt_int##b##_store,       \
+        .copy = NULL, .attn_score = kv_fmt_int##b##_attn_score,             \
+        .attn_accum = kv_fmt_int##b##_attn_accum,                           \
     }
-#define KV_FMT_INT2_TRAITS                                                  \
-    {                                                                       \
-        .name = "int2", .bits_note = "INT2 g16 = 4 bits/element",           \
-        .tokens_per_page = kv_fmt_int2_tokens_per_page,                     \
-        .load = kv_fmt_int2_load, .store = kv_fmt_int2_store, .copy = NULL, \
-        .attn_score = kv_fmt_int2_attn_score,                             \
-        .attn_accum = kv_fmt_int2_attn_accum,                             \
-    }
+#define KV_FMT_INT4_TRAITS KV_FMT_INT_TRAITS(4, "INT4 g16 = 6 bits/element")
+#define KV_FMT_INT2_TRAITS KV_FMT_INT_TRAITS(2, "INT2 g16 = 4 bits/element")
 
 #endif /* KV_FMT_INT_H */

@@ -16,6 +16,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kv_fmt_codec.h"
+
 #define MERGED_MAX_DIM 1024u /* the store's head_dim limit */
 
 /* Header as stored (16 bytes). */
@@ -106,56 +108,15 @@ static kv_half_t *row_min(uint8_t *row, uint32_t d)
     return (kv_half_t *)(void *)(row + d / 2u + d / 8u);
 }
 
-/* binary16 neighbours toward -inf / +inf (finite input). */
-static kv_half_t half_down(kv_half_t h)
-{
-    if (h == 0x0000u)
-        return 0x8001u;
-    return (h & 0x8000u) ? (kv_half_t)(h + 1u) : (kv_half_t)(h - 1u);
-}
-static kv_half_t half_up(kv_half_t h)
-{
-    if (h == 0x8000u)
-        return 0x0001u;
-    return (h & 0x8000u) ? (kv_half_t)(h - 1u) : (kv_half_t)(h + 1u);
-}
-
-/* Encode e[0..d) into an INT4 row (per group of 16 channels, see spec). */
+/* Encode e[0..d) into an INT4 row: each group of 16 channels is quantized
+ * as an INT value group is (kv_fmt_codec_quantize16, see spec). */
 static void int4_encode(const float *e, uint32_t d, uint8_t *row)
 {
     uint32_t *codes = row_codes(row);
     kv_half_t *hs = row_scale(row, d), *hm = row_min(row, d);
-    for (uint32_t g = 0; g < d / 16u; g++) {
-        const float *x = e + 16u * g;
-        float mn = x[0], mx = x[0];
-        for (uint32_t j = 1; j < 16; j++) {
-            mn = x[j] < mn ? x[j] : mn;
-            mx = x[j] > mx ? x[j] : mx;
-        }
-        kv_half_t m = kv_half_from_float(mn), s;
-        if (mx == mn) {
-            s = (kv_half_t)(m & 0x8000u); /* constant: 0 * (+-0) + min */
-        } else {
-            if (kv_half_to_float(m) > mn)
-                m = half_down(m);
-            double range = (double)mx - (double)kv_half_to_float(m);
-            s = kv_half_from_float((float)(range / 15.0));
-            while ((double)kv_half_to_float(s) * 15.0 < range)
-                s = half_up(s);
-        }
-        const float fm = kv_half_to_float(m), fs = kv_half_to_float(s);
-        for (uint32_t w = 0; w < 2; w++) {
-            uint32_t word = 0;
-            for (uint32_t i = 0; i < 8; i++) {
-                float q = fs != 0.0f ? (x[8u * w + i] - fm) / fs : 0.0f;
-                q = q < 0.0f ? 0.0f : (q > 15.0f ? 15.0f : q);
-                word |= (uint32_t)(q + 0.5f) << (4u * i);
-            }
-            codes[2u * g + w] = word;
-        }
-        hs[g] = s;
-        hm[g] = m;
-    }
+    for (uint32_t g = 0; g < d / 16u; g++)
+        kv_fmt_codec_quantize16(4u, e + 16u * g, 1, codes + 2u * g, 1, hs + g,
+                                hm + g);
 }
 
 /* Decode one direction row to out[0..d). The one decoder of put and load. */
@@ -170,16 +131,9 @@ static void dir_decode(const uint8_t *row, uint32_t d, uint32_t dir_format,
     const kv_half_t *hs = row_scale((uint8_t *)row, d);
     const kv_half_t *hm = row_min((uint8_t *)row, d);
     for (uint32_t g = 0; g < d / 16u; g++) {
-        const float s = kv_half_to_float(hs[g]), m = kv_half_to_float(hm[g]);
-        /* fixed-size inner loops: unrolled and vectorized (SLP) at -O2 */
-        for (uint32_t w = 0; w < 2; w++) {
-            const uint32_t word = codes[2u * g + w];
-            float *o = out + 16u * g + 8u * w;
-            for (uint32_t i = 0; i < 8; i++) {
-                float x = (float)((word >> (4u * i)) & 15u) * s;
-                o[i] = x + m; /* separate statements: never an FMA */
-            }
-        }
+        const float s = kv_fmt_codec_h2f(hs[g]), m = kv_fmt_codec_h2f(hm[g]);
+        kv_fmt_codec_int4_word8(codes[2u * g], s, m, out + 16u * g);
+        kv_fmt_codec_int4_word8(codes[2u * g + 1u], s, m, out + 16u * g + 8u);
     }
 }
 

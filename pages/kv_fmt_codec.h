@@ -15,11 +15,16 @@
  * convert exactly; INT codes decode as q * scale + min with two roundings
  * (the device path uses __fmul_rn/__fadd_rn so that nvcc cannot contract
  * them into an FMA); MERGED restores as direction * magnitude (one
- * rounding). kv_fmt_codec_quantize16 writes the same codes, scale and min as
- * fmt_int.c's store for the same 16 values (FP32 division, FP64 range; the
- * device uses IEEE division and FP64 as the host does). kv_fmt_codec_f2h rounds
- * to nearest even like kv_half_from_float (NaN payloads aside on the device,
- * where inputs are finite anyway).
+ * rounding). The C formats use these functions too, so each step has one
+ * definition: kv_fmt_codec_quantize16 is the quantizer of the INT stores
+ * (fmt_int.c) and of MERGED's INT4 directions (fmt_merged.c; FP32
+ * division, FP64 range; the device uses IEEE division and FP64 as the host
+ * does), fmt_merged.c decodes its INT4 rows with kv_fmt_codec_int4_word8,
+ * and kv_fmt_codec_h2f / kv_fmt_codec_f2h are kv_half_to_float /
+ * kv_half_from_float on the host (kv_half.c); on the device they are the
+ * CUDA intrinsics, which round to nearest even the same way (NaN payloads
+ * aside, where inputs are finite anyway). The INT load of fmt_int.c is the
+ * exception: the same q * scale + min, written on 8-lane vectors.
  *
  * Access: 16-byte loads where the layout guarantees 16-byte alignment (FP16
  * rows, INT key code words and key scale/min; page base 16-aligned, head_dim
@@ -283,6 +288,16 @@ static inline KV_HD void kv_fmt_codec_int_v8(const uint8_t *page, uint32_t d,
             (word >> (bits * ((8u * hh + j) % per))) & mask, s, m);
 }
 
+/* MERGED INT4 direction rows (fmt_merged.h): the 8 codes of one word
+ * (channel j at bits 4j..4j+3) with their group's scale and min, before the
+ * magnitude. The C format decodes its rows with this too. */
+static inline KV_HD void kv_fmt_codec_int4_word8(uint32_t word, float s,
+                                                 float m, float out[8])
+{
+    for (uint32_t j = 0; j < 8; j++)
+        out[j] = kv_fmt_codec_dequant((word >> (4u * j)) & 15u, s, m);
+}
+
 /* MERGED page read as variant w (0 = layer l-1, 1 = layer l). */
 static inline KV_HD void kv_fmt_codec_merged_load8(const uint8_t *page,
                                                    uint32_t d, uint32_t pb,
@@ -306,14 +321,13 @@ static inline KV_HD void kv_fmt_codec_merged_load8(const uint8_t *page,
                 mag);
         return;
     }
-    const uint32_t word = kv_fmt_codec_ld32(row + 4u * (c0 / 8u));
     const uint32_t g = c0 / 16u;
     const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + 2u * g));
     const float m =
         kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + d / 8u + 2u * g));
+    kv_fmt_codec_int4_word8(kv_fmt_codec_ld32(row + 4u * (c0 / 8u)), s, m, out);
     for (uint32_t j = 0; j < 8; j++)
-        out[j] = kv_fmt_codec_mul(
-            kv_fmt_codec_dequant((word >> (4u * j)) & 15u, s, m), mag);
+        out[j] = kv_fmt_codec_mul(out[j], mag);
 }
 
 /* Any format: 8 channels of K (which 0) or V (which 1) of token t of a page

@@ -230,6 +230,35 @@ static int check_merge(const kv_merge_params_t *p)
     return 0;
 }
 
+/* The two layers' source runs of a merge call, read CHUNK tokens at a time:
+ * k[j], v[j] ([CHUNK][d] in the scratch, in the order k0, v0, k1, v1) hold
+ * layer j's current chunk. */
+typedef struct pair_cur {
+    src_cur_t src[2];
+    float *k[2], *v[2];
+} pair_cur_t;
+
+static void pair_init(pair_cur_t *c, const kv_merge_params_t *p, float *s)
+{
+    const size_t cd = (size_t)CHUNK * p->geom.head_dim;
+    for (uint32_t j = 0; j < 2; j++) {
+        c->k[j] = s + 2 * j * cd;
+        c->v[j] = c->k[j] + cd;
+        src_init(&c->src[j], p->src[j], p->src_off[j]);
+    }
+}
+
+/* Decode the next chunk of both layers, at most `left` tokens; returns its
+ * token count. */
+static uint32_t pair_read(pair_cur_t *c, const kv_page_geom_t *g,
+                          uint32_t left)
+{
+    const uint32_t cnt = left < CHUNK ? left : CHUNK;
+    for (uint32_t j = 0; j < 2; j++)
+        src_read(&c->src[j], g, cnt, c->k[j], c->v[j]);
+    return cnt;
+}
+
 /* Angle between x0 and x1 ([d]); 0 if either is zero. */
 static double pair_angle(const float *x0, const float *x1, uint32_t d,
                          double *n0, double *n1)
@@ -304,20 +333,16 @@ int kv_kern_cpu_merge_select(void *ctx, const kv_merge_params_t *p)
         kv_mem_free(th, th ? th_n : 0);
         return KV_ENOMEM;
     }
-    float *k0 = s, *v0 = k0 + CHUNK * d, *k1 = v0 + CHUNK * d,
-          *v1 = k1 + CHUNK * d;
-    src_cur_t c0, c1;
-    src_init(&c0, p->src[0], p->src_off[0]);
-    src_init(&c1, p->src[1], p->src_off[1]);
-    for (uint32_t done = 0; done < n; done += CHUNK) {
-        uint32_t cnt = n - done < CHUNK ? n - done : CHUNK;
-        src_read(&c0, g, cnt, k0, v0);
-        src_read(&c1, g, cnt, k1, v1);
+    pair_cur_t pc;
+    pair_init(&pc, p, s);
+    for (uint32_t done = 0, cnt; done < n; done += cnt) {
+        cnt = pair_read(&pc, g, n - done);
         for (uint32_t i = 0; i < cnt; i++) {
             double a, b;
             size_t r = (size_t)i * d;
-            th[done + i] = pair_angle(k0 + r, k1 + r, d, &a, &b);
-            th[n + done + i] = pair_angle(v0 + r, v1 + r, d, &a, &b);
+            th[done + i] = pair_angle(pc.k[0] + r, pc.k[1] + r, d, &a, &b);
+            th[n + done + i] =
+                pair_angle(pc.v[0] + r, pc.v[1] + r, d, &a, &b);
         }
     }
     double lim[2];
@@ -359,28 +384,26 @@ int kv_kern_cpu_merge(void *ctx, const kv_merge_params_t *p)
     float *s = scratch_get(p->scratch, g, &heap);
     if (!s)
         return KV_ENOMEM;
-    float *k0 = s, *v0 = k0 + CHUNK * d, *k1 = v0 + CHUNK * d,
-          *v1 = k1 + CHUNK * d, *ek = v1 + CHUNK * d, *ev = ek + d;
-    src_cur_t c0, c1;
+    float *ek = s + 4 * (size_t)CHUNK * d, *ev = ek + d; /* after pc.k, v */
+    pair_cur_t pc;
     dst_cur_t r0 = {.pages = p->ret[0], .cap = tcap};
     dst_cur_t r1 = {.pages = p->ret[1], .cap = tcap};
     uint32_t mi = 0; /* merged tokens written */
-    src_init(&c0, p->src[0], p->src_off[0]);
-    src_init(&c1, p->src[1], p->src_off[1]);
-    for (uint32_t done = 0; done < n; done += CHUNK) {
-        uint32_t cnt = n - done < CHUNK ? n - done : CHUNK;
-        src_read(&c0, g, cnt, k0, v0);
-        src_read(&c1, g, cnt, k1, v1);
+    pair_init(&pc, p, s);
+    for (uint32_t done = 0, cnt; done < n; done += cnt) {
+        cnt = pair_read(&pc, g, n - done);
         for (uint32_t i = 0; i < cnt; i++) {
             size_t r = (size_t)i * d;
+            const float *k0 = pc.k[0] + r, *v0 = pc.v[0] + r;
+            const float *k1 = pc.k[1] + r, *v1 = pc.v[1] + r;
             if (p->retain[done + i]) {
-                dst_write(&r0, fp16, g, 1, k0 + r, v0 + r);
-                dst_write(&r1, fp16, g, 1, k1 + r, v1 + r);
+                dst_write(&r0, fp16, g, 1, k0, v0);
+                dst_write(&r1, fp16, g, 1, k1, v1);
                 continue;
             }
             double nk0, nk1, nv0, nv1;
-            slerp_dir(k0 + r, k1 + r, d, p->t, ek, &nk0, &nk1);
-            slerp_dir(v0 + r, v1 + r, d, p->t, ev, &nv0, &nv1);
+            slerp_dir(k0, k1, d, p->t, ek, &nk0, &nk1);
+            slerp_dir(v0, v1, d, p->t, ev, &nv0, &nv1);
             const float norms[4] = {(float)nk0, (float)nk1, (float)nv0,
                                     (float)nv1};
             void *page = p->dst[mi / mcap];
