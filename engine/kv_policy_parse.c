@@ -87,7 +87,7 @@ static void defaults(kv_policy_t *p)
     p->mc_from = 0.5;
     p->mc_t = 0.6;
     p->mc_gamma = 0.05;
-    p->mc_every = 128; /* a KIVI-sized FP16 window: see docs/policies.md */
+    p->mc_every = 16;
     p->cam_m = 16;
     p->cam_seed = 1;
 }

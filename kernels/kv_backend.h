@@ -119,6 +119,9 @@ typedef struct kv_merge_params {
     uint8_t *retain;              /* [n_tokens] (select writes it)        */
     void *const *dst;             /* [n_dst] MERGED pages (merge)         */
     uint32_t n_dst;
+    uint32_t dst_off;             /* slots dst[0] already holds (its      */
+                                  /* header written): merged tokens go to */
+                                  /* slot dst_off on; 0 = a fresh page    */
     void *const *ret[2];          /* [n_ret[j]] FP16 pages (merge)        */
     uint32_t n_ret[2];
     float *scratch;               /* NULL or KV_CONVERT_SCRATCH_FLOATS    */

@@ -22,18 +22,26 @@
  * before; a later merge of new tokens appends another [MERGED][RETAINED]
  * segment after this one.
  *
- * Fill (kv_page.h): RETAINED pages are full but the last. A merge whose
- * residual follows a partly filled RETAINED page (the previous segment's
- * last; both lists: same tokens, same fill) packs it: those tokens join the
- * call as `pre` leading tokens marked retained, read as a source and
- * rewritten with the new retained ones to fresh pages; the old page is
- * released (never written: it may be shared). Without this every decode
- * merge that retains a token would leave a partly filled FP16 page per
- * layer behind (docs/plan.md). The segment becomes
- *   [new MERGED][pre + new RETAINED]
- * so the pre tokens move behind the new MERGED entries: positions are
- * permuted over all pre + m tokens (merged first), like the m alone. A
- * merge that retains every token keeps the order (no MERGED entry).
+ * Packing: without it every decode merge would leave a partly filled
+ * MERGED page and a partly filled FP16 page per layer behind (docs/plan.md).
+ * The previous segment's partly filled pages just before the residual
+ * (both lists alike) join the call and are rewritten to fresh pages with
+ * the new tokens; the old pages are released (never written: they may be
+ * shared):
+ *   - `pre`: a partly filled RETAINED entry right before the residual, when
+ *     this merge retains a token (or packs the MERGED page before it): its
+ *     tokens join as leading tokens marked retained, read as a kernel
+ *     source;
+ *   - `pm`: a partly filled MERGED entry right before that (or right before
+ *     the residual), with this merge's direction format, when this merge
+ *     merges a token: its page is copied into the first fresh MERGED page
+ *     and the kernel writes the new merged tokens from slot pm on
+ *     (kv_merge_params_t.dst_off); its tokens are not re-merged.
+ * The segment becomes
+ *   [pm + new MERGED][pre + new RETAINED]
+ * so positions are permuted over all pm + pre + m tokens (merged first,
+ * each group in its old order). A merge that retains every token and packs
+ * no MERGED page keeps the order.
  *
  * All-or-nothing: validation, selection (scratch only), then every entry
  * array, position array and page is allocated before the first write.
@@ -63,11 +71,14 @@ typedef struct merge_plan {
     uint32_t m;        /* tokens merged or retained; 0: nothing       */
     uint32_t pre;      /* leading tokens of a previous RETAINED page  */
                        /* repacked with them (0: none)                */
+    uint32_t pm;       /* tokens of a previous MERGED page repacked   */
+                       /* before those (0: none); its entry is the    */
+                       /* cut's first, not a kernel source            */
     uint32_t n_ret;    /* retained, pre included                      */
     uint32_t n_mp;     /* MERGED pages                                */
     uint32_t n_rp;     /* FP16 retained pages per layer               */
     uint32_t ret0;     /* retain[] slot of this head's first new      */
-                       /* token (pre slots precede it)                */
+                       /* token (pm + pre slots precede it)           */
     uint32_t id0;      /* ids: [n_mp][n_rp A][n_rp B][fresh A][fresh B] */
 } merge_plan_t;
 
@@ -195,26 +206,52 @@ static uint32_t pack_prev(const merge_plan_t *p, uint32_t T)
     return n;
 }
 
+/* Tokens of the partly filled MERGED entry `back` entries before the
+ * residual, if it is the same page in both lists (A reads it as layer l-1,
+ * B as layer l) with directions of dir_format; else 0. */
+static uint32_t pack_prev_merged(const kv_page_table_t *pt, const merge_plan_t *p,
+                                 uint32_t back, uint32_t dir_format, uint32_t mcap)
+{
+    const kv_page_ent_t *e[2];
+    for (uint32_t j = 0; j < 2; j++) {
+        uint32_t r0 = p->s[j].cut.r0;
+        if (r0 <= back)
+            return 0;
+        e[j] = &p->s[j].l->ents[r0 - 1 - back];
+    }
+    if (e[0]->format != KV_FMT_MERGED || e[0]->flags != 0 ||
+        e[1]->format != KV_FMT_MERGED || e[1]->flags != KV_PAGE_ENT_UPPER ||
+        e[0]->id != e[1]->id || e[0]->n_tokens != e[1]->n_tokens ||
+        e[0]->n_tokens >= mcap ||
+        kv_fmt_merged_dir_format(kv_page_ptr(pt, e[0]->id), &pt->cfg.geom) != dir_format)
+        return 0;
+    return e[0]->n_tokens;
+}
+
 /* Merge one head as planned (nothing fails). ret: the new tokens' marks,
- * preceded by p->pre marks of 1. */
+ * preceded by p->pre marks of 1, preceded by p->pm marks of 0. */
 static void write_head(kv_page_table_t *pt, merge_plan_t *p,
                        const kv_page_merge_opts_t *o, const uint8_t *ret,
                        const kv_page_id_t *ids, work_t *w)
 {
     const kv_page_geom_t *g = &pt->cfg.geom;
     const uint32_t mcap = kv_fmt_merged_capacity(g, o->dir_format);
-    const uint32_t T = pt->fp16_tpp, nm = p->pre + p->m - p->n_ret;
+    const uint32_t T = pt->fp16_tpp, nm = p->pm + p->pre + p->m - p->n_ret;
+    const uint32_t skip = p->pm > 0; /* the repacked MERGED entry: no source */
     const kv_page_id_t *mids = ids, *rids[2] = {ids + p->n_mp,
                                                 ids + p->n_mp + p->n_rp};
     const kv_page_id_t *fids = ids + p->n_mp + 2 * p->n_rp;
 
     /* kernel */
-    uint32_t ns0 = kv_page_cut_n_src(&p->s[0].cut);
-    uint32_t ns1 = kv_page_cut_n_src(&p->s[1].cut);
-    kv_page_kern_pages(pt, p->s[0].l, p->s[0].cut.r0, ns0, w->src);
-    kv_page_kern_pages(pt, p->s[1].l, p->s[1].cut.r0, ns1, w->src + ns0);
+    uint32_t ns0 = kv_page_cut_n_src(&p->s[0].cut) - skip;
+    uint32_t ns1 = kv_page_cut_n_src(&p->s[1].cut) - skip;
+    kv_page_kern_pages(pt, p->s[0].l, p->s[0].cut.r0 + skip, ns0, w->src);
+    kv_page_kern_pages(pt, p->s[1].l, p->s[1].cut.r0 + skip, ns1, w->src + ns0);
     for (uint32_t i = 0; i < p->n_mp; i++)
         w->ptrs[i] = kv_page_ptr(pt, mids[i]);
+    if (skip) /* the old MERGED page's slots lead the first fresh one */
+        memcpy(w->ptrs[0], kv_page_ptr(pt, p->s[0].l->ents[p->s[0].cut.r0].id),
+               g->page_bytes);
     for (uint32_t j = 0; j < 2; j++)
         for (uint32_t i = 0; i < p->n_rp; i++)
             w->ptrs[p->n_mp + j * p->n_rp + i] = kv_page_ptr(pt, rids[j][i]);
@@ -223,7 +260,7 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
         .src = {w->src, w->src + ns0}, .n_src = {ns0, ns1}, .src_off = {0, 0},
         .n_tokens = p->pre + p->m, .t = o->t, .gamma = o->gamma,
         .dir_format = o->dir_format, .retain = (uint8_t *)ret - p->pre,
-        .dst = w->ptrs, .n_dst = p->n_mp,
+        .dst = w->ptrs, .n_dst = p->n_mp, .dst_off = p->pm,
         .ret = {w->ptrs + p->n_mp, w->ptrs + p->n_mp + p->n_rp},
         .n_ret = {p->n_rp, p->n_rp}, .scratch = w->fl,
     };
@@ -240,7 +277,8 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
     /* both lists */
     for (uint32_t j = 0; j < 2; j++) {
         side_t *s = &p->s[j];
-        side_positions(s, p->pre, p->pre + p->m, ret - p->pre, w->pos);
+        side_positions(s, p->pm + p->pre, p->pm + p->pre + p->m,
+                       ret - p->pm - p->pre, w->pos);
         kv_page_cut_apply(pt, s->l, &s->cut, s->cut.fresh ? *fids++ : 0);
         kv_page_ent_t *ins =
             kv_page_ents_open(pt, s->l, s->cut.r0, s->cut.e_s,
@@ -297,9 +335,9 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         merge_plan_t *p = &plans[h];
         rc = plan_head(pt, kv_page_list_at(pt, seq, layer - 1, h),
                        kv_page_list_at(pt, seq, layer, h), o->keep_fp16, p);
-        p->ret0 = (uint32_t)sum_r + T; /* [T pre slots][m] per head */
+        p->ret0 = (uint32_t)sum_r + mcap + T; /* [mcap + T slots][m] per head */
         sum_m += p->m;
-        sum_r += (uint64_t)T + p->m;
+        sum_r += (uint64_t)mcap + T + p->m;
         max_m = p->m > max_m ? p->m : max_m;
         uint32_t ns = p->m ? kv_page_cut_n_src(&p->s[0].cut) +
                                  kv_page_cut_n_src(&p->s[1].cut)
@@ -313,9 +351,10 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
 
     /* Scratch: retain marks, then one work block; sized for the worst
      * head (pointers: every token its own page, bounded by max_m), with
-     * room for a repacked previous page (one source, < T tokens). */
+     * room for repacked previous pages (a RETAINED source of < T tokens,
+     * a MERGED page of < mcap). */
     max_src += 2;
-    uint32_t max_t = max_m + T;
+    uint32_t max_t = max_m + T + mcap;
     size_t fl_n = (size_t)KV_CONVERT_SCRATCH_FLOATS(g->head_dim) * sizeof(float);
     size_t src_n = (size_t)max_src * sizeof(kv_kern_page_t);
     size_t ptr_n = ((size_t)max_t / mcap + 2u * ((size_t)max_t / T) + 3u) *
@@ -355,13 +394,24 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
             break;
         for (uint32_t i = 0; i < p->m; i++)
             p->n_ret += ret[p->ret0 + i] != 0;
-        if (p->n_ret > 0 && (p->pre = pack_prev(p, T)) != 0) {
+        /* packing (file comment) */
+        uint32_t pre = pack_prev(p, T);
+        if (p->m > p->n_ret)
+            p->pm = pack_prev_merged(pt, p, pre > 0, o->dir_format, mcap);
+        if (p->n_ret > 0 || p->pm)
+            p->pre = pre;
+        if (p->pre) {
             memset(ret + p->ret0 - p->pre, 1, p->pre);
             p->n_ret += p->pre;
             p->s[0].cut.r0--;
             p->s[1].cut.r0--;
         }
-        p->n_mp = (p->pre + p->m - p->n_ret + mcap - 1) / mcap;
+        if (p->pm) {
+            memset(ret + p->ret0 - p->pre - p->pm, 0, p->pm);
+            p->s[0].cut.r0--;
+            p->s[1].cut.r0--;
+        }
+        p->n_mp = (p->pm + p->pre + p->m - p->n_ret + mcap - 1) / mcap;
         p->n_rp = (p->n_ret + T - 1) / T;
     }
 
@@ -371,7 +421,7 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         merge_plan_t *p = &plans[h_ok];
         if (!p->m)
             continue;
-        int ro = reorders(ret + p->ret0 - p->pre, p->pre + p->m);
+        int ro = reorders(ret + p->ret0 - p->pre - p->pm, p->pm + p->pre + p->m);
         if ((rc = side_arrays(pt, &p->s[0], p->n_mp + p->n_rp, ro)))
             break;
         if ((rc = side_arrays(pt, &p->s[1], p->n_mp + p->n_rp, ro))) {

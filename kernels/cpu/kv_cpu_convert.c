@@ -376,7 +376,7 @@ int kv_kern_cpu_merge(void *ctx, const kv_merge_params_t *p)
     uint32_t n_ret = 0;
     for (uint32_t i = 0; i < n; i++)
         n_ret += p->retain[i] != 0;
-    if ((rc = check_dst(p->dst, p->n_dst, mcap, 0, n - n_ret)) ||
+    if ((rc = check_dst(p->dst, p->n_dst, mcap, p->dst_off, n - n_ret)) ||
         (rc = check_dst(p->ret[0], p->n_ret[0], tcap, 0, n_ret)) ||
         (rc = check_dst(p->ret[1], p->n_ret[1], tcap, 0, n_ret)))
         return rc;
@@ -388,7 +388,7 @@ int kv_kern_cpu_merge(void *ctx, const kv_merge_params_t *p)
     pair_cur_t pc;
     dst_cur_t r0 = {.pages = p->ret[0], .cap = tcap};
     dst_cur_t r1 = {.pages = p->ret[1], .cap = tcap};
-    uint32_t mi = 0; /* merged tokens written */
+    uint32_t mi = p->dst_off; /* slots of dst written so far */
     pair_init(&pc, p, s);
     for (uint32_t done = 0, cnt; done < n; done += cnt) {
         cnt = pair_read(&pc, g, n - done);

@@ -844,23 +844,29 @@ static void test_merge_pack_heads(void)
     S = NULL;
 }
 
-/* A merge that adds MERGED entries packs the previous partly filled
- * RETAINED page too. Both heads as head 0 above (the newest 8 tokens of each
- * call merged, the others retained): 36 tokens ([M8][R16 R12] per list),
- * then 12 (8 merged, 4 retained): [M8][R16][M8][R16] per list, where
- * without packing it would be [M8][R16 R12][M8][R4]. The 12 repacked
- * tokens move behind the new MERGED entry: every position 0..47 still
- * appears once per list, retained tokens read back (FP16) at their
- * positions, merged ones restore to zero vectors; a fork sharing the old
- * pages reads as before. */
-static void test_merge_pack_mixed(void)
+/* A merge that adds MERGED entries packs the previous segment's partly
+ * filled pages. Both heads as head 0 above (the newest 8 tokens of each
+ * call merged, the others retained), two calls of p0 then p1 tokens:
+ *   36, 12: [M8][R16 R12], then [M8][R16][M8][R16] (the R12 repacked; the
+ *           M8 is not, a full R16 separates it): 2 MERGED pages per head,
+ *           2 FP16 per list, where without packing [M8][R16 R12][M8][R4];
+ *   20, 12: [M8][R12], then [M16][R16] (both repacked): 1 and 1, where
+ *           without packing [M8][R12][M8][R4].
+ * (INT4 directions: 36 slots a MERGED page.)
+ * Repacked tokens move: every position 0..N-1 still appears once per list,
+ * retained tokens read back (FP16) at their positions, merged ones restore
+ * to zero vectors; a fork sharing the old pages reads as before. */
+static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
+                             uint32_t want_merged)
 {
     S = open_store(NL, NQ, NKV, 0, KV_FMT_FP16, 0, 2048);
     kv_seq_id_t q, f = 0;
     CHECK_OK(kv_seq_create(S, &q));
     kv_merge_opts_t o = kv_merge_opts_default();
     o.gamma = 1.0f;
-    const uint32_t parts[2] = {36, 12}, N = 48;
+    o.dir_format = KV_FMT_INT4; /* 36 slots a page: the two calls' 16 fit one */
+    const uint32_t parts[2] = {p0, p1}, N = p0 + p1;
+    CHECK(N <= 48);
     shot_t fork0, fork1, now;
     for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
         pk_append_rot(q, parts[r], t0, 1);
@@ -882,7 +888,7 @@ static void test_merge_pack_mixed(void)
                 continue;
             seen[g][p]++;
             uint32_t t = (uint32_t)p;
-            int merged = (t >= 28 && t < 36) || t >= 40;
+            int merged = (t >= p0 - 8 && t < p0) || t >= N - 8;
             float ek[HD], ev[HD];
             pk_rot(ek, 0.1 + 0.02 * t, merged ? 0.0f : 2.0f);
             pk_rot(ev, 0.1 + 0.02 * t, merged ? 0.0f : 0.7f);
@@ -903,9 +909,8 @@ static void test_merge_pack_mixed(void)
     CHECK_OK(kv_seq_free(S, f));
     kv_stats_t st;
     CHECK_OK(kv_store_stats(S, &st));
-    /* per list [M8][R16][M8][R16]: 2 FP16 pages x 2 layers x NKV heads */
-    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], 2 * 2 * NKV);
-    CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], 2 * NKV);
+    CHECK_EQ(st.pages_by_format[KV_FMT_FP16], want_fp16 * 2 * NKV);
+    CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], want_merged * NKV);
     kv_store_destroy(S);
     S = NULL;
 }
@@ -1022,7 +1027,8 @@ int main(void)
     test_merge_api();
     test_merge_pack();
     test_merge_pack_heads();
-    test_merge_pack_mixed();
+    merge_pack_mixed(36, 12, 2, 2);
+    merge_pack_mixed(20, 12, 1, 1);
     test_faults();
     return kv_test_end();
 }

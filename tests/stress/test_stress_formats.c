@@ -23,7 +23,10 @@
  *   - a merge must permute the first m residual tokens of both layers the
  *     same way, keep every position, restore every token's K and V norms
  *     (1e-5 relative) and leave the tokens it retained bit-exact; the
- *     shadow takes the read values;
+ *     shadow takes the read values. It may take the previous segment's
+ *     partly filled RETAINED and MERGED pages along (pages/kv_page_merge.c:
+ *     packing): then the permuted range starts up to PACK_BACK tokens
+ *     before the residual, the same in both layers;
  *   - compaction: the kept tokens' values rounded to FP16, exactly.
  * After every operation every list of every live sequence is compared with
  * the shadow (so copy-on-write never leaks into a fork), kv_store_check
@@ -56,6 +59,9 @@
 #define MAX_SEQS 8
 #define R 32
 #define MAX_TOKENS 600 /* per list, to keep reads cheap */
+/* A merge's repacked tokens before the residual: < 16 of a RETAINED page
+ * and < 31 of a MERGED page (INT4 directions at HD 32, PAGE_BYTES). */
+#define PACK_BACK (15 + 30)
 
 /* ---- the shadow ------------------------------------------------------------- */
 
@@ -545,16 +551,22 @@ static void op_merge(void)
         slist_t *a = &s->l[layer - 1][h];
         uint32_t res = a->n - a->rs, m = res > o.keep_fp16 ? res - o.keep_fp16 : 0;
         int32_t *p0 = NULL;
+        uint32_t b0 = 0; /* layer l-1's repacked tokens, rs - a0 */
         for (uint32_t j = 0; j < 2; j++) {
             slist_t *x = &s->l[layer - 1 + j][h];
             float *k, *v;
             int32_t *p;
             uint32_t n = read_all(s->id, layer - 1 + j, h, &k, &v, &p);
             EXPECT(n == x->n);
-            /* outside the merged segment: unchanged */
-            uint32_t a0 = x->rs, a1 = x->rs + m;
-            EXPECT(same_bytes(k, x->k, (size_t)a0 * HD * 4) &&
-                   same_bytes(p, x->pos, (size_t)a0 * 4));
+            /* outside the merged segment (and what it repacked): unchanged */
+            uint32_t a0 = 0, a1 = x->rs + m;
+            while (a0 < x->rs && same_bytes(k + (size_t)a0 * HD, x->k + (size_t)a0 * HD,
+                                            HD * 4) && p[a0] == x->pos[a0])
+                a0++;
+            EXPECT(x->rs - a0 <= PACK_BACK);
+            if (j == 0)
+                b0 = x->rs - a0;
+            EXPECT(x->rs - a0 == b0);
             EXPECT(same_bytes(k + (size_t)a1 * HD, x->k + (size_t)a1 * HD,
                            (size_t)(n - a1) * HD * 4) &&
                    same_bytes(p + a1, x->pos + a1, (size_t)(n - a1) * 4));
@@ -578,7 +590,7 @@ static void op_merge(void)
             if (j == 0) {
                 p0 = p;
             } else {
-                EXPECT(same_bytes(p0 + a0, p + a0, (size_t)m * 4));
+                EXPECT(same_bytes(p0 + a0, p + a0, (size_t)(a1 - a0) * 4));
                 free(p0);
             }
             copy_bytes(x->k, k, (size_t)n * HD * 4);

@@ -58,13 +58,13 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         good(ok[i]);
-    /* MiniCache's decode merge interval defaults to 128 tokens (docs/policies.md) */
+    /* MiniCache's decode merge interval defaults to 16 tokens (docs/policies.md) */
     kv_policy_t *mc = NULL;
     char mc_err[128], mc_d[512];
     CHECK_OK(kv_policy_parse("minicache", &mc, mc_err, sizeof mc_err));
     if (mc) {
         CHECK_OK(kv_policy_describe(mc, mc_d, sizeof mc_d));
-        CHECK(strstr(mc_d, "every=128") != NULL);
+        CHECK(strstr(mc_d, "every=16") != NULL);
         kv_policy_destroy(mc);
     }
 
