@@ -3,7 +3,7 @@
  *
  * Where every free page index is, at any moment (the conservation law
  * used + shared_n + sum(cache counts) == capacity):
- *   - on the pool's shared LIFO stack (stack[0..shared_n), top last), under
+ *   - on the pool's shared LIFO stack of page ids (stack[0..shared_n), top last), under
  *     pool->lock; or
  *   - in exactly one per-thread cache bound to the pool (ids[0..count), top
  *     last), owned by that thread; or
@@ -99,12 +99,12 @@ typedef struct kv_alloc_thread {
 extern inline uint32_t kv_alloc_count(const kv_alloc_tcache_t *c);
 extern inline void kv_alloc_set_count(kv_alloc_tcache_t *c, uint32_t n);
 extern inline int kv_alloc_valid(const kv_alloc_pool_t *pool, kv_page_id_t id);
-extern inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, uint32_t idx,
+extern inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, kv_page_id_t v,
                                      kv_page_id_t *id);
 extern inline kv_alloc_tcache_t *kv_alloc_hot(const kv_alloc_pool_t *pool);
 extern inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
                                      kv_page_id_t *id);
-extern inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, uint32_t idx);
+extern inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, kv_page_id_t id);
 extern inline int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id);
 extern inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id);
 extern inline void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id);
@@ -414,12 +414,12 @@ int kv_alloc_pool_create(const kv_alloc_config_t *cfg, kv_alloc_pool_t **out)
         kv_mem_free(pool, sizeof *pool);
         return KV_ENOMEM;
     }
-    /* Stack top is index 0, so a fresh pool hands out 0, 1, 2, ... */
-    for (uint32_t i = 0; i < cfg->capacity; i++)
-        pool->stack[i] = cfg->capacity - 1u - i;
-    atomic_store(&pool->shared_n, cfg->capacity);
     uint32_t tag = atomic_fetch_add(&kv_alloc_next_tag, 1) % KV_ALLOC_TAG_MAX + 1u;
     pool->tag_bits = tag << KV_ALLOC_TAG_SHIFT;
+    /* Stack top is index 0, so a fresh pool hands out 0, 1, 2, ... */
+    for (uint32_t i = 0; i < cfg->capacity; i++)
+        pool->stack[i] = pool->tag_bits | (cfg->capacity - 1u - i);
+    atomic_store(&pool->shared_n, cfg->capacity);
     pool->serial = atomic_fetch_add(&kv_alloc_next_serial, 1) + 1u;
     atomic_init(&pool->cache_key, (cfg->flags & KV_ALLOC_NO_TCACHE)
                                       ? KV_ALLOC_KEY_NONE : pool->serial);
@@ -473,7 +473,7 @@ KV_SLOW static int kv_alloc_refuse(kv_alloc_pool_t *pool)
 KV_SLOW static int kv_alloc_page_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
                               kv_page_id_t *id)
 {
-    uint32_t idx = 0;
+    kv_page_id_t v = KV_PAGE_ID_INVALID;
     int ok = 1;
     pthread_mutex_lock(&pool->lock);
     kv_alloc_trip_begin(pool, c);
@@ -484,7 +484,7 @@ KV_SLOW static int kv_alloc_page_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *
             kv_alloc_refill(pool, c, KV_ALLOC_HALF);
         uint32_t n = kv_alloc_count(c);
         if (n > 0) {
-            idx = c->ids[n - 1];
+            v = c->ids[n - 1];
             kv_alloc_set_count(c, n - 1);
         } else {
             ok = 0;
@@ -494,14 +494,14 @@ KV_SLOW static int kv_alloc_page_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *
             kv_alloc_flush_bottom(pool, c, kv_alloc_count(c));
         uint32_t s = kv_alloc_shared_n(pool);
         if (s > 0) {
-            idx = pool->stack[s - 1];
+            v = pool->stack[s - 1];
             kv_alloc_set_shared_n(pool, s - 1);
         } else {
             ok = 0;
         }
     }
     if (ok)
-        kv_alloc_hand_out(pool, idx, id);
+        kv_alloc_hand_out(pool, v, id);
     kv_alloc_trip_end(pool, c);
     pthread_mutex_unlock(&pool->lock);
     return ok ? 0 : kv_alloc_refuse(pool);
@@ -588,7 +588,7 @@ int kv_alloc_retain(kv_alloc_pool_t *pool, kv_page_id_t id)
 }
 
 KV_SLOW static void kv_alloc_put_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
-                              uint32_t idx)
+                              kv_page_id_t id)
 {
     pthread_mutex_lock(&pool->lock);
     kv_alloc_trip_begin(pool, c);
@@ -598,14 +598,14 @@ KV_SLOW static void kv_alloc_put_slow(kv_alloc_pool_t *pool, kv_alloc_tcache_t *
         if (kv_alloc_count(c) == KV_ALLOC_TCACHE_MAX)
             kv_alloc_flush_bottom(pool, c, KV_ALLOC_HALF);
         uint32_t n = kv_alloc_count(c);
-        c->ids[n] = idx;
+        c->ids[n] = id;
         kv_alloc_set_count(c, n + 1);
     } else {
         if (c)
             kv_alloc_flush_bottom(pool, c, kv_alloc_count(c));
         uint32_t s = kv_alloc_shared_n(pool);
         assert(s < pool->capacity);
-        pool->stack[s] = idx;
+        pool->stack[s] = id;
         kv_alloc_set_shared_n(pool, s + 1);
     }
     kv_alloc_trip_end(pool, c);
@@ -636,8 +636,8 @@ KV_SLOW int kv_alloc_release_other(kv_alloc_pool_t *pool, kv_page_id_t id)
     /* That was the last reference: back to this thread's cache or the
      * shared stack. */
     kv_alloc_tcache_t *c = kv_alloc_tc(pool);
-    if (!c || kv_alloc_is_low(pool) || !kv_alloc_cache_push(c, idx))
-        kv_alloc_put_slow(pool, c, idx);
+    if (!c || kv_alloc_is_low(pool) || !kv_alloc_cache_push(c, id))
+        kv_alloc_put_slow(pool, c, id);
     return 1;
 }
 

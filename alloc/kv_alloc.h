@@ -142,7 +142,8 @@ struct kv_alloc_tcache {
     _Atomic uint32_t count;           /* ids held; written by the owner only         */
     uint32_t lo;                      /* lowest count since last trip (owner only)   */
     uint32_t synced;                  /* count at last trip (pool->lock)             */
-    uint32_t ids[KV_ALLOC_TCACHE_MAX]; /* page indices, top = ids[count-1]          */
+    kv_page_id_t ids[KV_ALLOC_TCACHE_MAX]; /* page ids (tagged: no ALU op between */
+                                       /* a free and the next alloc), top last  */
     kv_alloc_tcache_t *prev, *next;   /* pool's list of bound caches (registry)      */
 };
 
@@ -173,7 +174,7 @@ struct kv_alloc_pool {
 
     /* Shared stack side: written under lock. */
     pthread_mutex_t lock;
-    uint32_t *stack;             /* [capacity] free indices, top = stack[shared_n-1] */
+    kv_page_id_t *stack;         /* [capacity] free page ids, top = stack[shared_n-1] */
     _Atomic uint32_t shared_n;   /* ids on the stack (relaxed reads outside lock)    */
     uint32_t cached_synced;      /* sum of bound caches' `synced`                    */
     _Atomic uint32_t low_mark;   /* see file comment; set under registry             */
@@ -232,11 +233,11 @@ inline kv_alloc_tcache_t *kv_alloc_hot(const kv_alloc_pool_t *pool)
     return c;
 }
 
-/* Page idx leaves a free list: refcount 1, its id to *id. */
-inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, uint32_t idx, kv_page_id_t *id)
+/* Page v leaves a free list: refcount 1, v to *id. */
+inline void kv_alloc_hand_out(kv_alloc_pool_t *pool, kv_page_id_t v, kv_page_id_t *id)
 {
-    atomic_store_explicit(&pool->refs[idx], 1, memory_order_relaxed);
-    *id = pool->tag_bits | idx;
+    atomic_store_explicit(&pool->refs[v - pool->tag_bits], 1, memory_order_relaxed);
+    *id = v;
 }
 
 /* Take one page from c (bound, pool not low) unless it is empty. */
@@ -254,13 +255,13 @@ inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c,
     return 1;
 }
 
-/* Put idx on c (bound, pool not low) unless it is full. */
-inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, uint32_t idx)
+/* Put page id on c (bound, pool not low) unless it is full. */
+inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, kv_page_id_t id)
 {
     uint32_t n = kv_alloc_count(c);
     if (__builtin_expect(n >= KV_ALLOC_TCACHE_MAX, 0))
         return 0;
-    c->ids[n] = idx;
+    c->ids[n] = id;
     kv_alloc_set_count(c, n + 1);
     return 1;
 }
@@ -294,7 +295,7 @@ inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id)
         kv_alloc_tcache_t *c = kv_alloc_hot(pool);
         if (__builtin_expect(c != NULL &&
                                  atomic_load_explicit(r, memory_order_acquire) == 1 &&
-                                 kv_alloc_cache_push(c, idx), 1)) {
+                                 kv_alloc_cache_push(c, id), 1)) {
             /* Only this thread pops c, so the page is not handed out before
              * its refcount is 0. */
             atomic_store_explicit(r, 0, memory_order_relaxed);
