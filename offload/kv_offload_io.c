@@ -498,7 +498,11 @@ static int kv_offload_batch_report(kv_offload_file_t *f, kv_offload_batch_t *b,
     return first;
 }
 
-int kv_offload_poll(kv_offload_file_t *f, kv_offload_ticket_t ticket)
+/* kv_offload_poll (block 0: one non-blocking progress step; 1 while the
+ * batch is incomplete) and kv_offload_wait (block 1: blocking steps until
+ * it is complete or a step fails). A complete batch is reported. */
+static int kv_offload_batch_await(kv_offload_file_t *f,
+                                  kv_offload_ticket_t ticket, int block)
 {
     if (!f)
         return KV_EINVAL;
@@ -506,7 +510,9 @@ int kv_offload_poll(kv_offload_file_t *f, kv_offload_ticket_t ticket)
     kv_offload_batch_t *prev, *b = kv_offload_batch_find(f, ticket, &prev);
     int r = KV_ENOENT;
     if (b) {
-        r = kv_offload_progress(f, 0);
+        r = block ? 0 : kv_offload_progress(f, 0);
+        while (block && b->remaining && r == 0)
+            r = kv_offload_progress(f, 1);
         if (r == 0)
             r = b->remaining ? 1 : kv_offload_batch_report(f, b, prev);
     }
@@ -514,22 +520,14 @@ int kv_offload_poll(kv_offload_file_t *f, kv_offload_ticket_t ticket)
     return r;
 }
 
+int kv_offload_poll(kv_offload_file_t *f, kv_offload_ticket_t ticket)
+{
+    return kv_offload_batch_await(f, ticket, 0);
+}
+
 int kv_offload_wait(kv_offload_file_t *f, kv_offload_ticket_t ticket)
 {
-    if (!f)
-        return KV_EINVAL;
-    pthread_mutex_lock(&f->lock);
-    kv_offload_batch_t *prev, *b = kv_offload_batch_find(f, ticket, &prev);
-    int r = KV_ENOENT;
-    if (b) {
-        r = 0;
-        while (b->remaining && r == 0)
-            r = kv_offload_progress(f, 1);
-        if (r == 0)
-            r = kv_offload_batch_report(f, b, prev);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return r;
+    return kv_offload_batch_await(f, ticket, 1);
 }
 
 int kv_offload_write(kv_offload_file_t *f, const kv_offload_wpage_t *pages, uint32_t n,

@@ -322,13 +322,9 @@ static int check_target(const kv_page_table_t *pt, uint32_t fmt)
 int kv_page_set_format(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                        uint32_t fmt)
 {
-    if (!pt)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers)
-        return KV_ERANGE;
-    int rc = check_target(pt, fmt);
+    int rc = kv_page_check_layer(pt, seq, layer);
+    if (!rc)
+        rc = check_target(pt, fmt);
     if (rc)
         return rc;
     if (kv_page_layer_busy(pt, seq, layer))
@@ -341,12 +337,9 @@ int kv_page_set_format(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
 int kv_page_quantize(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                      uint32_t keep_fp16)
 {
-    if (!pt)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers)
-        return KV_ERANGE;
+    int rc = kv_page_check_layer(pt, seq, layer);
+    if (rc)
+        return rc;
     if (kv_page_layer_busy(pt, seq, layer))
         return KV_ENOTRES;
     if (keep_fp16 == UINT32_MAX) /* the append rule's marker */

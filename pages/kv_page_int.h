@@ -64,6 +64,18 @@ static inline kv_page_list_t *kv_page_list_at(const kv_page_table_t *pt,
     return &pt->seqs[seq][(size_t)layer * pt->cfg.n_kv_heads + head];
 }
 
+/* 0 if pt is a table and (seq, layer) a layer of its live sequence seq;
+ * else KV_EINVAL (pt NULL), KV_ENOENT (seq) or KV_ERANGE (layer). */
+static inline int kv_page_check_layer(const kv_page_table_t *pt,
+                                      uint32_t seq, uint32_t layer)
+{
+    if (!pt)
+        return KV_EINVAL;
+    if (!kv_page_seq_live(pt, seq))
+        return KV_ENOENT;
+    return layer < pt->cfg.n_layers ? KV_OK : KV_ERANGE;
+}
+
 /* 1 if some kv_head list of (seq, layer) has busy entries (residency
  * flags, kv_page.h): mutating calls then return KV_ENOTRES. */
 static inline int kv_page_layer_busy(const kv_page_table_t *pt, uint32_t seq,

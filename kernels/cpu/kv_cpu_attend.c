@@ -157,6 +157,19 @@ KV_CPU_BODY void vfma_in(kv_v8f *acc, const kv_v8f *a, const kv_v8f *b)
         (*acc)[i] = __builtin_fmaf((*a)[i], (*b)[i], (*acc)[i]);
 }
 
+/* *a_i += *s * x_i lane-wise, fused, for the vectors x_i at p0 .. p3 (all
+ * four loaded first): four independent FMA chains. */
+KV_CPU_BODY void vfma4_in(kv_v8f *a0, kv_v8f *a1, kv_v8f *a2, kv_v8f *a3,
+                          const kv_v8f *s, const float *p0, const float *p1,
+                          const float *p2, const float *p3)
+{
+    kv_v8f x0 = vld(p0), x1 = vld(p1), x2 = vld(p2), x3 = vld(p3);
+    vfma_in(a0, s, &x0);
+    vfma_in(a1, s, &x1);
+    vfma_in(a2, s, &x2);
+    vfma_in(a3, s, &x3);
+}
+
 /* The four horizontal sums of a, b, c, d: {sum a, sum b, sum c, sum d}
  * written to out[0..3]. Shuffles stay inside 128-bit halves. */
 KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
@@ -191,30 +204,15 @@ KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
         kv_v8f b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         uint32_t j = 0;
         for (; j + 2 * KV_CPU_VW <= d; j += 2 * KV_CPU_VW) {
-            kv_v8f qv = vld(q + j), qw = vld(q + j + KV_CPU_VW);
-            kv_v8f x0 = vld(k0 + j), x1 = vld(k1 + j);
-            kv_v8f x2 = vld(k2 + j), x3 = vld(k3 + j);
-            vfma_in(&a0, &qv, &x0);
-            vfma_in(&a1, &qv, &x1);
-            vfma_in(&a2, &qv, &x2);
-            vfma_in(&a3, &qv, &x3);
-            x0 = vld(k0 + j + KV_CPU_VW);
-            x1 = vld(k1 + j + KV_CPU_VW);
-            x2 = vld(k2 + j + KV_CPU_VW);
-            x3 = vld(k3 + j + KV_CPU_VW);
-            vfma_in(&b0, &qw, &x0);
-            vfma_in(&b1, &qw, &x1);
-            vfma_in(&b2, &qw, &x2);
-            vfma_in(&b3, &qw, &x3);
+            const uint32_t jw = j + KV_CPU_VW;
+            kv_v8f qv = vld(q + j), qw = vld(q + jw);
+            vfma4_in(&a0, &a1, &a2, &a3, &qv, k0 + j, k1 + j, k2 + j, k3 + j);
+            vfma4_in(&b0, &b1, &b2, &b3, &qw, k0 + jw, k1 + jw, k2 + jw,
+                     k3 + jw);
         }
         if (j < d) { /* d an odd multiple of 8 */
             kv_v8f qv = vld(q + j);
-            kv_v8f x0 = vld(k0 + j), x1 = vld(k1 + j);
-            kv_v8f x2 = vld(k2 + j), x3 = vld(k3 + j);
-            vfma_in(&a0, &qv, &x0);
-            vfma_in(&a1, &qv, &x1);
-            vfma_in(&a2, &qv, &x2);
-            vfma_in(&a3, &qv, &x3);
+            vfma4_in(&a0, &a1, &a2, &a3, &qv, k0 + j, k1 + j, k2 + j, k3 + j);
         }
         a0 += b0;
         a1 += b1;
@@ -242,30 +240,14 @@ KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
         const float *v = vt + j;
         uint32_t i = 0;
         for (; i + 2 <= nv; i += 2, v += 2 * (size_t)d) {
+            const float *w = v + d;
             kv_v8f pi = vset1(p[i]), pn = vset1(p[i + 1]);
-            kv_v8f x0 = vld(v), x1 = vld(v + 8);
-            kv_v8f x2 = vld(v + 16), x3 = vld(v + 24);
-            vfma_in(&a0, &pi, &x0);
-            vfma_in(&a1, &pi, &x1);
-            vfma_in(&a2, &pi, &x2);
-            vfma_in(&a3, &pi, &x3);
-            x0 = vld(v + d);
-            x1 = vld(v + d + 8);
-            x2 = vld(v + d + 16);
-            x3 = vld(v + d + 24);
-            vfma_in(&b0, &pn, &x0);
-            vfma_in(&b1, &pn, &x1);
-            vfma_in(&b2, &pn, &x2);
-            vfma_in(&b3, &pn, &x3);
+            vfma4_in(&a0, &a1, &a2, &a3, &pi, v, v + 8, v + 16, v + 24);
+            vfma4_in(&b0, &b1, &b2, &b3, &pn, w, w + 8, w + 16, w + 24);
         }
         if (i < nv) {
             kv_v8f pi = vset1(p[i]);
-            kv_v8f x0 = vld(v), x1 = vld(v + 8);
-            kv_v8f x2 = vld(v + 16), x3 = vld(v + 24);
-            vfma_in(&a0, &pi, &x0);
-            vfma_in(&a1, &pi, &x1);
-            vfma_in(&a2, &pi, &x2);
-            vfma_in(&a3, &pi, &x3);
+            vfma4_in(&a0, &a1, &a2, &a3, &pi, v, v + 8, v + 16, v + 24);
         }
         VST(acc + j, a0 + b0);
         VST(acc + j + 8, a1 + b1);

@@ -117,9 +117,9 @@ static int check_geom(const kv_page_geom_t *g)
     return 0;
 }
 
-/* 0 if pages[0..n) are readable and hold >= off + need tokens. */
-static int check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
-                     uint32_t n, uint32_t off, uint32_t need)
+/* kernels/kv_backend.h; the CUDA planner runs it too. */
+int kv_kern_check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
+                      uint32_t n, uint32_t off, uint32_t need)
 {
     if (need == 0)
         return 0;
@@ -185,7 +185,8 @@ int kv_kern_cpu_convert(void *ctx, const kv_convert_params_t *p)
     const int grouped = p->dst_format != KV_FMT_FP16; /* INT: whole groups */
     if (grouped && (p->n_tokens % CHUNK || p->dst_off % CHUNK))
         return KV_EINVAL;
-    if ((rc = check_run(g, p->src, p->n_src, p->src_off, p->n_tokens)) ||
+    if ((rc = kv_kern_check_run(g, p->src, p->n_src, p->src_off,
+                                p->n_tokens)) ||
         (rc = check_dst(p->dst, p->n_dst, cap, p->dst_off, p->n_tokens)))
         return rc;
     if (p->n_tokens == 0)
@@ -224,8 +225,8 @@ static int check_merge(const kv_merge_params_t *p)
     if (kv_fmt_merged_capacity(&p->geom, p->dir_format) == 0)
         return KV_ENOTSUP;
     for (uint32_t j = 0; j < 2; j++)
-        if ((rc = check_run(&p->geom, p->src[j], p->n_src[j], p->src_off[j],
-                            p->n_tokens)))
+        if ((rc = kv_kern_check_run(&p->geom, p->src[j], p->n_src[j],
+                                    p->src_off[j], p->n_tokens)))
             return rc;
     return 0;
 }

@@ -107,19 +107,43 @@ int transfer_run(ctx_t *cx, size_t up, size_t down_off, size_t down, F fn)
     return rc ? rc : rs;
 }
 
+/* The arena a call's pages must be pages of: the pool's base and pages in
+ * device mode (KV_EINVAL when its pages are not of pb bytes), NULL and 0
+ * in staged mode. */
+int pool_arena(const ctx_t *cx, uint32_t pb, const void **base,
+               uint32_t *pages)
+{
+    *base = NULL;
+    *pages = 0;
+    if (!cx->pool)
+        return 0;
+    if (kv_cuda_pool_page_bytes(cx->pool) != pb)
+        return KV_EINVAL;
+    *base = kv_cuda_pool_base(cx->pool);
+    *pages = kv_cuda_pool_capacity(cx->pool);
+    return 0;
+}
+
+/* Copy what every call uploads first into the pinned buffer h: the plan's
+ * distinct host pages (staged mode, pb bytes each) at o_pages, its
+ * entries at o_ents. */
+void stage_plan(uint8_t *h, const kv_cuda_plan_t *pl, uint32_t pb,
+                size_t o_pages, size_t o_ents)
+{
+    for (uint32_t i = 0; i < pl->n_upload; i++)
+        memcpy(h + o_pages + (size_t)i * pb, pl->upload[i], pb);
+    memcpy(h + o_ents, pl->ents, pl->n_ents * sizeof(kv_cuda_ent_t));
+}
+
 int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
 {
     const uint32_t pb = in->geom.page_bytes, D = in->geom.head_dim;
-    if (cx->pool) {
-        if (kv_cuda_pool_page_bytes(cx->pool) != pb)
-            return KV_EINVAL;
-        in->dev_base = kv_cuda_pool_base(cx->pool);
-        in->dev_pages = kv_cuda_pool_capacity(cx->pool);
-    }
+    int rc = pool_arena(cx, pb, &in->dev_base, &in->dev_pages);
+    if (rc)
+        return rc;
     in->n_sm = cx->n_sm;
     kv_cuda_plan_t pl;
-    int rc = kv_cuda_plan_build(in, &pl);
-    if (rc)
+    if ((rc = kv_cuda_plan_build(in, &pl)))
         return rc;
     const size_t n_lists = in->n_lists;
     lay_t L = {0};
@@ -147,9 +171,7 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
         return rc;
     }
     uint8_t *h = cx->hbuf, *d = cx->dbuf;
-    for (uint32_t i = 0; i < pl.n_upload; i++)
-        memcpy(h + o_pages + (size_t)i * pb, pl.upload[i], pb);
-    memcpy(h + o_ents, pl.ents, pl.n_ents * sizeof(kv_cuda_ent_t));
+    stage_plan(h, &pl, pb, o_pages, o_ents);
     memcpy(h + o_work, pl.work, pl.n_work * sizeof(kv_cuda_work_t));
     memcpy(h + o_lw, pl.list_work, (n_lists + 1) * sizeof(uint32_t));
     memcpy(h + o_len, in->seq_len, n_lists * sizeof(uint32_t));
@@ -217,51 +239,72 @@ struct guard_t {
     guard_t &operator=(const guard_t &) = delete;
 };
 
+/* The plan input both attention ops share (P: their params type) for
+ * n_lists lists of n_new query rows each. */
+template <typename P>
+kv_cuda_plan_in_t plan_in(const P *p, uint32_t mode, uint32_t n_lists,
+                          uint32_t n_new)
+{
+    kv_cuda_plan_in_t in;
+    memset(&in, 0, sizeof in);
+    in.mode = mode;
+    in.geom = p->geom;
+    in.n_q_heads = p->n_q_heads;
+    in.n_kv_heads = p->n_kv_heads;
+    in.n_lists = n_lists;
+    in.n_new = n_new;
+    in.indptr = p->indptr;
+    in.pages = p->pages;
+    in.seq_len = p->seq_len;
+    return in;
+}
+
+/* Run an attention op: with stats, list i's statistics go to dst(i) (NULL:
+ * the list wants none), else io->stats_dst and in->stats stay NULL. One
+ * kv_mem block per call holds the destinations (pointers first: aligned)
+ * and the plan's want flags. */
+template <typename D>
+int attend(void *ctx, kv_cuda_plan_in_t *in, attn_io_t *io, bool stats,
+           D dst)
+{
+    const size_t lb = (size_t)in->n_lists * (sizeof(float *) + 1);
+    uint8_t *blk = NULL;
+    if (stats) {
+        if (!(blk = (uint8_t *)kv_mem_alloc(lb)))
+            return KV_ENOMEM;
+        float **dsts = (float **)(void *)blk;
+        uint8_t *want = blk + (size_t)in->n_lists * sizeof(float *);
+        for (uint32_t i = 0; i < in->n_lists; i++) {
+            dsts[i] = dst(i);
+            want[i] = dsts[i] != NULL;
+        }
+        io->stats_dst = dsts;
+        in->stats = want;
+    }
+    ctx_t *cx = (ctx_t *)ctx;
+    int rc;
+    {
+        guard_t g(cx);
+        rc = run_attn(cx, in, io);
+    }
+    kv_mem_free(blk, blk ? lb : 0);
+    return rc;
+}
+
 int cuda_decode(void *ctx, const kv_attn_decode_params_t *p)
 {
     int rc = kv_cuda_check_decode(p);
     if (rc)
         return rc;
-    ctx_t *cx = (ctx_t *)ctx;
-    const uint32_t n_lists = p->batch * p->n_kv_heads;
-    /* per list: where its statistics go (pointers first, aligned), and
-     * whether it wants them */
-    const size_t lb = (size_t)n_lists * (sizeof(float *) + 1);
-    uint8_t *blk = NULL, *want = NULL;
-    float **dsts = NULL;
-    if (p->stats) {
-        if (!(blk = (uint8_t *)kv_mem_alloc(lb)))
-            return KV_ENOMEM;
-        dsts = (float **)(void *)blk;
-        want = blk + (size_t)n_lists * sizeof(float *);
-        for (uint32_t i = 0; i < n_lists; i++) {
-            const uint32_t b = i / p->n_kv_heads, hh = i % p->n_kv_heads;
-            want[i] = p->stats[b] != NULL;
-            dsts[i] =
-                want[i] ? p->stats[b] + (size_t)hh * p->stats_stride : NULL;
-        }
-    }
-    kv_cuda_plan_in_t in;
-    memset(&in, 0, sizeof in);
-    in.mode = KV_CUDA_DECODE;
-    in.geom = p->geom;
-    in.n_q_heads = p->n_q_heads;
-    in.n_kv_heads = p->n_kv_heads;
-    in.n_lists = n_lists;
-    in.n_new = 1;
-    in.indptr = p->indptr;
-    in.pages = p->pages;
-    in.seq_len = p->seq_len;
-    in.stats = want;
+    const uint32_t H = p->n_kv_heads;
+    kv_cuda_plan_in_t in = plan_in(p, KV_CUDA_DECODE, p->batch * H, 1);
     in.partition = p->partition_tokens;
     const size_t nq = (size_t)p->batch * p->n_q_heads * p->geom.head_dim;
-    attn_io_t io = {p->scale, p->q, nq, nq, p->out, 0, dsts};
-    {
-        guard_t g(cx);
-        rc = run_attn(cx, &in, &io);
-    }
-    kv_mem_free(blk, p->stats ? lb : 0);
-    return rc;
+    attn_io_t io = {p->scale, p->q, nq, nq, p->out, 0, NULL};
+    return attend(ctx, &in, &io, p->stats != NULL, [p, H](uint32_t i) {
+        float *s = p->stats[i / H];
+        return s ? s + (size_t)(i % H) * p->stats_stride : NULL;
+    });
 }
 
 int cuda_prefill(void *ctx, const kv_attn_prefill_params_t *p)
@@ -269,40 +312,13 @@ int cuda_prefill(void *ctx, const kv_attn_prefill_params_t *p)
     int rc = kv_cuda_check_prefill(p);
     if (rc)
         return rc;
-    ctx_t *cx = (ctx_t *)ctx;
     const uint32_t H = p->n_kv_heads, G = p->n_q_heads / H;
-    const size_t lb = (size_t)H * (sizeof(float *) + 1);
-    uint8_t *blk = NULL;
-    float **dsts = NULL;
-    if (p->stats) {
-        if (!(blk = (uint8_t *)kv_mem_alloc(lb)))
-            return KV_ENOMEM;
-        dsts = (float **)(void *)blk; /* pointers first: aligned */
-        for (uint32_t h = 0; h < H; h++) {
-            dsts[h] = p->stats + (size_t)h * p->stats_stride;
-            blk[H * sizeof(float *) + h] = 1;
-        }
-    }
-    kv_cuda_plan_in_t in;
-    memset(&in, 0, sizeof in);
-    in.mode = KV_CUDA_PREFILL;
-    in.geom = p->geom;
-    in.n_q_heads = p->n_q_heads;
-    in.n_kv_heads = H;
-    in.n_lists = H;
-    in.n_new = p->n_new;
-    in.indptr = p->indptr;
-    in.pages = p->pages;
-    in.seq_len = p->seq_len;
-    in.stats = blk ? blk + H * sizeof(float *) : NULL;
+    kv_cuda_plan_in_t in = plan_in(p, KV_CUDA_PREFILL, H, p->n_new);
     const size_t nq = (size_t)p->n_new * p->n_q_heads * p->geom.head_dim;
-    attn_io_t io = {p->scale, p->q, nq, nq, p->out, p->stats_row0 * G, dsts};
-    {
-        guard_t g(cx);
-        rc = run_attn(cx, &in, &io);
-    }
-    kv_mem_free(blk, p->stats ? lb : 0);
-    return rc;
+    attn_io_t io = {p->scale, p->q, nq, nq, p->out, p->stats_row0 * G, NULL};
+    return attend(ctx, &in, &io, p->stats != NULL, [p](uint32_t h) {
+        return p->stats + (size_t)h * p->stats_stride;
+    });
 }
 
 int cuda_convert(void *ctx, const kv_convert_params_t *p)
@@ -313,16 +329,11 @@ int cuda_convert(void *ctx, const kv_convert_params_t *p)
     ctx_t *cx = (ctx_t *)ctx;
     guard_t g(cx);
     const uint32_t pb = p->geom.page_bytes;
-    const void *base = NULL;
-    uint32_t cap = 0;
-    if (cx->pool) {
-        if (kv_cuda_pool_page_bytes(cx->pool) != pb)
-            return KV_EINVAL;
-        base = kv_cuda_pool_base(cx->pool);
-        cap = kv_cuda_pool_capacity(cx->pool);
-    }
+    const void *base;
+    uint32_t cap;
     kv_cuda_plan_t pl;
-    if ((rc = kv_cuda_plan_convert(p, base, cap, &pl)))
+    if ((rc = pool_arena(cx, pb, &base, &cap)) ||
+        (rc = kv_cuda_plan_convert(p, base, cap, &pl)))
         return rc;
     const uint32_t n_dst = cx->pool ? 0 : p->n_dst; /* staged: round trip */
     lay_t L = {0};
@@ -337,9 +348,7 @@ int cuda_convert(void *ctx, const kv_convert_params_t *p)
         return rc;
     }
     uint8_t *h = cx->hbuf, *d = cx->dbuf;
-    for (uint32_t i = 0; i < pl.n_upload; i++)
-        memcpy(h + o_pages + (size_t)i * pb, pl.upload[i], pb);
-    memcpy(h + o_ents, pl.ents, pl.n_ents * sizeof(kv_cuda_ent_t));
+    stage_plan(h, &pl, pb, o_pages, o_ents);
     memcpy(h + o_src, pl.src_loc, (size_t)p->n_tokens * 2 * sizeof(uint32_t));
     memcpy(h + o_dl, pl.dst_loc, (size_t)p->n_tokens * 2 * sizeof(uint32_t));
     for (uint32_t j = 0; j < n_dst; j++)

@@ -59,24 +59,6 @@ int kv_cuda_check_prefill(const kv_attn_prefill_params_t *p)
     return check_kernels(&p->geom);
 }
 
-/* A run of pages readable by the kernels (the CPU convert's rules). */
-static int check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
-                     uint32_t n)
-{
-    if (!pages || n == 0)
-        return KV_EINVAL;
-    for (uint32_t i = 0; i < n; i++) {
-        const kv_format_traits_t *f = kv_format_get(pages[i].format);
-        if (!f)
-            return KV_ENOTSUP;
-        if (!pages[i].data || pages[i].n_tokens == 0 ||
-            pages[i].n_tokens > f->tokens_per_page(g) ||
-            pages[i].variant > (f->load_variant ? 1u : 0u))
-            return KV_EINVAL;
-    }
-    return 0;
-}
-
 int kv_cuda_check_convert(const kv_convert_params_t *p)
 {
     if (!p)
@@ -93,7 +75,10 @@ int kv_cuda_check_convert(const kv_convert_params_t *p)
         return KV_EINVAL;
     if (p->n_tokens == 0)
         return 0;
-    int rc = check_run(g, p->src, p->n_src);
+    /* pages readable by the kernels (the CPU convert's rules); need 1:
+     * every page holds a token, so the run's length (src_off + n_tokens)
+     * is left to kv_cuda_convert_locs, after the kernel checks */
+    int rc = kv_kern_check_run(g, p->src, p->n_src, 0, 1);
     if (rc)
         return rc;
     if (!p->dst || p->n_dst == 0)
