@@ -209,12 +209,9 @@ int kv_page_append(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                    uint32_t n, kv_dtype_t dtype, const void *k, const void *v,
                    const int32_t *pos)
 {
-    if (!pt)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers)
-        return KV_ERANGE;
+    int rc = kv_page_check_layer(pt, seq, layer);
+    if (rc)
+        return rc;
     if (dtype != KV_DTYPE_F32 && dtype != KV_DTYPE_F16)
         return KV_EINVAL;
     if (n == 0)
@@ -227,7 +224,6 @@ int kv_page_append(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     uint32_t H = pt->cfg.n_kv_heads;
     size_t stride = (size_t)H * pt->cfg.geom.head_dim; /* elements per token */
     size_t esz = dtype == KV_DTYPE_F32 ? sizeof(float) : sizeof(kv_half_t);
-    int rc;
     if ((rc = check_values(dtype, k, (size_t)n * stride)) ||
         (rc = check_values(dtype, v, (size_t)n * stride)))
         return rc;
