@@ -7,7 +7,7 @@
  *          position, values rounded to FP16 exactly as FP16 pages hold
  *          them, and attention is computed here directly: scores with the
  *          fixed-order dot of kv_quant.h, softmax with the max subtracted,
- *          weighted sum of V in position order. One (row, head) per task.
+ *          weighted sum of V in position order. One query row per pool unit.
  *
  * Both paths run the session's hook (pre: after K/V are stored, post: after
  * attention). Rollback after a failed step: kv_model_snapshot records list
@@ -48,16 +48,15 @@ static int dense_reserve(kv_model_session_t *s, uint32_t rows)
     return 0;
 }
 
-/* Score rows (one per query row of a step, `len` floats each) in the
- * driving session; grown once to max_ctx, not per token. */
-static int dense_scores_scratch(kv_model_session_t *s, uint32_t rows, uint32_t len)
+/* Score rows (one per worker of the driving session's jobs, `len` floats
+ * each) in that session; grown once to max_ctx, not per token. */
+static int dense_scores_scratch(kv_model_session_t *s, uint32_t len)
 {
+    const uint32_t rows = s->n_threads;
     if (s->dscore && s->dscore_len >= len && s->dscore_rows >= rows)
         return 0;
     if (len < s->max_ctx)
         len = s->max_ctx;
-    if (rows < s->chunk)
-        rows = s->chunk;
     float *p = malloc((size_t)rows * len * sizeof *p);
     if (!p)
         return KV_ENOMEM;
@@ -121,8 +120,8 @@ typedef struct dense_job {
     uint32_t layer;
 } dense_job_t;
 
-/* One query row: every head. */
-static void dense_unit(void *arg, size_t r)
+/* One query row: every head; scores in the worker's row of dscore. */
+static void dense_unit(void *arg, size_t r, uint32_t worker)
 {
     const dense_job_t *j = arg;
     const kv_model_session_t *s0 = j->st->sess[0];
@@ -131,7 +130,7 @@ static void dense_unit(void *arg, size_t r)
     const uint32_t hd = hp->head_dim, nq = hp->n_q_heads, group = nq / hp->n_kv_heads;
     const size_t krow = (size_t)hp->n_kv_heads * hd, qrow = (size_t)nq * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = s0->dscore + r * s0->dscore_len;
+    float *scores = s0->dscore + (size_t)worker * s0->dscore_len;
     for (uint32_t h = 0; h < nq; h++) {
         uint32_t g = h / group;
         dense_head(j->sc->q + r * qrow + (size_t)h * hd, s->dk[j->layer] + (size_t)g * hd,
@@ -156,7 +155,7 @@ static int dense_attn(const kv_model_step_t *st, kv_model_scratch_t *sc, uint32_
         longest = need > longest ? need : longest;
     }
     if (!rc)
-        rc = dense_scores_scratch(s0, st->n, longest);
+        rc = dense_scores_scratch(s0, longest);
     if (rc)
         return rc;
     for (uint32_t r = 0; r < st->n; r++) {
@@ -164,7 +163,7 @@ static int dense_attn(const kv_model_step_t *st, kv_model_scratch_t *sc, uint32_
         dense_put(s, layer, (uint32_t)sc->pos[r], sc->k + r * krow, sc->v + r * krow);
     }
     dense_job_t j = {.st = st, .sc = sc, .layer = layer};
-    kv_model_pool_run(s0->m->pool, s0->n_threads, st->n, dense_unit, &j);
+    kv_pool_run(s0->m->pool, s0->n_threads, st->n, dense_unit, &j);
     return 0;
 }
 

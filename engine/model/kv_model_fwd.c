@@ -24,7 +24,7 @@ static int step_run(const kv_model_step_t *st, uint32_t out0, float *logits)
     const kv_model_hparams_t *hp = &m->hp;
     kv_model_scratch_t *sc = &s0->sc;
     const uint32_t n = st->n, D = hp->d_model, hd = hp->head_dim;
-    kv_model_pool_t *pool = m->pool;
+    kv_pool_t *pool = m->pool;
     const uint32_t nt = s0->n_threads;
     for (uint32_t r = 0; r < n; r++) {
         sc->pos[r] = (int32_t)(st->prompt ? s0->pos + r : st->sess[r]->pos);

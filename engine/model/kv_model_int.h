@@ -8,7 +8,6 @@
 
 #include "kv_gguf.h"
 #include "kv_model.h"
-#include "kv_model_pool.h"
 #include "kv_quant.h"
 
 typedef struct kv_model_layer_w {
@@ -30,7 +29,7 @@ struct kv_model {
     kv_q_mat_t out;                 /* [vocab][d_model] output head   */
                                     /* (token_embd when tied)         */
     double *inv_freq;               /* [head_dim / 2] theta^(-2i/hd)  */
-    kv_model_pool_t *pool;          /* worker threads (one per CPU)   */
+    kv_pool_t *pool;       /* worker threads (one per CPU)   */
 };
 
 /* Activations of one forward step of up to `chunk` rows. */
@@ -60,7 +59,8 @@ struct kv_model_session {
     /* dense mode: K/V per layer, [dcap][n_kv * hd], FP16-rounded floats */
     float **dk, **dv;               /* [n_layers]                          */
     uint32_t dcap;                  /* rows allocated per layer            */
-    float *dscore;                  /* [dscore_rows][dscore_len] scores    */
+    float *dscore;                  /* [dscore_rows][dscore_len] scores,   */
+                                    /* one row per worker (dense_unit)     */
     uint32_t dscore_rows, dscore_len;
 };
 
@@ -75,11 +75,11 @@ typedef struct kv_model_step {
 
 /* ---- ops (kv_model_ops.c): rows in parallel on the pool ---------------- */
 void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint32_t d,
-                      float eps, kv_model_pool_t *pool, uint32_t n_threads);
+                      float eps, kv_pool_t *pool, uint32_t n_threads);
 void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_model_pool_t *pool, uint32_t n_threads);
-void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d, kv_model_pool_t *pool,
-                     uint32_t n_threads);
+                   const double *inv_freq, kv_pool_t *pool, uint32_t n_threads);
+void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d,
+                     kv_pool_t *pool, uint32_t n_threads);
 void kv_model_add(float *x, const float *y, size_t n);
 
 /* ---- attention (kv_model_attn.c) ------------------------------------- */

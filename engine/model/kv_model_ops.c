@@ -14,7 +14,7 @@ typedef struct rms_job {
     float eps;
 } rms_job_t;
 
-static void rms_unit(void *arg, size_t t)
+static void rms_unit(void *arg, size_t t, uint32_t worker)
 {
     const rms_job_t *j = arg;
     const float *xr = j->x + t * j->d;
@@ -29,10 +29,10 @@ static void rms_unit(void *arg, size_t t)
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n rows of d values. */
 void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint32_t d,
-                      float eps, kv_model_pool_t *pool, uint32_t n_threads)
+                      float eps, kv_pool_t *pool, uint32_t n_threads)
 {
     rms_job_t j = {.x = x, .w = w, .y = y, .d = d, .eps = eps};
-    kv_model_pool_run(pool, n_threads, n, rms_unit, &j);
+    kv_pool_run(pool, n_threads, n, rms_unit, &j);
 }
 
 typedef struct rope_job {
@@ -42,7 +42,7 @@ typedef struct rope_job {
     const double *inv_freq;
 } rope_job_t;
 
-static void rope_unit(void *arg, size_t t)
+static void rope_unit(void *arg, size_t t, uint32_t worker)
 {
     const rope_job_t *j = arg;
     float cs[512], sn[512]; /* hd / 2 <= 512 (head_dim <= 1024) */
@@ -64,10 +64,10 @@ static void rope_unit(void *arg, size_t t)
 /* RoPE as ggml applies it for llama ("normal" mode): within each head,
  * the pairs (2i, 2i+1) rotate by pos * theta^(-2i/hd). x: [n][heads][hd]. */
 void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_model_pool_t *pool, uint32_t n_threads)
+                   const double *inv_freq, kv_pool_t *pool, uint32_t n_threads)
 {
     rope_job_t j = {.x = x, .heads = heads, .hd = hd, .pos = pos, .inv_freq = inv_freq};
-    kv_model_pool_run(pool, n_threads, n, rope_unit, &j);
+    kv_pool_run(pool, n_threads, n, rope_unit, &j);
 }
 
 typedef struct glu_job {
@@ -76,7 +76,7 @@ typedef struct glu_job {
     size_t d;
 } glu_job_t;
 
-static void glu_unit(void *arg, size_t t)
+static void glu_unit(void *arg, size_t t, uint32_t worker)
 {
     const glu_job_t *j = arg;
     float *g = j->gate + t * j->d;
@@ -86,11 +86,11 @@ static void glu_unit(void *arg, size_t t)
 }
 
 /* gate = silu(gate) * up, elementwise, n rows of d. */
-void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d, kv_model_pool_t *pool,
-                     uint32_t n_threads)
+void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d,
+                     kv_pool_t *pool, uint32_t n_threads)
 {
     glu_job_t j = {.gate = gate, .up = up, .d = d};
-    kv_model_pool_run(pool, n_threads, n, glu_unit, &j);
+    kv_pool_run(pool, n_threads, n, glu_unit, &j);
 }
 
 void kv_model_add(float *x, const float *y, size_t n)

@@ -35,7 +35,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kv_model_pool.h"
 #include "kvpage/kvpage.h"
 
 /* A weight matrix: the file's blocks (borrowed) and its packed copy. */
@@ -76,14 +75,14 @@ void kv_q_mat_release(kv_q_mat_t *m);
  * (pool NULL: the caller alone; n_threads 0: the whole pool). Returns 0, or
  * KV_EINVAL (unpacked matrix, bad arguments). */
 int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_t ldy,
-                kv_model_pool_t *pool, uint32_t n_threads);
+                kv_pool_t *pool, uint32_t n_threads);
 
 /* Several matrices of the same cols applied to the same x in one parallel
  * region (fewer thread wake-ups): y[i] = x w[i]^T with ldy[i], i < count.
  * Same results as count separate kv_q_matmul calls. count <= 8. */
 int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
-                     uint32_t count, const float *x, uint32_t n, kv_model_pool_t *pool,
-                     uint32_t n_threads);
+                     uint32_t count, const float *x, uint32_t n,
+                     kv_pool_t *pool, uint32_t n_threads);
 
 /* binary16 <-> binary32 (round to nearest even; overflow -> inf). */
 float kv_q_half_to_float(uint16_t h);

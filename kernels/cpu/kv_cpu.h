@@ -5,7 +5,7 @@
  *   kv_cpu_check.c     parameter validation (nothing is written on error)
  *   kv_cpu_plan.c      token ranges of page lists -> (page, offset) spans,
  *                      per-call scratch
- *   kv_cpu_pool.c      worker threads: jobs of independent units
+ *   kv_pool.c      worker threads: jobs of independent units
  *   kv_cpu_decode.c    batched decode: split-K partitions + (max, sum-exp)
  *   kv_cpu_prefill.c   causal prefill over blocks of query rows
  *   kv_cpu_attend.c    the hot loops (one source, compiled for AVX2+FMA+F16C
@@ -83,26 +83,19 @@ typedef struct kv_kern_cpu_loops {
 extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2;
 extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_generic;
 
-/* Worker threads (kv_cpu_pool.c). A job is n_units calls fn(arg, unit,
- * worker), each unit once, in any order and on any worker; worker is in
- * [0, pool size) and no two units run on one worker at once (index per-
- * worker scratch with it). The caller is worker 0 and returns when every
- * unit is done. */
-typedef struct kv_kern_cpu_pool kv_kern_cpu_pool_t;
-typedef void (*kv_kern_cpu_unit_fn)(void *arg, size_t unit, uint32_t worker);
-
-/* n_threads - 1 helper threads. Errors: KV_ENOMEM. */
-int kv_kern_cpu_pool_create(uint32_t n_threads, kv_kern_cpu_pool_t **out);
-void kv_kern_cpu_pool_destroy(kv_kern_cpu_pool_t *pool);
-/* Workers a job may use (helpers + the caller). */
-uint32_t kv_kern_cpu_pool_size(const kv_kern_cpu_pool_t *pool);
-void kv_kern_cpu_run(kv_kern_cpu_pool_t *pool, size_t n_units,
-                     kv_kern_cpu_unit_fn fn, void *arg);
+/* Worker threads (kv_pool.c): kv_pool_* are public (kvpage.h:
+ * the model engine runs on them too). A job on every worker of the pool;
+ * worker is in [0, kv_pool_size(pool)). */
+static inline void kv_kern_cpu_run(kv_pool_t *pool, size_t n_units,
+                                   kv_pool_unit_fn fn, void *arg)
+{
+    (void)kv_pool_run(pool, 0, n_units, fn, arg);
+}
 
 /* Backend context (immutable after create). */
 typedef struct kv_kern_cpu {
     const kv_kern_cpu_loops_t *loops; /* chosen at create        */
-    kv_kern_cpu_pool_t *pool;         /* n_threads workers        */
+    kv_pool_t *pool;         /* n_threads workers        */
 } kv_kern_cpu_t;
 
 /* Validation (kv_cpu_check.c): 0, KV_EINVAL or KV_ENOTSUP. */

@@ -35,7 +35,7 @@ static void cpu_destroy(void *ctx)
     kv_kern_cpu_t *cx = ctx;
     if (!cx)
         return;
-    kv_kern_cpu_pool_destroy(cx->pool);
+    kv_pool_destroy(cx->pool);
     kv_mem_free(cx, sizeof *cx);
 }
 
@@ -61,7 +61,7 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
     kv_kern_cpu_t *cx = kv_mem_alloc(sizeof *cx);
     if (!cx)
         return KV_ENOMEM;
-    int rc = kv_kern_cpu_pool_create(n_threads, &cx->pool);
+    int rc = kv_pool_create(n_threads, &cx->pool);
     if (rc) {
         kv_mem_free(cx, sizeof *cx);
         return rc;

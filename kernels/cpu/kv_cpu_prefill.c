@@ -154,7 +154,7 @@ int kv_kern_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
     for (uint32_t h = 0; p->stats && h < pl.H; h++)
         pl.n_stat_units += (p->seq_len[h] - 1) / KV_CPU_STATS_RANGE + 1;
     size_t n_units = (size_t)pl.H * pl.n_blocks;
-    pl.n_thr = kv_kern_cpu_pool_size(cx->pool);
+    pl.n_thr = kv_pool_size(cx->pool);
     size_t blk_rows = (size_t)pl.rows_blk * pl.G;
     pl.thread_floats = kv_kern_cpu_thread_floats(pl.D, (uint32_t)blk_rows) +
                        blk_rows * (2 + (size_t)pl.D);

@@ -114,7 +114,7 @@ static void test_blocks(void)
 /* One matrix type: random blocks, x; packed matmul against a double
  * reference, bit-identical across threads and batch sizes, and the scalar
  * path (no SIMD) close to the SIMD one. */
-static void matmul_case(uint32_t type, uint64_t *rs, kv_model_pool_t *pool)
+static void matmul_case(uint32_t type, uint64_t *rs, kv_pool_t *pool)
 {
     enum { R = 37, C = 96, N = 11 };
     const size_t rb = kv_q_row_bytes(type, C);
@@ -184,13 +184,13 @@ static void matmul_case(uint32_t type, uint64_t *rs, kv_model_pool_t *pool)
 static void test_matmul(void)
 {
     uint64_t rs = 7;
-    kv_model_pool_t *pool = NULL;
-    CHECK_OK(kv_model_pool_create(3, &pool));
-    CHECK_EQ(kv_model_pool_threads(pool), 3);
+    kv_pool_t *pool = NULL;
+    CHECK_OK(kv_pool_create(3, &pool));
+    CHECK_EQ(kv_pool_size(pool), 3);
     const uint32_t types[] = {KV_GGML_Q4_1, KV_GGML_Q8_0, KV_GGML_F16, KV_GGML_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         matmul_case(types[i], &rs, pool);
-    kv_model_pool_destroy(pool);
+    kv_pool_destroy(pool);
     float a[24], b[24];
     for (int i = 0; i < 24; i++)
         a[i] = kv_test_randf(&rs), b[i] = kv_test_randf(&rs);

@@ -23,7 +23,7 @@
  * The prompt in one chunk and in chunks of 16 gives the same rows (within
  * the same bounds), and asking for the last 3 rows only gives those rows'
  * exact bits. Greedy output and logits are bit-identical across runs and
- * across thread counts (1 vs 2, engine and store); a fork decoded in a batch with
+ * across thread counts (1 vs 2, engine and store; paged and dense); a fork decoded in a batch with
  * its parent gives the parent's logits bit for bit; bad token ids and
  * context overflow are refused without changing the session; a forward pass
  * that runs out of pages mid-way (KV_ENOMEM) leaves the session and the
@@ -261,11 +261,12 @@ static void test_paged_vs_dense(const kv_model_t *m, const int32_t *ids, uint32_
 
 /* ---- determinism ---------------------------------------------------------- */
 
-/* Greedy continuation of 16 tokens; the final logits into last. */
-static void greedy(const kv_model_t *m, const int32_t *ids, uint32_t n, int threads,
+/* Greedy continuation of 16 tokens; the final logits into last. Paged, or
+ * dense (attention rows on the engine's pool, scores per worker). */
+static void greedy(const kv_model_t *m, const int32_t *ids, uint32_t n, int threads, int dense,
                    int32_t *out, float *last)
 {
-    kv_store_t *st = new_store(m, CTX, 1, (uint32_t)threads);
+    kv_store_t *st = dense ? NULL : new_store(m, CTX, 1, (uint32_t)threads);
     kv_model_session_t *s = new_session(m, st, 256, threads);
     kv_model_gen_opts_t o = {.max_new = 16};
     kv_model_gen_result_t r;
@@ -285,13 +286,15 @@ static void test_determinism(const kv_model_t *m, const int32_t *ids, uint32_t n
     const uint32_t V = kv_model_hparams(m)->vocab;
     int32_t a[16], b[16], c[16];
     float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4), *lc = malloc((size_t)V * 4);
-    greedy(m, ids, n, 1, a, la);
-    greedy(m, ids, n, 1, b, lb);
-    greedy(m, ids, n, 2, c, lc);
-    CHECK(!memcmp(a, b, sizeof a));
-    CHECK(!memcmp(la, lb, (size_t)V * 4));
-    CHECK(!memcmp(a, c, sizeof a));
-    CHECK(!memcmp(la, lc, (size_t)V * 4));
+    for (int dense = 0; dense < 2; dense++) {
+        greedy(m, ids, n, 1, dense, a, la);
+        greedy(m, ids, n, 1, dense, b, lb);
+        greedy(m, ids, n, 2, dense, c, lc);
+        CHECK(!memcmp(a, b, sizeof a));
+        CHECK(!memcmp(la, lb, (size_t)V * 4));
+        CHECK(!memcmp(a, c, sizeof a));
+        CHECK(!memcmp(la, lc, (size_t)V * 4));
+    }
     free(la), free(lb), free(lc);
 }
 
