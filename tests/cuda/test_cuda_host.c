@@ -13,7 +13,9 @@
  *     indices and rejected pointers in device mode, work items that tile
  *     every list in order from the right (entry, offset), statistics items
  *     and offsets, the single-pass decision, rows per block;
- *   - conversion locations (kv_cuda_convert_locs) and their errors;
+ *   - conversion locations (kv_cuda_convert_locs) and their errors; bad
+ *     source pages answered alike by kv_cuda_check_convert and the CPU
+ *     kernel (one check: kv_kern_check_run);
  *   - validation and dispatch errors: the CPU checks' errors, KV_ENOTSUP for
  *     head dims and page sizes no kernel was built for, launcher argument
  *     errors, and (only without a GPU) KV_ENOTSUP from create/pool create.
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/cpu/kv_cpu.h"
+#include "kernels/cpu/kv_cpu_convert.h"
 #include "kernels/cuda/kv_cuda.h"
 #include "kv_test.h"
 #include "pages/kv_fmt_codec.h"
@@ -364,6 +367,39 @@ static void test_convert_locs(void)
     CHECK_EQ(kv_cuda_check_convert(&p), KV_EINVAL);
     p.dst_format = KV_FMT_MERGED;
     CHECK_EQ(kv_cuda_check_convert(&p), KV_ENOTSUP);
+    /* bad source pages: the same answer from the CUDA planner and the CPU
+     * kernel (one check, kv_kern_check_run); nothing is read or written */
+    p.dst_format = KV_FMT_FP16;
+    p.n_tokens = 20;
+    CHECK_OK(kv_cuda_check_convert(&p));
+    static const struct {
+        uint32_t page, what, value;
+        int want;
+    } bad[] = {
+        {0, 0, 0, KV_EINVAL},   /* data NULL           */
+        {1, 1, 0, KV_EINVAL},   /* no tokens           */
+        {2, 1, 17, KV_EINVAL},  /* more than a page    */
+        {1, 2, 1, KV_EINVAL},   /* variant 1 on FP16   */
+        {2, 3, 9, KV_ENOTSUP},  /* unknown format      */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kv_kern_page_t keep = src[bad[i].page];
+        kv_kern_page_t *x = &src[bad[i].page];
+        if (bad[i].what == 0)
+            x->data = NULL;
+        else if (bad[i].what == 1)
+            x->n_tokens = bad[i].value;
+        else if (bad[i].what == 2)
+            x->variant = bad[i].value;
+        else
+            x->format = bad[i].value;
+        CHECK_EQ(kv_cuda_check_convert(&p), bad[i].want);
+        CHECK_EQ(kv_kern_cpu_convert(NULL, &p), bad[i].want);
+        *x = keep;
+    }
+    p.src = NULL;
+    CHECK_EQ(kv_cuda_check_convert(&p), KV_EINVAL);
+    CHECK_EQ(kv_kern_cpu_convert(NULL, &p), KV_EINVAL);
 }
 
 static void test_checks(void)
