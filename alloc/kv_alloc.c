@@ -1,7 +1,7 @@
 /*
  * kv_alloc.c — fixed-size page pools with refcounts (see kv_alloc.h).
  *
- * Where every free page index is, at any moment (the conservation law
+ * Where every free page is, at any moment (the conservation law
  * used + shared_n + sum(cache counts) == capacity):
  *   - on the pool's shared LIFO stack of page ids (stack[0..shared_n), top last), under
  *     pool->lock; or

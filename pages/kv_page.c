@@ -276,12 +276,9 @@ int kv_page_read(const kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                  uint32_t head, uint32_t t0, uint32_t n, float *k, float *v,
                  int32_t *pos)
 {
-    if (!pt)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers || head >= pt->cfg.n_kv_heads)
-        return KV_ERANGE;
+    int rc = kv_page_check_list(pt, seq, layer, head);
+    if (rc)
+        return rc;
     const kv_page_list_t *l = kv_page_list_at(pt, seq, layer, head);
     if ((uint64_t)t0 + n > l->n_tokens)
         return KV_ERANGE;

@@ -124,16 +124,13 @@ static void copy_tokens(const kv_page_table_t *pt, const kv_page_list_t *l,
 int kv_page_compact(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                     uint32_t head, const uint32_t *keep, uint32_t n_keep)
 {
-    if (!pt)
-        return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers || head >= pt->cfg.n_kv_heads)
-        return KV_ERANGE;
+    int rc = kv_page_check_list(pt, seq, layer, head);
+    if (rc)
+        return rc;
     if (n_keep && !keep)
         return KV_EINVAL;
     kv_page_list_t *l = kv_page_list_at(pt, seq, layer, head);
-    int rc = check_keep(keep, n_keep, l->n_tokens);
+    rc = check_keep(keep, n_keep, l->n_tokens);
     if (rc)
         return rc;
     if (l->n_busy)

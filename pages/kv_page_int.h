@@ -76,6 +76,14 @@ static inline int kv_page_check_layer(const kv_page_table_t *pt,
     return layer < pt->cfg.n_layers ? KV_OK : KV_ERANGE;
 }
 
+/* kv_page_check_layer, and head a kv_head of the table (else KV_ERANGE). */
+static inline int kv_page_check_list(const kv_page_table_t *pt, uint32_t seq,
+                                     uint32_t layer, uint32_t head)
+{
+    int rc = kv_page_check_layer(pt, seq, layer);
+    return rc ? rc : head < pt->cfg.n_kv_heads ? KV_OK : KV_ERANGE;
+}
+
 /* 1 if some kv_head list of (seq, layer) has busy entries (residency
  * flags, kv_page.h): mutating calls then return KV_ENOTRES. */
 static inline int kv_page_layer_busy(const kv_page_table_t *pt, uint32_t seq,

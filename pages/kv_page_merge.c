@@ -307,11 +307,12 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
 int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                          const kv_page_merge_opts_t *o)
 {
-    if (!pt || !opts_ok(o))
+    if (!opts_ok(o))
         return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer == 0 || layer >= pt->cfg.n_layers)
+    int rc = kv_page_check_layer(pt, seq, layer);
+    if (rc)
+        return rc;
+    if (layer == 0)
         return KV_ERANGE;
     if (kv_page_layer_busy(pt, seq, layer - 1) || kv_page_layer_busy(pt, seq, layer))
         return KV_ENOTRES;
@@ -328,7 +329,7 @@ int kv_page_merge_layers(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                                               (size_t)H * sizeof *plans);
     if (!plans)
         return KV_ENOMEM;
-    int rc = KV_OK;
+    rc = KV_OK;
     uint64_t sum_m = 0, sum_r = 0;
     uint32_t max_m = 0, max_src = 0;
     for (uint32_t h = 0; h < H && !rc; h++) {

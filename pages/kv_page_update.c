@@ -21,12 +21,11 @@
 int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                      uint32_t head, uint32_t t0, uint32_t n, const float *v)
 {
-    if (!pt || (n && !v))
+    if (n && !v)
         return KV_EINVAL;
-    if (!kv_page_seq_live(pt, seq))
-        return KV_ENOENT;
-    if (layer >= pt->cfg.n_layers || head >= pt->cfg.n_kv_heads)
-        return KV_ERANGE;
+    int rc = kv_page_check_list(pt, seq, layer, head);
+    if (rc)
+        return rc;
     kv_page_list_t *l = kv_page_list_at(pt, seq, layer, head);
     if (t0 > l->n_tokens || n > l->n_tokens - t0)
         return KV_ERANGE;
@@ -57,7 +56,7 @@ int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
                                   n_shared * sizeof *ids);
         if (!ids)
             return KV_ENOMEM;
-        int rc = kv_alloc_pages(pt->pool, n_shared, ids);
+        rc = kv_alloc_pages(pt->pool, n_shared, ids);
         if (rc) {
             kv_page_scratch_put(&sc);
             return rc;
