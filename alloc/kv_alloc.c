@@ -24,9 +24,9 @@
  * this pool, fault injection disarmed, low flag clear): an alloc pops the
  * cache, a free pushes it: relaxed loads and stores on the thread's own
  * cache and the page's refcount, no lock, no atomic read-modify-write. It is
- * inline in the caller (kv_alloc.h: kv_alloc_page, kv_alloc_release,
- * kv_alloc_page_ptr); everything else is in out-of-line functions here
- * (kv_alloc_page_other, kv_alloc_release_other).
+ * inline in the caller (kv_alloc.h: kv_alloc_page, kv_alloc_page_mem,
+ * kv_alloc_release, kv_alloc_page_ptr); everything else is in out-of-line
+ * functions here (kv_alloc_page_other, kv_alloc_release_other).
  * A hot slot naming a destroyed pool never matches again (serials are never
  * reused), so destroy has nothing to clear there. A thread goes to the
  * shared stack ("a trip") when its cache is empty (refill KV_ALLOC_TCACHE_MAX/2
@@ -106,6 +106,8 @@ extern inline int kv_alloc_cache_pop(kv_alloc_pool_t *pool, kv_alloc_tcache_t *c
                                      kv_page_id_t *id);
 extern inline int kv_alloc_cache_push(kv_alloc_tcache_t *c, kv_page_id_t id);
 extern inline int kv_alloc_page(kv_alloc_pool_t *pool, kv_page_id_t *id);
+extern inline void *kv_alloc_addr(const kv_alloc_pool_t *pool, uint32_t idx);
+extern inline int kv_alloc_page_mem(kv_alloc_pool_t *pool, kv_page_id_t *id, void **mem);
 extern inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id);
 extern inline void *kv_alloc_page_ptr(const kv_alloc_pool_t *pool, kv_page_id_t id);
 
@@ -117,6 +119,10 @@ static int kv_alloc_key_ok;
 static unsigned kv_alloc_arena;    /* jemalloc arena for page blocks */
 static int kv_alloc_arena_ok;
 #endif
+/* The hot fields fit their 64-byte line (kv_alloc.h). */
+_Static_assert(offsetof(kv_alloc_pool_t, stack) - offsetof(kv_alloc_pool_t, cache_key) == 64,
+               "kv_alloc_pool: the hot fields outgrew their cache line");
+
 static _Atomic uint32_t kv_alloc_next_tag;
 static _Atomic uint64_t kv_alloc_next_serial;
 static _Thread_local kv_alloc_thread_t kv_alloc_tls;
@@ -416,6 +422,7 @@ int kv_alloc_pool_create(const kv_alloc_config_t *cfg, kv_alloc_pool_t **out)
     }
     uint32_t tag = atomic_fetch_add(&kv_alloc_next_tag, 1) % KV_ALLOC_TAG_MAX + 1u;
     pool->tag_bits = tag << KV_ALLOC_TAG_SHIFT;
+    pool->host_pages = pool->base ? pool->capacity : 0;
     /* Stack top is index 0, so a fresh pool hands out 0, 1, 2, ... */
     for (uint32_t i = 0; i < cfg->capacity; i++)
         pool->stack[i] = pool->tag_bits | (cfg->capacity - 1u - i);

@@ -4,9 +4,12 @@
  * One "pair" is: get a block of `bytes`, write one byte of it through a
  * volatile pointer and read it back, give the block back. Implementations,
  * all measured in the same run:
- *   kvpage          kv_alloc_page + kv_alloc_page_ptr + kv_alloc_release
- *                   (per-thread caches on: the lock-free hot path)
- *   kvpage-notcache the same on a KV_ALLOC_NO_TCACHE pool (mutex every op)
+ *   kvpage          kv_alloc_page_mem (the page and its address, as malloc
+ *                   gives) + kv_alloc_release (per-thread caches on: the
+ *                   lock-free hot path)
+ *   kvpage-id       the same in three calls: kv_alloc_page, then
+ *                   kv_alloc_page_ptr (checks the id again), kv_alloc_release
+ *   kvpage-notcache kvpage on a KV_ALLOC_NO_TCACHE pool (mutex every op)
  *   jemalloc        mallocx(bytes, 0) + sdallocx(p, bytes, 0)
  *   glibc           __libc_malloc + __libc_free (called by name: the
  *                   library links jemalloc, whose malloc replaces glibc's)
@@ -53,6 +56,7 @@ extern void __libc_free(void *p);
 
 typedef enum bench_impl {
     IMPL_KVPAGE = 0,
+    IMPL_KVPAGE_ID,
     IMPL_KVPAGE_NOTCACHE,
     IMPL_JEMALLOC,
     IMPL_GLIBC,
@@ -62,6 +66,7 @@ typedef enum bench_impl {
 
 static const char *const bench_impl_name[IMPL_COUNT] = {
     [IMPL_KVPAGE] = "kvpage",
+    [IMPL_KVPAGE_ID] = "kvpage-id",
     [IMPL_KVPAGE_NOTCACHE] = "kvpage-notcache",
     [IMPL_JEMALLOC] = "jemalloc",
     [IMPL_GLIBC] = "glibc",
@@ -104,77 +109,114 @@ static double bench_clock(clockid_t id)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static void bench_loop(bench_job_t *j)
+/* One function per impl, each 64-byte aligned (BENCH_LOOP): at a few ns per
+ * pair the code layout of a loop can move its time by 10%, so no impl's loop
+ * may shift because another impl's code changed. */
+#define BENCH_LOOP __attribute__((noinline, aligned(64)))
+
+/* kvpage pairs: the page and its address from kv_alloc_page_mem, or (by_id)
+ * from kv_alloc_page and then kv_alloc_page_ptr. */
+static inline __attribute__((always_inline)) unsigned
+bench_kvpage_pairs(bench_job_t *j, int by_id)
 {
     unsigned sink = 0;
-    const uint64_t n = j->pairs;
+    kv_alloc_pool_t *pool = j->pool;
+    for (uint64_t i = 0, n = j->pairs; i < n; i++) {
+        kv_page_id_t id;
+        void *m = NULL;
+        int rc = by_id ? kv_alloc_page(pool, &id) : kv_alloc_page_mem(pool, &id, &m);
+        if (rc != 0) {
+            j->err = 1;
+            break;
+        }
+        volatile unsigned char *p = by_id ? kv_alloc_page_ptr(pool, id) : m;
+        p[0] = (unsigned char)i;
+        sink += p[0];
+        kv_alloc_release(pool, id);
+    }
+    return sink;
+}
+
+BENCH_LOOP static unsigned bench_loop_kvpage(bench_job_t *j)
+{
+    return bench_kvpage_pairs(j, 0);
+}
+
+BENCH_LOOP static unsigned bench_loop_kvpage_id(bench_job_t *j)
+{
+    return bench_kvpage_pairs(j, 1);
+}
+
+BENCH_LOOP static unsigned bench_loop_jemalloc(bench_job_t *j)
+{
+    unsigned sink = 0;
     const size_t bytes = j->bytes;
+    for (uint64_t i = 0, n = j->pairs; i < n; i++) {
+        volatile unsigned char *p = mallocx(bytes, 0);
+        p[0] = (unsigned char)i;
+        sink += p[0];
+        sdallocx((void *)p, bytes, 0);
+    }
+    return sink;
+}
+
+BENCH_LOOP static unsigned bench_loop_glibc(bench_job_t *j)
+{
+    unsigned sink = 0;
+    const size_t bytes = j->bytes;
+    for (uint64_t i = 0, n = j->pairs; i < n; i++) {
+        volatile unsigned char *p = __libc_malloc(bytes);
+        p[0] = (unsigned char)i;
+        sink += p[0];
+        __libc_free((void *)p);
+    }
+    return sink;
+}
+
+BENCH_LOOP static unsigned bench_loop_floor(bench_job_t *j)
+{
+    unsigned sink = 0;
+    const size_t bytes = j->bytes;
+    floor_cache_t *c = &floor_tc;
+    for (uint32_t k = 0; k < FLOOR_PAGES; k++)
+        c->ids[k] = k;
+    atomic_store_explicit(&c->n, FLOOR_PAGES, memory_order_relaxed);
+    for (uint64_t i = 0, n = j->pairs; i < n; i++) {
+        uint32_t m = atomic_load_explicit(&c->n, memory_order_relaxed);
+        if (m == 0) {
+            j->err = 1;
+            break;
+        }
+        uint32_t idx = c->ids[m - 1];
+        atomic_store_explicit(&c->refs[idx], 1, memory_order_relaxed);
+        atomic_store_explicit(&c->n, m - 1, memory_order_relaxed);
+        volatile unsigned char *p = j->block + (size_t)idx * bytes;
+        p[0] = (unsigned char)i;
+        sink += p[0];
+        m = atomic_load_explicit(&c->n, memory_order_relaxed);
+        if (atomic_load_explicit(&c->refs[idx], memory_order_relaxed) != 1 ||
+            m >= FLOOR_PAGES) {
+            j->err = 1;
+            break;
+        }
+        atomic_store_explicit(&c->refs[idx], 0, memory_order_relaxed);
+        c->ids[m] = idx;
+        atomic_store_explicit(&c->n, m + 1, memory_order_relaxed);
+    }
+    return sink;
+}
+
+static void bench_loop(bench_job_t *j)
+{
     switch (j->impl) {
     case IMPL_KVPAGE:
-    case IMPL_KVPAGE_NOTCACHE: {
-        kv_alloc_pool_t *pool = j->pool;
-        for (uint64_t i = 0; i < n; i++) {
-            kv_page_id_t id;
-            if (kv_alloc_page(pool, &id) != 0) {
-                j->err = 1;
-                break;
-            }
-            volatile unsigned char *p = kv_alloc_page_ptr(pool, id);
-            p[0] = (unsigned char)i;
-            sink += p[0];
-            kv_alloc_release(pool, id);
-        }
-        break;
+    case IMPL_KVPAGE_NOTCACHE: j->sink = bench_loop_kvpage(j); break;
+    case IMPL_KVPAGE_ID:       j->sink = bench_loop_kvpage_id(j); break;
+    case IMPL_JEMALLOC:        j->sink = bench_loop_jemalloc(j); break;
+    case IMPL_GLIBC:           j->sink = bench_loop_glibc(j); break;
+    case IMPL_FLOOR:           j->sink = bench_loop_floor(j); break;
+    default:                   j->err = 1;
     }
-    case IMPL_JEMALLOC:
-        for (uint64_t i = 0; i < n; i++) {
-            volatile unsigned char *p = mallocx(bytes, 0);
-            p[0] = (unsigned char)i;
-            sink += p[0];
-            sdallocx((void *)p, bytes, 0);
-        }
-        break;
-    case IMPL_GLIBC:
-        for (uint64_t i = 0; i < n; i++) {
-            volatile unsigned char *p = __libc_malloc(bytes);
-            p[0] = (unsigned char)i;
-            sink += p[0];
-            __libc_free((void *)p);
-        }
-        break;
-    case IMPL_FLOOR: {
-        floor_cache_t *c = &floor_tc;
-        for (uint32_t k = 0; k < FLOOR_PAGES; k++)
-            c->ids[k] = k;
-        atomic_store_explicit(&c->n, FLOOR_PAGES, memory_order_relaxed);
-        for (uint64_t i = 0; i < n; i++) {
-            uint32_t m = atomic_load_explicit(&c->n, memory_order_relaxed);
-            if (m == 0) {
-                j->err = 1;
-                break;
-            }
-            uint32_t idx = c->ids[m - 1];
-            atomic_store_explicit(&c->refs[idx], 1, memory_order_relaxed);
-            atomic_store_explicit(&c->n, m - 1, memory_order_relaxed);
-            volatile unsigned char *p = j->block + (size_t)idx * bytes;
-            p[0] = (unsigned char)i;
-            sink += p[0];
-            m = atomic_load_explicit(&c->n, memory_order_relaxed);
-            if (atomic_load_explicit(&c->refs[idx], memory_order_relaxed) != 1 ||
-                m >= FLOOR_PAGES) {
-                j->err = 1;
-                break;
-            }
-            atomic_store_explicit(&c->refs[idx], 0, memory_order_relaxed);
-            c->ids[m] = idx;
-            atomic_store_explicit(&c->n, m + 1, memory_order_relaxed);
-        }
-        break;
-    }
-    default:
-        j->err = 1;
-    }
-    j->sink = sink;
 }
 
 static void *bench_thread(void *arg)
@@ -248,7 +290,8 @@ typedef struct bench_row {
 
 static int bench_is_kvpage(bench_impl_t impl)
 {
-    return impl == IMPL_KVPAGE || impl == IMPL_KVPAGE_NOTCACHE;
+    return impl == IMPL_KVPAGE || impl == IMPL_KVPAGE_ID ||
+           impl == IMPL_KVPAGE_NOTCACHE;
 }
 
 /* All impls at one (bytes, threads): rows[IMPL_COUNT]. */

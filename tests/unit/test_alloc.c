@@ -304,6 +304,63 @@ static void test_id_only_pool(void)
     kv_alloc_pool_destroy(pool);
 }
 
+/* kv_alloc_page_mem: the page and the address kv_alloc_page_ptr gives, for
+ * every page until the pool is exhausted; bad arguments, an id-only pool,
+ * exhaustion and an injected failure take nothing and leave *mem alone. */
+static void test_page_mem(uint32_t flags)
+{
+    enum { CAP = 40 };
+    kv_alloc_pool_t *pool = make_pool(4096, CAP, KV_TIER_HOST, flags);
+    kv_alloc_pool_t *ids_only = make_pool(4096, 8, KV_TIER_FILE, flags);
+    if (!pool || !ids_only) {
+        kv_alloc_pool_destroy(pool);
+        kv_alloc_pool_destroy(ids_only);
+        return;
+    }
+    kv_page_id_t ids[CAP], id = 0x5555;
+    void *mem = &id, *keep = &id;
+    kv_alloc_stats_t st0, st1;
+    kv_alloc_stats(pool, &st0);
+    CHECK_EQ(kv_alloc_page_mem(pool, &id, NULL), KV_EINVAL);
+    CHECK_EQ(kv_alloc_page_mem(pool, NULL, &mem), KV_EINVAL);
+    CHECK_EQ(kv_alloc_page_mem(NULL, &id, &mem), KV_EINVAL);
+    kv_alloc_stats(pool, &st1);
+    CHECK(same_stats(&st0, &st1));
+    kv_alloc_stats(ids_only, &st0);
+    CHECK_EQ(kv_alloc_page_mem(ids_only, &id, &mem), KV_EINVAL);
+    kv_alloc_stats(ids_only, &st1);
+    CHECK(st1.used == 0 && st1.free == 8 && st1.failed == st0.failed);
+    CHECK(mem == keep);
+    int same = 1, distinct = 1;
+    for (uint32_t i = 0; i < CAP; i++) {
+        CHECK_OK(kv_alloc_page_mem(pool, &ids[i], &mem));
+        same &= mem == kv_alloc_page_ptr(pool, ids[i]) &&
+                kv_alloc_refcount(pool, ids[i]) == 1;
+        memset(mem, (int)i, 4096);
+    }
+    for (uint32_t i = 0; i < CAP; i++)
+        distinct &= *(const unsigned char *)kv_alloc_page_ptr(pool, ids[i]) == i;
+    CHECK(same);
+    CHECK(distinct);
+    mem = keep;
+    CHECK_EQ(kv_alloc_page_mem(pool, &id, &mem), KV_ENOMEM);
+    CHECK(mem == keep && id == 0x5555);
+    CHECK_EQ(kv_alloc_release(pool, ids[0]), 1);
+    kv_fault_arm(1);
+    CHECK_EQ(kv_alloc_page_mem(pool, &id, &mem), KV_ENOMEM);
+    CHECK(kv_fault_fired());
+    kv_fault_arm(0);
+    CHECK(mem == keep);
+    CHECK_OK(kv_alloc_page_mem(pool, &ids[0], &mem));
+    CHECK(mem == kv_alloc_page_ptr(pool, ids[0]));
+    kv_alloc_stats(pool, &st1);
+    CHECK(st1.used == CAP && st1.free == 0);
+    for (uint32_t i = 0; i < CAP; i++)
+        CHECK_EQ(kv_alloc_release(pool, ids[i]), 1);
+    kv_alloc_pool_destroy(pool);
+    kv_alloc_pool_destroy(ids_only);
+}
+
 /* Random alloc/free walk: stats match a shadow model, peak included.
  * cap 300: drifts up to exhaustion and back down (crossing the low
  * watermark both ways). cap 1000 with a ceiling rising from 40 to 240: the
@@ -475,6 +532,7 @@ int main(void)
         test_stats_walk(f, 300, &seed);
         test_stats_walk(f, 1000, &seed);
         test_injected(f);
+        test_page_mem(f);
     }
     test_lifo();
     test_bad_ids();
