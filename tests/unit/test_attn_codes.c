@@ -16,14 +16,14 @@
  * Kernel level (CPU backend), lists mixing FP16, INT4 and INT2 pages with
  * partly used pages and groups, each case with and without shapes: decode
  * (GQA groups of 1, 3, 4 and 5 query heads, so that row blocks of four have
- * every remainder; split-K partitions that start inside 16-token groups)
- * and causal prefill whose new rows lie inside INT pages (rows see different prefixes of one chunk), with
- * statistics: every output row within 1e-3 (norm-wise relative) of dense
- * attention in double over the decoded values, statistics per token within
- * 1e-3 relative, their total == q rows counted, entries past a list
- * untouched. The traits table: INT4/INT2 have both steps, FP16 and MERGED
- * neither (never both a step and load_variant). Pages, lists, calls and
- * their checks: the shared fixture kv_test_kern.h.
+ * every remainder; split-K partitions that start inside 16-token groups) and
+ * causal prefill whose new rows lie inside INT pages (rows see different
+ * prefixes of one chunk), with statistics: every output row within 1e-3
+ * (norm-wise relative) of dense attention in double over the decoded values,
+ * statistics per token within 1e-3 relative, their total == q rows counted,
+ * entries past a list untouched. The traits table: INT4/INT2 have both
+ * steps, FP16 and MERGED neither (never both a step and load_variant).
+ * Pages, lists, calls and their checks: the shared fixture kv_test_kern.h.
  */
 #include <string.h>
 
