@@ -421,8 +421,7 @@ void kv_remote_destroy(kv_remote_t *r)
         return;
     for (uint32_t i = 0; i < r->n_nodes; i++)
         kv_remote_node_free(r->nodes[i]);
-    if (r->url)
-        kv_mem_free(r->url, strlen(r->url) + 1);
+    kv_mem_free(r->url, r->url_bytes);
     kv_mem_free(r->seeds, r->n_seeds * sizeof *r->seeds);
     kv_mem_free(r->nodes, KV_REMOTE_MAX_NODES * sizeof *r->nodes);
     kv_mem_free(r->slot_node, KV_REMOTE_SLOTS * sizeof *r->slot_node);
@@ -455,6 +454,7 @@ int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out)
     r->n_seeds = n_seeds;
     size_t ul = strlen(cfg->url) + 1;
     r->url = kv_mem_alloc(ul);
+    r->url_bytes = r->url ? ul : 0;
     r->nodes = kv_mem_calloc(KV_REMOTE_MAX_NODES, sizeof *r->nodes);
     r->slot_node = kv_mem_alloc(KV_REMOTE_SLOTS * sizeof *r->slot_node);
     r->rbuf = kv_mem_alloc(KV_REMOTE_RBUF);

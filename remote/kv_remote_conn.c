@@ -207,7 +207,8 @@ int kv_remote_node_reserve(kv_remote_node_t *n, size_t bytes, size_t entries)
 
 void kv_remote_node_append(kv_remote_node_t *n, const void *p, size_t len)
 {
-    memcpy(n->out + n->out_len, p, len);
+    if (len) /* (p may be NULL then: an empty iovec) */
+        memcpy(n->out + n->out_len, p, len);
     n->out_len += len;
 }
 

@@ -119,7 +119,8 @@ int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t 
     kv_le32(hdr + 56, 0);
     uint32_t crc = kv_crc32c(0, hdr, 60);
     for (int i = 0; i < iovcnt; i++)
-        crc = kv_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+        if (iov[i].iov_len)
+            crc = kv_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
     kv_le32(hdr + 60, crc);
     return 0;
 }

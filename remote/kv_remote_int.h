@@ -66,6 +66,7 @@ enum {
 struct kv_remote {
     kv_remote_config_t cfg;       /* defaults filled; url/ns point below     */
     char *url;                    /* copy of cfg.url                         */
+    size_t url_bytes;             /* its allocation (strlen + 1)             */
     char ns[KV_REMOTE_MAX_NS + 1];
     kv_remote_addr_t *seeds;      /* [n_seeds], from the url                 */
     uint32_t n_seeds;
