@@ -265,10 +265,15 @@ static int kv_write_op(struct kv_remote *r, kv_call_t *c, size_t i, kv_remote_no
 static void kv_round_write(struct kv_remote *r, kv_call_t *c, uint64_t deadline)
 {
     char key[KV_REMOTE_MAX_NS + 2 + 2 * KV_REMOTE_HASH_BYTES];
+    int late = kv_remote_now_ns() >= deadline; /* (a redirect at the last moment) */
     for (size_t i = 0; i < c->n; i++) {
         kv_op_t *op = &c->ops[i];
         if (op->state != KV_ST_SEND)
             continue;
+        if (late) {
+            kv_finish(r, c, i, -ETIMEDOUT);
+            continue;
+        }
         int klen = kv_remote_key_string(r->ns, kv_call_key(c, i), key, sizeof key);
         uint32_t node = op->pinned ? op->node : KV_REMOTE_NO_NODE;
         if (!op->pinned && r->mode == KV_REMOTE_MODE_SINGLE)
