@@ -59,14 +59,11 @@ typedef struct raw {
 
 static int raw_open(raw_t *w, const kv_tredis_t *t)
 {
-    struct timeval tv = {10, 0};
     w->n = t->n;
     for (int i = 0; i < t->n; i++) {
         w->port[i] = t->port[i];
-        w->c[i] = redisConnectWithTimeout("127.0.0.1", t->port[i], tv);
-        if (!w->c[i] || w->c[i]->err)
+        if (!(w->c[i] = kv_tredis_connect(t, i)))
             return -1;
-        redisSetTimeout(w->c[i], tv);
     }
     for (int s = 0; s < 16384; s++)
         w->slot_ctx[s] = 0;

@@ -294,25 +294,15 @@ static void kv_round_write(struct kv_remote *r, kv_call_t *c, uint64_t deadline)
     }
 }
 
-/* Room for n ops in the client's scratch (grown, never shrunk). */
-static int kv_ops_reserve(struct kv_remote *r, size_t n)
-{
-    if (n <= r->ops_cap)
-        return 0;
-    kv_op_t *ops = kv_mem_realloc(r->ops, r->ops_cap * sizeof *ops, n * sizeof *ops);
-    if (!ops)
-        return KV_ENOMEM;
-    r->ops = ops;
-    r->ops_cap = n;
-    return 0;
-}
-
 static int kv_call_run(struct kv_remote *r, kv_call_t *c)
 {
     if (c->n == 0)
         return 0;
-    if (kv_ops_reserve(r, c->n))
-        return KV_ENOMEM;
+    void *ops = r->ops; /* per-key state: grown, never shrunk */
+    int rc = kv_remote_grow(&ops, &r->ops_cap, 0, c->n, sizeof *c->ops);
+    r->ops = ops;
+    if (rc)
+        return rc;
     c->ops = r->ops;
     memset(c->ops, 0, c->n * sizeof *c->ops);
     r->epoch++;

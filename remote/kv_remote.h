@@ -87,7 +87,8 @@ typedef struct kv_remote_get {
                         /* key, or a value that failed its checks (counted     */
                         /* corrupt); KV_ERANGE: payload longer than cap (len   */
                         /* set, dst untouched); KV_EIO: node unreachable, in   */
-                        /* backoff, or a server error; -ETIMEDOUT              */
+                        /* backoff, or a server error; -ETIMEDOUT; KV_ENOMEM   */
+                        /* (memory for this key's command ran out mid-call)    */
 } kv_remote_get_t;
 
 /* One key of kv_remote_set: the payload is the concatenation of iov. */
@@ -95,8 +96,9 @@ typedef struct kv_remote_set {
     kv_remote_key_t key;
     uint32_t format;             /* caller's format tag, stored in the header  */
     const struct iovec *iov;     /* payload pieces (NULL iff iovcnt 0)         */
-    int iovcnt;                  /* 0..IOV_MAX; payload 0..MAX_PAYLOAD bytes    */
-    int status;                  /* out: 0 stored; KV_EIO, -ETIMEDOUT          */
+    int iovcnt;                  /* 0..1024; payload 0..MAX_PAYLOAD bytes       */
+    int status;                  /* out: 0 stored; KV_EIO, -ETIMEDOUT,         */
+                                 /* KV_ENOMEM (as for kv_remote_get)           */
 } kv_remote_set_t;
 
 /* Counters since create (all monotonic). */

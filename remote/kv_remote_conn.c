@@ -9,7 +9,10 @@
  * RESP protocol); bytes are read in KV_REMOTE_RBUF pieces and fed to it in
  * KV_FEED pieces with the replies taken out after each (its buffer drops
  * consumed bytes with a memmove of what is left, so feeding much more than
- * a reply at a time would move the same bytes many times).
+ * a reply at a time would move the same bytes many times). The reader never
+ * holds more than one unfinished reply of at most KV_REPLY_MAX bytes, and a
+ * read loop stops at the deadline, so a server that streams without end
+ * costs bounded memory and time.
  *
  * A node that fails (connect refused or timed out, reset, EOF, protocol
  * error, no reply by the deadline) is closed, the entries still on its fifo
@@ -34,6 +37,9 @@
 #include "remote/kv_remote_int.h"
 
 #define KV_FEED (16u << 10) /* bytes fed to the reader at a time */
+/* Most bytes one unfinished reply may hold in the reader (a value and room
+ * for the bulk string's framing): more is a broken or hostile server. */
+#define KV_REPLY_MAX ((size_t)KV_REMOTE_MAX_PAYLOAD + KV_REMOTE_HDR_BYTES + 64)
 
 uint64_t kv_remote_now_ns(void)
 {
@@ -180,29 +186,30 @@ int kv_remote_node_connect(struct kv_remote *r, kv_remote_node_t *n, uint64_t de
     return 0;
 }
 
+int kv_remote_grow(void **arr, size_t *cap, size_t used, size_t need, size_t elem)
+{
+    if (*cap - used >= need)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c - used < need)
+        c *= 2;
+    void *p = kv_mem_realloc(*arr, *cap * elem, c * elem);
+    if (!p)
+        return KV_ENOMEM;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
 int kv_remote_node_reserve(kv_remote_node_t *n, size_t bytes, size_t entries)
 {
-    if (n->out_cap - n->out_len < bytes) {
-        size_t cap = n->out_cap ? n->out_cap : 4096;
-        while (cap - n->out_len < bytes)
-            cap *= 2;
-        char *p = kv_mem_realloc(n->out, n->out_cap, cap);
-        if (!p)
-            return KV_ENOMEM;
-        n->out = p;
-        n->out_cap = cap;
-    }
-    if (n->fifo_cap - n->fifo_n < entries) {
-        size_t cap = n->fifo_cap ? n->fifo_cap : 64;
-        while (cap - n->fifo_n < entries)
-            cap *= 2;
-        uint32_t *f = kv_mem_realloc(n->fifo, n->fifo_cap * sizeof *f, cap * sizeof *f);
-        if (!f)
-            return KV_ENOMEM;
-        n->fifo = f;
-        n->fifo_cap = cap;
-    }
-    return 0;
+    void *out = n->out, *fifo = n->fifo;
+    int rc = kv_remote_grow(&out, &n->out_cap, n->out_len, bytes, 1);
+    n->out = out;
+    if (!rc)
+        rc = kv_remote_grow(&fifo, &n->fifo_cap, n->fifo_n, entries, sizeof *n->fifo);
+    n->fifo = fifo;
+    return rc;
 }
 
 void kv_remote_node_append(kv_remote_node_t *n, const void *p, size_t len)
@@ -272,7 +279,7 @@ static int kv_node_send(kv_remote_node_t *n)
 
 /* Read what the node sent and hand over every complete reply. */
 static int kv_node_recv(struct kv_remote *r, uint32_t i, kv_remote_reply_fn on_reply,
-                        void *call)
+                        void *call, uint64_t deadline)
 {
     kv_remote_node_t *n = r->nodes[i];
     for (;;) {
@@ -283,12 +290,15 @@ static int kv_node_recv(struct kv_remote *r, uint32_t i, kv_remote_reply_fn on_r
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : KV_EIO;
         for (size_t off = 0; off < (size_t)k; off += KV_FEED) {
             size_t m = (size_t)k - off < KV_FEED ? (size_t)k - off : KV_FEED;
-            if (redisReaderFeed(n->reader, r->rbuf + off, m) != REDIS_OK)
+            redisReader *rd = n->reader;
+            if (redisReaderFeed(rd, r->rbuf + off, m) != REDIS_OK)
                 return KV_EIO;
             for (;;) {
                 void *reply = NULL;
                 if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
                     return KV_EIO; /* protocol error, or out of memory */
+                if (!reply && rd->len - rd->pos > KV_REPLY_MAX)
+                    return KV_EIO; /* a reply larger than any value: not ours */
                 if (!reply)
                     break;
                 if (n->fifo_head == n->fifo_n) {
@@ -302,8 +312,8 @@ static int kv_node_recv(struct kv_remote *r, uint32_t i, kv_remote_reply_fn on_r
                     return rc;
             }
         }
-        if ((size_t)k < KV_REMOTE_RBUF)
-            return 0;
+        if ((size_t)k < KV_REMOTE_RBUF || kv_remote_now_ns() >= deadline)
+            return 0; /* (a server streaming without end cannot hold us here) */
     }
 }
 
@@ -347,7 +357,7 @@ void kv_remote_io(struct kv_remote *r, uint64_t deadline, kv_remote_reply_fn on_
             if (pf[j].revents & POLLOUT)
                 rc = kv_node_send(n);
             if (!rc && (pf[j].revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL)))
-                rc = kv_node_recv(r, r->pwho[j], on_reply, call);
+                rc = kv_node_recv(r, r->pwho[j], on_reply, call, deadline);
             if (rc)
                 kv_node_abort(r, r->pwho[j], rc, on_fail, call);
         }

@@ -112,6 +112,9 @@ int kv_remote_node_connect(struct kv_remote *r, kv_remote_node_t *n, uint64_t de
 void kv_remote_node_fail(struct kv_remote *r, kv_remote_node_t *n);
 void kv_remote_node_close(kv_remote_node_t *n);
 void kv_remote_node_free(kv_remote_node_t *n);
+/* Room for need more elements of elem bytes after used in *arr (capacity
+ * *cap, doubling from 64); KV_ENOMEM leaves everything as it was. */
+int kv_remote_grow(void **arr, size_t *cap, size_t used, size_t need, size_t elem);
 /* Output: reserve room for bytes and fifo entries first (KV_ENOMEM, nothing
  * changed), then append / push / cmd cannot fail. A command of argc bulk
  * strings takes at most kv_remote_cmd_bytes(argc, lens) bytes. */

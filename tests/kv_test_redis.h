@@ -139,18 +139,25 @@ static inline int kv_tredis_restart(const kv_tredis_t *t, int i)
     return kv_tredis_script(args, NULL, 0);
 }
 
-/* One command to node i (a blocking hiredis context, 5 s timeout); the
- * reply (free with freeReplyObject) or NULL. */
-static inline redisReply *kv_tredis_cmd(const kv_tredis_t *t, int i, const char *fmt, ...)
+/* A blocking hiredis context to node i (5 s timeouts), or NULL. */
+static inline redisContext *kv_tredis_connect(const kv_tredis_t *t, int i)
 {
     struct timeval tv = {5, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", t->port[i], tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
+    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK)
+        return c;
+    if (c)
+        redisFree(c);
+    return NULL;
+}
+
+/* One command to node i on a new connection; the reply (free with
+ * freeReplyObject) or NULL. */
+static inline redisReply *kv_tredis_cmd(const kv_tredis_t *t, int i, const char *fmt, ...)
+{
+    redisContext *c = kv_tredis_connect(t, i);
+    if (!c)
         return NULL;
-    }
-    redisSetTimeout(c, tv);
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
@@ -160,19 +167,13 @@ static inline redisReply *kv_tredis_cmd(const kv_tredis_t *t, int i, const char 
 }
 
 /* Same, with an argv (binary-safe values). */
-static inline redisReply *kv_tredis_argv(const kv_tredis_t *t, int i, int argc, const char **argv,
-                                  const size_t *lens)
+static inline redisReply *kv_tredis_argv(const kv_tredis_t *t, int i, int argc,
+                                         const char **argv, const size_t *lens)
 {
-    struct timeval tv = {5, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", t->port[i], tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
-    redisFree(c);
+    redisContext *c = kv_tredis_connect(t, i);
+    redisReply *r = c ? redisCommandArgv(c, argc, argv, lens) : NULL;
+    if (c)
+        redisFree(c);
     return r;
 }
 

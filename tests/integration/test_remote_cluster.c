@@ -192,12 +192,11 @@ static void test_reshard(void)
     CHECK_EQ(st.asked - st0.asked, 2);
     CHECK_EQ(st.moved, st0.moved);
     /* k3 is on b (seen with ASKING first, as the slot is still a's) */
-    struct timeval tv = {5, 0};
-    redisContext *cb = redisConnectWithTimeout("127.0.0.1", srv.port[b], tv);
-    redisReply *rep = cb && !cb->err ? redisCommand(cb, "ASKING") : NULL;
+    redisContext *cb = kv_tredis_connect(&srv, b);
+    redisReply *rep = cb ? redisCommand(cb, "ASKING") : NULL;
     if (rep)
         freeReplyObject(rep);
-    rep = cb && !cb->err ? redisCommand(cb, "EXISTS %s", key[2]) : NULL;
+    rep = cb ? redisCommand(cb, "EXISTS %s", key[2]) : NULL;
     CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
     if (rep)
         freeReplyObject(rep);
