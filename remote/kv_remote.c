@@ -317,6 +317,9 @@ static int kv_call_run(struct kv_remote *r, kv_call_t *c)
         kv_round_write(r, c, deadline);
         kv_remote_io(r, deadline, kv_op_reply, kv_op_fail, c);
     } while (c->redo);
+    for (size_t i = 0; i < c->n; i++) /* (none should be left: a safety net) */
+        if (c->ops[i].state != KV_ST_DONE)
+            kv_finish(r, c, i, KV_EIO);
     return c->done;
 }
 
