@@ -5,8 +5,8 @@
  *
  * Ownership: the client owns its nodes (each with a socket and a hiredis
  * reader while connected), the slot map and the scratch buffers. Nodes are
- * only added during a call's discovery step and removed at destroy; a node
- * index stays valid for the client's life.
+ * added when a slot map or a MOVED/ASK names a new address, never removed
+ * before destroy: a node index stays valid for the client's life.
  *
  * Replies: every command written to a node pushes one entry on its fifo (an
  * op index of the running call, or a KV_FIFO_* marker), and replies are
@@ -17,8 +17,8 @@
 #ifndef KV_REMOTE_INT_H
 #define KV_REMOTE_INT_H
 
-#include <stdatomic.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -49,9 +49,9 @@ typedef struct kv_remote_node {
     char *out;             /* bytes to send this round                        */
     size_t out_len, out_off, out_cap;
     uint32_t *fifo;        /* entries awaiting replies, in order              */
+    size_t fifo_n, fifo_head, fifo_cap;
     uint64_t epoch_connect; /* client epoch (call) of the connect             */
     uint64_t epoch_reply;  /* client epoch of the last reply                  */
-    size_t fifo_n, fifo_head, fifo_cap;
 } kv_remote_node_t;
 
 enum { KV_REMOTE_MODE_UNKNOWN, KV_REMOTE_MODE_SINGLE, KV_REMOTE_MODE_CLUSTER };
