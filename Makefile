@@ -53,6 +53,8 @@ bench: build model
 	./$(BUILD)/bin/kvbench-attn --json
 	./$(BUILD)/bin/kvbench-offload --json
 	./$(BUILD)/bin/kvbench-model --json
+	./$(BUILD)/bin/kvbench-hash --json
+	./$(BUILD)/bin/kvbench-remote --json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
