@@ -120,6 +120,17 @@ void kv_model_session_free(kv_model_session_t *s);
  * kv_seq_fork (copy-on-write), dense ones copy their arrays. */
 int kv_model_session_fork(const kv_model_session_t *s, kv_model_session_t **out);
 
+/* A paged session over a sequence the caller filled itself: seq (of
+ * opts->store, which is required) already holds the K/V of positions
+ * 0..pos-1 at every layer, e.g. a prompt whose forward pass ran in another
+ * session and whose K/V the caller appended again (kvpage eval shares one
+ * prompt pass among policies this way). The session takes seq over (frees
+ * it with itself) and continues at position pos. Errors: KV_EINVAL,
+ * KV_ENOENT (seq not live), KV_ERANGE (pos > max_ctx), KV_ENOMEM; on error
+ * seq stays the caller's. */
+int kv_model_session_adopt(const kv_model_t *m, const kv_model_session_opts_t *opts,
+                           kv_seq_id_t seq, uint32_t pos, kv_model_session_t **out);
+
 /* Tokens the session has processed (= the next position). */
 uint32_t kv_model_session_pos(const kv_model_session_t *s);
 /* The store sequence (paged) or KV_ENOTSUP (dense). */

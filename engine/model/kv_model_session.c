@@ -77,8 +77,9 @@ static void session_release(kv_model_session_t *s)
     free(s);
 }
 
-int kv_model_session_create(const kv_model_t *m, const kv_model_session_opts_t *opts,
-                            kv_model_session_t **out)
+/* A session for opts without its sequence (checks opts). */
+static int session_open(const kv_model_t *m, const kv_model_session_opts_t *opts,
+                        kv_model_session_t **out)
 {
     if (!m || !opts || !out || opts->n_threads < 0 || opts->chunk > 4096)
         return KV_EINVAL;
@@ -95,14 +96,40 @@ int kv_model_session_create(const kv_model_t *m, const kv_model_session_opts_t *
             cfg.n_kv_heads != m->hp.n_kv_heads || cfg.head_dim != m->hp.head_dim)
             return KV_EINVAL; /* the store was made for another shape */
     }
+    return session_new(m, opts->store, max_ctx, chunk, opts->n_threads, out);
+}
+
+int kv_model_session_create(const kv_model_t *m, const kv_model_session_opts_t *opts,
+                            kv_model_session_t **out)
+{
     kv_model_session_t *s;
-    int rc = session_new(m, opts->store, max_ctx, chunk, opts->n_threads, &s);
+    int rc = session_open(m, opts, &s);
     if (rc)
         return rc;
     if (s->store && (rc = kv_seq_create(s->store, &s->seq))) {
         session_release(s);
         return rc;
     }
+    *out = s;
+    return 0;
+}
+
+int kv_model_session_adopt(const kv_model_t *m, const kv_model_session_opts_t *opts,
+                           kv_seq_id_t seq, uint32_t pos, kv_model_session_t **out)
+{
+    if (!opts || !opts->store)
+        return KV_EINVAL;
+    uint32_t len;
+    int rc = kv_seq_len(opts->store, seq, 0, 0, &len);
+    kv_model_session_t *s;
+    if (rc || (rc = session_open(m, opts, &s)))
+        return rc;
+    if (pos > s->max_ctx) {
+        session_release(s);
+        return KV_ERANGE;
+    }
+    s->seq = seq;
+    s->pos = pos;
     *out = s;
     return 0;
 }
