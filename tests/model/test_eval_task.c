@@ -2,12 +2,16 @@
  * test_eval_task.c — the retrieval items of `kvpage eval` (tools/kvpage/
  * eval_task.c, compiled into this program): seeded determinism, needle
  * placement by depth, the variable chain's order, fitting to a token budget
- * with a stand-in token counter, exact-match scoring, bad input. Needs no
- * model file.
+ * with a stand-in token counter, exact-match scoring, bad input; the
+ * haystacks (tools/kvpage/eval_hay.c): the cut into sentence units, the
+ * filler haystack giving the same items as no haystack, real-text items
+ * starting where their seed says, the license texts loaded with their
+ * hashes. Needs no model file.
  */
 #include <string.h>
 
 #include "kv_test.h"
+#include "tools/kvpage/eval_hay.c"
 #include "tools/kvpage/eval_task.c"
 
 /* Stand-in tokenizer: one token per space-separated word of user + prime,
@@ -179,8 +183,86 @@ static void test_bad_input(void)
     eval_item_free(NULL);
 }
 
+static void test_hay_cut(void)
+{
+    const char *t[] = {"One.  Two!\n%\nThree? \"Four.\" Five\nsix (seven.) eight",
+                       "\tNine.\x01 Ten."};
+    eval_hay_t h;
+    CHECK_OK(eval_hay_from_texts(EVAL_HAY_LICENSES, t, 2, &h));
+    const char *want[] = {"One.", "Two!", "Three?", "\"Four.\"", "Five six (seven.)", "eight",
+                          "Nine.", "Ten."};
+    CHECK_EQ(h.n_units, 8);
+    for (uint32_t i = 0; i < h.n_units && i < 8; i++)
+        CHECK(!strcmp(h.units[i], want[i]));
+    eval_hay_free(&h);
+    /* a sentence longer than the limit is cut at a space after it */
+    char longs[1200];
+    size_t n = 0;
+    while (n + 6 < sizeof longs - 2)
+        n += (size_t)snprintf(longs + n, sizeof longs - n, "word ");
+    snprintf(longs + n, sizeof longs - n, "end.");
+    const char *l = longs;
+    CHECK_OK(eval_hay_from_texts(EVAL_HAY_FORTUNES, &l, 1, &h));
+    CHECK(h.n_units >= 3);
+    for (uint32_t i = 0; i < h.n_units; i++)
+        CHECK(strlen(h.units[i]) <= EVAL_HAY_UNIT_MAX + 8);
+    eval_hay_free(&h);
+    const char *empty = " \n%\n ";
+    CHECK_EQ(eval_hay_from_texts(EVAL_HAY_FORTUNES, &empty, 1, &h), KV_ERANGE);
+    CHECK_EQ(eval_hay_from_texts(EVAL_HAY_COUNT, t, 1, &h), KV_EINVAL);
+    eval_hay_kind_t k;
+    CHECK(!eval_hay_parse("fortunes", 8, &k) && k == EVAL_HAY_FORTUNES);
+    CHECK_EQ(eval_hay_parse("fortune", 7, &k), KV_EINVAL);
+    CHECK(!strcmp(eval_hay_name(EVAL_HAY_LICENSES), "licenses") && !eval_hay_name(EVAL_HAY_COUNT));
+}
+
+static void test_hay_items(void)
+{
+    char err[700];
+    eval_hay_t fill, lic;
+    CHECK_OK(eval_hay_load(EVAL_HAY_FILLER, &fill, err, sizeof err));
+    CHECK_EQ(fill.n_units, 5);
+    for (int kind = 0; kind < EVAL_TASK_COUNT; kind++) { /* same items as before haystacks */
+        eval_item_spec_t s = {.kind = (eval_task_kind_t)kind, .seed = 9, .n_units = 40,
+                              .depth_pct = 50};
+        eval_item_t a, b;
+        CHECK_OK(eval_item_make(&s, &a));
+        s.hay = &fill;
+        CHECK_OK(eval_item_make(&s, &b));
+        CHECK(!strcmp(a.user, b.user) && !strcmp(a.answer, b.answer));
+        eval_item_free(&a);
+        eval_item_free(&b);
+    }
+    eval_hay_free(&fill);
+    /* base-files is essential on Debian: the license texts are there */
+    CHECK_OK(eval_hay_load(EVAL_HAY_LICENSES, &lic, err, sizeof err));
+    CHECK(lic.n_files >= 8 && lic.n_units > 1000);
+    for (uint32_t i = 0; i < lic.n_files; i++)
+        CHECK(strlen(lic.files[i].sha256) == 64 && lic.files[i].bytes > 1000);
+    /* two seeds read different passages; the same seed the same one */
+    eval_item_spec_t s = {.kind = EVAL_TASK_PASSKEY, .seed = 1, .n_units = 30, .depth_pct = 0,
+                          .hay = &lic};
+    eval_item_t a, b, c;
+    CHECK_OK(eval_item_make(&s, &a));
+    CHECK_OK(eval_item_make(&s, &c));
+    s.seed = 2;
+    CHECK_OK(eval_item_make(&s, &b));
+    CHECK(!strcmp(a.user, c.user) && strcmp(a.user, b.user));
+    /* the units follow each other from the start the seed picked */
+    units_t u = item_units(&(eval_item_spec_t){.seed = 1, .hay = &lic});
+    CHECK(u.start < lic.n_units);
+    CHECK(strstr(a.user, lic.units[(u.start + 5) % lic.n_units]) != NULL);
+    CHECK(strstr(a.user, "The pass key is") < strstr(a.user, lic.units[u.start]));
+    eval_item_free(&a);
+    eval_item_free(&b);
+    eval_item_free(&c);
+    eval_hay_free(&lic);
+}
+
 int main(void)
 {
+    test_hay_cut();
+    test_hay_items();
     test_determinism();
     test_passkey_depth();
     test_needle();

@@ -6,17 +6,21 @@
  *             decoding of G more, one token at a time (kv_model_decode, the
  *             policy's step end after each): perplexity over those G
  *   passkey / needle / vt
- *             retrieval items (eval_task.h) fitted to each --ctx token budget,
- *             needle at each --depths; chat template + answer prefix;
- *             greedy; exact match
+ *             retrieval items (eval_task.h) in each --haystack (eval_hay.h),
+ *             fitted to each --ctx token budget, --items per (task, ctx,
+ *             haystack) with the needle at the --depths in turn; chat
+ *             template + answer prefix; greedy; exact match
  *   fidelity  during the ppl decode of each policy, the attention output of
  *             every layer for the last --probe-rows rows against FP16's
  *             (post_attn hook): ||out - out_fp16|| / ||out_fp16|| per layer
  *
  * Every item is run under every policy before the next item (fp16 first: it
  * is the reference), each in a fresh store holding that one sequence, so
- * kv_store_stats at the end of the item is that sequence's footprint.
- * Progress on stderr; results as JSON / Markdown / SVG (eval_report.h).
+ * kv_store_stats at the end of the item is that sequence's footprint. The
+ * policies whose prompt pass is FP16's replay the reference's instead of
+ * running the model (eval_run.h; --no-share turns that off).
+ * Progress with an ETA on stderr; results as JSON / Markdown / SVG
+ * (eval_report.h).
  * Exit codes: 0 ok, 1 failure, 2 usage.
  */
 #include <math.h>
@@ -26,8 +30,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eval_hay.h"
 #include "eval_policy.h"
 #include "eval_report.h"
+#include "eval_run.h"
 #include "eval_task.h"
 #include "kv_cli.h"
 #include "kv_model.h"
@@ -37,11 +43,14 @@
 
 #define EVAL_MAX_LIST 64u /* entries of a comma list */
 #define EVAL_TEXT_DIR "/usr/share/common-licenses/"
+/* 4 texts x 128 scored tokens; each >= 5K tokens, so --ppl-prefill 4000 fits */
+#define EVAL_TEXTS "GPL-3,LGPL-2.1,GFDL-1.3,/usr/share/games/fortunes/literature"
 
 typedef struct eval_opts {
-    const char *model, *policies, *texts, *ctx, *depths, *tasks;
+    const char *model, *policies, *texts, *ctx, *depths, *tasks, *haystack;
     const char *json, *md, *svg;
     uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items;
+    int no_share;
 } eval_opts_t;
 
 #define EVAL_U(name, field, lo, hi, arg, help) \
@@ -53,15 +62,21 @@ static const kv_cli_opt_t eval_opts[] = {
            "kivi4,kivi2,minicache);\nfp16 is always run first, as the reference"),
     EVAL_S("--tasks", tasks, "LIST", "of ppl,passkey,needle,vt,fidelity (default: all)"),
     EVAL_S("--texts", texts, "LIST", "perplexity texts: names under " EVAL_TEXT_DIR
-           " or paths\n(default GPL-3)"),
+           " or paths\n(default " EVAL_TEXTS ")"),
     EVAL_U("--ppl-prefill", ppl_prefill, 1, 1u << 20, "P",
            "prompt tokens before the scored ones (default 1024)"),
     EVAL_U("--ppl-gen", ppl_gen, 1, 1u << 20, "G", "teacher-forced tokens scored (default 128)"),
     EVAL_U("--probe-rows", probe_rows, 0, 1u << 16, "N",
            "fidelity: last decode rows compared (default 16)"),
     EVAL_S("--ctx", ctx, "LIST", "retrieval token budgets (default 1024)"),
-    EVAL_S("--depths", depths, "LIST", "needle depths in percent (default 0,50,100)"),
-    EVAL_U("--items", items, 1, 1000, "N", "retrieval items per (task, ctx, depth) (default 1)"),
+    EVAL_S("--depths", depths, "LIST", "needle depths in percent, taken in turn by the items\n"
+           "(default 0,25,50,75,100)"),
+    EVAL_U("--items", items, 1, 1000, "N", "retrieval items per (task, ctx, haystack) (default 20)"),
+    EVAL_S("--haystack", haystack, "LIST", "retrieval haystacks: of filler, licenses, fortunes\n"
+           "(default licenses,fortunes)"),
+    {"--no-share", KV_CLI_FLAG, offsetof(eval_opts_t, no_share), 0, 0, 0, 0, NULL,
+     "run every policy's prompt through the model (default: the\npolicies whose prompt pass is "
+     "FP16's replay fp16's)"},
     EVAL_U("--seed", seed, 0, UINT64_MAX, "N", "item generator seed (default 1)"),
     EVAL_U("--threads", threads, 0, 1024, "N", "compute threads (default: all CPUs)"),
     EVAL_S("--model", model, "FILE", "the .gguf file (as for kvpage run)"),
@@ -75,9 +90,10 @@ static const kv_cli_opt_t eval_opts[] = {
 static int eval_parse(int argc, char **argv, eval_opts_t *o)
 {
     *o = (eval_opts_t){.policies = "fp16,kivi4,kivi2,minicache",
-                       .tasks = "ppl,passkey,needle,vt,fidelity", .texts = "GPL-3",
-                       .ctx = "1024", .depths = "0,50,100", .ppl_prefill = 1024,
-                       .ppl_gen = 128, .seed = 1, .probe_rows = 16, .items = 1};
+                       .tasks = "ppl,passkey,needle,vt,fidelity", .texts = EVAL_TEXTS,
+                       .ctx = "1024", .depths = "0,25,50,75,100", .ppl_prefill = 1024,
+                       .ppl_gen = 128, .seed = 1, .probe_rows = 16, .items = 20,
+                       .haystack = "licenses,fortunes"};
     return kv_cli_parse("eval", NULL, eval_opts, sizeof eval_opts / sizeof eval_opts[0],
                         argc, argv, o);
 }
@@ -124,10 +140,14 @@ typedef struct eval_state {
     kv_model_t *m;
     kv_tok_t *tok;
     const kv_model_hparams_t *hp;
-    uint32_t threads;
+    eval_env_t env;
     eval_policy_t pol[EVAL_MAX_LIST];
     const char *pol_names[EVAL_MAX_LIST];
     uint32_t n_pol;
+    int share;                     /* replay fp16's prompt pass where exact  */
+    eval_prompt_t rec;             /* fp16's prompt pass of the current input */
+    eval_hay_t hays[EVAL_HAY_COUNT];
+    uint32_t n_hays;
     float *logits;                 /* [vocab] */
     eval_result_t *res;
     uint32_t n_res, cap_res;
@@ -139,20 +159,41 @@ typedef struct eval_state {
     double *fid_err;               /* [n_pol][n_texts][n_layers]          */
     eval_fidelity_t *fid;
     uint32_t n_fid;
-    /* progress */
+    /* progress: runs, and their estimated cost (eval_cost) */
     uint32_t done, total;
+    double cost_done, cost_total;
     double t0;
     int tty;
 } eval_state_t;
 
-static void progress(eval_state_t *E, uint32_t p, const char *task, uint32_t ctx, int depth)
+/* Estimated cost of one run, in prompt-token forward passes: its own
+ * prompt pass, or a replay (appends; attention only for all_rows), plus
+ * decode steps (a step costs about 6 prompt tokens on the CPU). */
+static double eval_cost(const eval_state_t *E, uint32_t p, uint32_t n_prompt, uint32_t steps)
+{
+    const eval_share_t *sh = &E->pol[p].share;
+    double prompt = !E->share || p == 0 || !sh->shares ? n_prompt
+                    : sh->all_rows                   ? n_prompt / 4.0
+                                                     : n_prompt / 64.0;
+    return prompt + 6.0 * steps;
+}
+
+static void progress(eval_state_t *E, uint32_t p, const char *task, const char *hay,
+                     uint32_t ctx, int depth, double cost)
 {
     E->done++;
-    char d[24] = "";
+    E->cost_done += cost;
+    char d[24] = "", eta[32] = "";
     if (depth >= 0)
         snprintf(d, sizeof d, " depth %3d%%", depth);
-    fprintf(stderr, "%s[eval %3u/%u] %-12s %-8s ctx %5u%s  %6.1f s%s", E->tty ? "\r" : "",
-            E->done, E->total, E->pol_names[p], task, ctx, d, kv_cli_now() - E->t0,
+    double el = kv_cli_now() - E->t0;
+    if (E->cost_done > 0 && E->done < E->total) {
+        double left = el * (E->cost_total - E->cost_done) / E->cost_done;
+        unsigned sec = left > 0 ? (unsigned)(left + 0.5) : 0;
+        snprintf(eta, sizeof eta, ", ETA %u:%02u:%02u", sec / 3600, sec / 60 % 60, sec % 60);
+    }
+    fprintf(stderr, "%s[eval %4u/%u] %-12s %-8s %s ctx %5u%s  %6.1f s%s%s", E->tty ? "\r" : "",
+            E->done, E->total, E->pol_names[p], task, hay, ctx, d, el, eta,
             E->tty ? "   " : "\n");
     fflush(stderr);
 }
@@ -168,37 +209,20 @@ static void *grow(void *p, uint32_t *cap, uint32_t n, size_t size)
     return q;
 }
 
-/* One fresh store with one session under policy p. */
-typedef struct eval_run {
-    kv_store_t *st;
-    kv_model_session_t *s;
-    kv_seq_id_t seq;
-} eval_run_t;
-
-static void run_close(eval_run_t *r)
+/* Start policy p's run over ids[0..n): fp16 records its prompt pass when
+ * sharing, the policies that share replay it (eval_run.h). */
+static int run_start(eval_state_t *E, uint32_t p, const int32_t *ids, uint32_t n,
+                     uint32_t max_tokens, eval_run_t *r)
 {
-    kv_model_session_free(r->s);
-    kv_store_destroy(r->st);
-    *r = (eval_run_t){0};
-}
-
-static int run_open(eval_state_t *E, uint32_t p, uint32_t max_tokens, eval_run_t *r)
-{
-    *r = (eval_run_t){0};
-    kv_config_t cfg;
-    int rc = kv_model_store_config(E->m, max_tokens, 1, E->threads, &cfg);
-    if (rc)
-        return rc;
-    cfg.host_pages += cfg.host_pages / 4 + 64; /* conversions, merges in flight */
-    kv_model_session_opts_t so = {.max_ctx = max_tokens, .n_threads = (int)E->threads};
-    if ((rc = kv_store_create(&cfg, &r->st)))
-        return rc;
-    so.store = r->st;
-    if ((rc = kv_model_session_create(E->m, &so, &r->s)) ||
-        (rc = kv_model_session_seq(r->s, &r->seq)) ||
-        (rc = eval_policy_attach(&E->pol[p], r->st, r->seq)))
-        run_close(r);
-    return rc;
+    int rec = 0;
+    if (p == 0) { /* the reference comes first: a new input */
+        E->rec.n = 0;
+        for (uint32_t i = 1; i < E->n_pol; i++)
+            rec |= E->share && E->pol[i].share.shares;
+    }
+    return eval_run_start(&E->env, &E->pol[p], ids, n, max_tokens,
+                          p > 0 && E->rec.n ? &E->rec : NULL, rec ? &E->rec : NULL,
+                          eval_prompt_q0(E->pol + 1, E->n_pol - 1, n), E->logits, r);
 }
 
 /* The footprint of the run's one sequence, into res (summed; see finish). */
@@ -265,6 +289,16 @@ static int probe_post(void *user, const kv_model_layer_io_t *io, const float *ou
     return 0;
 }
 
+/* Before decode step i: which probe row it is (the last probe_rows). */
+static int probe_before(void *user, uint32_t i, const float *logits)
+{
+    (void)logits;
+    probe_t *pr = user;
+    uint32_t G = (uint32_t)pr->E->o->ppl_gen, R = pr->E->probe_rows;
+    pr->row = i + R >= G ? (int64_t)(i + R - G) : -1;
+    return 0;
+}
+
 static int eval_ppl_text(eval_state_t *E, uint32_t t, const int32_t *ids, int fidelity)
 {
     const uint32_t P = (uint32_t)E->o->ppl_prefill, G = (uint32_t)E->o->ppl_gen;
@@ -277,7 +311,7 @@ static int eval_ppl_text(eval_state_t *E, uint32_t t, const int32_t *ids, int fi
     int rc = 0;
     for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
         eval_run_t r;
-        if ((rc = run_open(E, p, P + G, &r)))
+        if ((rc = run_start(E, p, ids, P, P + G, &r)))
             break;
         probe_t pr = {.E = E, .ref = p == 0, .row = -1, .num = num, .den = den};
         if (fidelity) {
@@ -286,21 +320,14 @@ static int eval_ppl_text(eval_state_t *E, uint32_t t, const int32_t *ids, int fi
             kv_model_hook_t hook = {.post_attn = probe_post, .user = &pr};
             kv_model_session_set_hook(r.s, &hook);
         }
-        double nll = 0;
-        rc = kv_model_forward(r.s, ids, P, NULL, 0);
-        if (!rc)
-            rc = eval_policy_prefill_end(&E->pol[p], r.st, r.seq);
-        for (uint32_t i = 0; i < G && !rc; i++) {
-            pr.row = i + E->probe_rows >= G ? (int64_t)(i + E->probe_rows - G) : -1;
-            if (!(rc = kv_model_decode(r.s, ids[P + i], E->logits)) &&
-                !(rc = eval_policy_step_end(&E->pol[p], r.st, r.seq)))
-                nll += kv_model_nll(E->logits, E->hp->vocab, ids[P + i + 1]);
-        }
+        eval_steps_t st = {.force = ids + P, .n = G, .logits = E->logits,
+                           .before = fidelity ? probe_before : NULL, .user = &pr};
+        rc = eval_run_steps(&r, &E->pol[p], &st);
         eval_result_t res = {.policy = p, .task = EVAL_RES_PPL, .ctx = P + G, .text = t,
-                             .nll = nll / G, .value = exp(nll / G)};
+                             .nll = st.nll / G, .value = exp(st.nll / G)};
         if (!rc)
             rc = run_account(&r, &res);
-        run_close(&r);
+        eval_run_close(&r);
         if (!rc)
             rc = push_result(E, &res);
         if (!rc && fidelity && p > 0) {
@@ -310,7 +337,7 @@ static int eval_ppl_text(eval_state_t *E, uint32_t t, const int32_t *ids, int fi
             E->fid[E->n_fid++] = (eval_fidelity_t){.policy = p, .text = t,
                                                    .rows = E->probe_rows, .rel_err = e};
         }
-        progress(E, p, "ppl", P + G, -1);
+        progress(E, p, "ppl", "-", P + G, -1, eval_cost(E, p, P, G));
     }
     free(num);
     free(den);
@@ -413,32 +440,19 @@ static int run_item(eval_state_t *E, uint32_t p, const eval_item_t *it, const in
                     uint32_t n, eval_result_t *res, eval_item_rec_t *rec)
 {
     eval_run_t r;
-    int rc = run_open(E, p, n + it->max_new, &r);
+    int rc = run_start(E, p, ids, n, n + it->max_new, &r);
     if (rc)
         return rc;
-    int32_t out[64];
-    uint32_t n_out = 0;
-    rc = kv_model_forward(r.s, ids, n, E->logits, 1);
-    if (!rc)
-        rc = eval_policy_prefill_end(&E->pol[p], r.st, r.seq);
-    while (!rc && n_out < it->max_new && n_out < 64) {
-        int32_t next = kv_model_argmax(E->logits, E->hp->vocab);
-        if (kv_tok_type(E->tok, next) == KV_TOK_CONTROL)
-            break;
-        out[n_out++] = next;
-        if (n_out == it->max_new)
-            break;
-        if (!(rc = kv_model_decode(r.s, next, E->logits)))
-            rc = eval_policy_step_end(&E->pol[p], r.st, r.seq);
-    }
+    eval_steps_t st = {.n = it->max_new, .tok = E->tok, .logits = E->logits};
+    rc = eval_run_steps(&r, &E->pol[p], &st);
     if (!rc)
         rc = run_account(&r, res);
-    run_close(&r);
+    eval_run_close(&r);
     if (rc)
         return rc;
     char text[512];
     size_t len = 0;
-    if (kv_tok_decode(E->tok, out, n_out, text, sizeof text - 1, &len))
+    if (kv_tok_decode(E->tok, st.out, st.n_out, text, sizeof text - 1, &len))
         len = 0;
     text[len] = 0;
     rec->ok = eval_item_score(it, text, len);
@@ -451,46 +465,54 @@ static int run_item(eval_state_t *E, uint32_t p, const eval_item_t *it, const in
     return 0;
 }
 
-static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx,
+/* Steps a retrieval item of kind runs at most (for the ETA). */
+#define EVAL_STEPS_EST 16u
+
+/* --items items of one (task, ctx, haystack), item k's needle at depth
+ * depths[k mod n_depths]. */
+static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx, uint32_t h,
                           const uint32_t *depths, uint32_t n_depths)
 {
     eval_result_t res[EVAL_MAX_LIST];
+    const eval_hay_t *hay = &E->hays[h];
+    const char *hname = eval_hay_name(hay->kind);
     for (uint32_t p = 0; p < E->n_pol; p++)
-        res[p] = (eval_result_t){.policy = p, .task = (int)kind, .ctx = ctx};
+        res[p] = (eval_result_t){.policy = p, .task = (int)kind, .ctx = ctx, .hay = h};
     int rc = 0;
-    for (uint32_t d = 0; d < n_depths && !rc; d++)
-        for (uint32_t k = 0; k < E->o->items && !rc; k++) {
-            uint64_t s = E->o->seed ^ ((uint64_t)kind << 56) ^ ((uint64_t)ctx << 24) ^
-                         ((uint64_t)depths[d] << 16) ^ k;
-            eval_item_spec_t spec = {.kind = kind, .seed = eval_mix64(&s),
-                                     .depth_pct = depths[d]};
-            eval_item_t it;
-            uint32_t n_tok = 0;
-            int32_t *ids = NULL;
-            if ((rc = eval_item_fit(&spec, ctx, count_item, E, &it, &n_tok))) {
-                if (rc == KV_ERANGE)
-                    fprintf(stderr, "kvpage eval: --ctx %u is too small for a %s item\n", ctx,
-                            eval_task_name(kind));
+    for (uint32_t k = 0; k < E->o->items && !rc; k++) {
+        const uint32_t depth = depths[k % n_depths];
+        uint64_t s = E->o->seed ^ ((uint64_t)kind << 56) ^ ((uint64_t)ctx << 24) ^
+                     ((uint64_t)hay->kind << 20) ^ k;
+        eval_item_spec_t spec = {.kind = kind, .seed = eval_mix64(&s), .depth_pct = depth,
+                                 .hay = hay};
+        eval_item_t it;
+        uint32_t n_tok = 0;
+        int32_t *ids = NULL;
+        if ((rc = eval_item_fit(&spec, ctx, count_item, E, &it, &n_tok))) {
+            if (rc == KV_ERANGE)
+                fprintf(stderr, "kvpage eval: --ctx %u is too small for a %s item\n", ctx,
+                        eval_task_name(kind));
+            break;
+        }
+        rc = item_ids(E, &it, &ids, &n_tok);
+        for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+            eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
+            if (!ir) {
+                rc = KV_ENOMEM;
                 break;
             }
-            rc = item_ids(E, &it, &ids, &n_tok);
-            for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
-                eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
-                if (!ir) {
-                    rc = KV_ENOMEM;
-                    break;
-                }
-                E->items = ir;
-                eval_item_rec_t *rec = &E->items[E->n_items];
-                *rec = (eval_item_rec_t){.policy = p, .task = (int)kind, .ctx = ctx,
-                                         .tokens = n_tok, .depth_pct = depths[d]};
-                if (!(rc = run_item(E, p, &it, ids, n_tok, &res[p], rec)))
-                    E->n_items++;
-                progress(E, p, eval_task_name(kind), ctx, (int)depths[d]);
-            }
-            free(ids);
-            eval_item_free(&it);
+            E->items = ir;
+            eval_item_rec_t *rec = &E->items[E->n_items];
+            *rec = (eval_item_rec_t){.policy = p, .task = (int)kind, .ctx = ctx, .hay = h,
+                                     .tokens = n_tok, .depth_pct = depth};
+            if (!(rc = run_item(E, p, &it, ids, n_tok, &res[p], rec)))
+                E->n_items++;
+            progress(E, p, eval_task_name(kind), hname, ctx, (int)depth,
+                     eval_cost(E, p, ctx, EVAL_STEPS_EST));
         }
+        free(ids);
+        eval_item_free(&it);
+    }
     for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
         res[p].value = res[p].n_items ? (double)res[p].n_correct / res[p].n_items : 0;
         res_average(&res[p], res[p].n_items);
@@ -551,13 +573,57 @@ static int setup_lists(eval_state_t *E, char *pbuf, int *want)
     return 0;
 }
 
+/* The --haystack list into E->hays (loaded) when a retrieval task runs;
+ * -1 after a message. */
+static int parse_hays(eval_state_t *E, const int *want)
+{
+    char buf[256], *parts[EVAL_MAX_LIST];
+    snprintf(buf, sizeof buf, "%s", E->o->haystack);
+    uint32_t n = split_list(buf, parts);
+    int retrieval = 0;
+    for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
+        retrieval |= want[k];
+    if (!n && retrieval) {
+        fprintf(stderr, "kvpage eval: --haystack is empty\n");
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        eval_hay_kind_t k;
+        if (eval_hay_parse(parts[i], strlen(parts[i]), &k)) {
+            fprintf(stderr, "kvpage eval: unknown haystack '%s' (filler, licenses, fortunes)\n",
+                    parts[i]);
+            return -1;
+        }
+        for (uint32_t j = 0; j < E->n_hays; j++)
+            if (E->hays[j].kind == k) {
+                fprintf(stderr, "kvpage eval: haystack '%s' given twice\n", parts[i]);
+                return -1;
+            }
+        if (retrieval)
+            E->hays[E->n_hays++].kind = k; /* loaded by load_hays */
+    }
+    return 0;
+}
+
+/* Load the haystacks parse_hays chose; -1 after a message. */
+static int load_hays(eval_state_t *E)
+{
+    char err[700] = "";
+    for (uint32_t h = 0; h < E->n_hays; h++)
+        if (eval_hay_load(E->hays[h].kind, &E->hays[h], err, sizeof err)) {
+            fprintf(stderr, "kvpage eval: %s\n", err);
+            return -1;
+        }
+    return 0;
+}
+
 int kv_cmd_eval(int argc, char **argv)
 {
     eval_opts_t o;
     int prc = eval_parse(argc, argv, &o);
     if (prc)
         return prc == 1 ? 0 : 2;
-    eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2)};
+    eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2), .share = !o.no_share};
     char pbuf[4096], xbuf[1024], *tnames[EVAL_MAX_LIST];
     if (strlen(o.policies) >= sizeof pbuf || strlen(o.texts) >= sizeof xbuf) {
         fprintf(stderr, "kvpage eval: --policies (< %zu bytes) or --texts (< %zu bytes) "
@@ -574,7 +640,7 @@ int kv_cmd_eval(int argc, char **argv)
     uint32_t n_loaded = 0;
     uint32_t ctx[EVAL_MAX_LIST], depths[EVAL_MAX_LIST], n_ctx = 0, n_depths = 0;
     uint32_t n_texts = split_list(xbuf, tnames);
-    if (setup_lists(&E, pbuf, want) ||
+    if (setup_lists(&E, pbuf, want) || parse_hays(&E, want) ||
         parse_uints("--ctx", o.ctx, 64, 1u << 20, ctx, &n_ctx) ||
         parse_uints("--depths", o.depths, 0, 100, depths, &n_depths)) {
         for (uint32_t i = 0; i < E.n_pol; i++) /* unparsed ones are zeroed */
@@ -602,7 +668,8 @@ int kv_cmd_eval(int argc, char **argv)
         goto done;
     }
     E.hp = kv_model_hparams(E.m);
-    E.threads = o.threads ? (uint32_t)o.threads : (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    E.env = (eval_env_t){.m = E.m, .threads = o.threads ? (uint32_t)o.threads
+                                                         : (uint32_t)sysconf(_SC_NPROCESSORS_ONLN)};
     for (uint32_t i = 0; i < n_ctx; i++)
         if (ctx[i] + 64 > E.hp->n_ctx) {
             fprintf(stderr, "kvpage eval: --ctx %u: the model's context is %u tokens (and "
@@ -626,21 +693,34 @@ int kv_cmd_eval(int argc, char **argv)
         fprintf(stderr, "kvpage eval: out of memory\n");
         goto done;
     }
+    if (load_hays(&E))
+        goto done;
     if (want[EVAL_TASK_COUNT])
         for (; n_loaded < n_texts; n_loaded++)
             if ((rc = load_text(&E, tnames[n_loaded], &texts[n_loaded], &text_ids[n_loaded])))
                 goto done;
-    uint32_t n_tasks = 0;
+    uint32_t n_tasks = 0, n_shared = 0;
     for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
         n_tasks += (uint32_t)want[k];
-    E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * n_depths * (uint32_t)o.items);
-    fprintf(stderr, "kvpage eval: model %s, %u policies, %u runs, %u threads\n", path, E.n_pol,
-            E.total, E.threads);
+    n_tasks = E.n_hays ? n_tasks : 0;
+    for (uint32_t p = 1; p < E.n_pol; p++) {
+        n_shared += E.share && E.pol[p].share.shares;
+        E.cost_total += n_loaded * eval_cost(&E, p, (uint32_t)o.ppl_prefill, (uint32_t)o.ppl_gen);
+        for (uint32_t c = 0; c < n_ctx; c++)
+            E.cost_total += n_tasks * E.n_hays * o.items * eval_cost(&E, p, ctx[c], EVAL_STEPS_EST);
+    }
+    E.cost_total += n_loaded * eval_cost(&E, 0, (uint32_t)o.ppl_prefill, (uint32_t)o.ppl_gen);
+    for (uint32_t c = 0; c < n_ctx; c++)
+        E.cost_total += n_tasks * E.n_hays * o.items * eval_cost(&E, 0, ctx[c], EVAL_STEPS_EST);
+    E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * E.n_hays * (uint32_t)o.items);
+    fprintf(stderr, "kvpage eval: model %s, %u policies (%u replay fp16's prompt pass), %u runs, "
+            "%u threads\n", path, E.n_pol, n_shared, E.total, E.env.threads);
     for (uint32_t t = 0; t < n_loaded && !rc; t++)
         rc = eval_ppl_text(&E, t, text_ids[t], fidelity);
-    for (unsigned k = 0; k < EVAL_TASK_COUNT && !rc; k++)
+    for (unsigned k = 0; k < EVAL_TASK_COUNT && n_tasks && !rc; k++)
         for (uint32_t c = 0; c < n_ctx && want[k] && !rc; c++)
-            rc = eval_retrieval(&E, (eval_task_kind_t)k, ctx[c], depths, n_depths);
+            for (uint32_t h = 0; h < E.n_hays && !rc; h++)
+                rc = eval_retrieval(&E, (eval_task_kind_t)k, ctx[c], h, depths, n_depths);
     if (E.tty)
         fputc('\n', stderr);
     if (rc) {
@@ -650,7 +730,9 @@ int kv_cmd_eval(int argc, char **argv)
     eval_report_t rep = {.model = path, .model_sha256 = pinned ? KV_MODEL_FILE_SHA256 : NULL,
                          .policies = E.pol_names, .n_policies = E.n_pol, .n_layers = L,
                          .seed = o.seed, .ppl_prefill = (uint32_t)o.ppl_prefill,
-                         .ppl_gen = (uint32_t)o.ppl_gen, .threads = E.threads,
+                         .ppl_gen = (uint32_t)o.ppl_gen, .threads = E.env.threads,
+                         .items_per_cell = (uint32_t)o.items, .shared = E.share,
+                         .hays = E.hays, .n_hays = E.n_hays,
                          .wall_s = kv_cli_now() - E.t0, .texts = texts, .n_texts = n_loaded,
                          .results = E.res, .n_results = E.n_res, .items = E.items,
                          .n_items = E.n_items, .fidelity = E.fid, .n_fidelity = E.n_fid};
@@ -664,6 +746,9 @@ done:
         free(text_ids[i]);
     for (uint32_t i = 0; i < E.n_pol; i++)
         eval_policy_destroy(&E.pol[i]);
+    for (uint32_t h = 0; h < E.n_hays; h++)
+        eval_hay_free(&E.hays[h]);
+    eval_prompt_free(&E.rec);
     free(E.res);
     free(E.items);
     free(E.fid);

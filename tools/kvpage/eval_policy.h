@@ -15,16 +15,41 @@
 #define EVAL_POLICY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kvpage/kvpage.h"
+
+/* How a policy's prompt pass relates to FP16's, read from its canonical
+ * spec (eval_policy_parse; docs/eval.md argues each case against
+ * engine/kv_policy_*.c):
+ *   shares    the prompt pass is FP16's exactly: every page stays FP16 and
+ *             nothing is evicted, merged or converted before
+ *             kv_seq_prefill_end (every selection method, SimLayerKV and
+ *             MiniCache without a format part). Not: a format part without
+ *             a selection (KIVI converts while the prompt is appended:
+ *             kivi2/4, int2/4, simlayerkv+kivi*, minicache+int4), and any
+ *             method this table does not know.
+ *   all_rows  the policy sums attention statistics over every prompt row
+ *             (accumulated attention: h2o, minikv, cam)
+ *   rows      else: it keeps the statistics of the last `rows` query rows of
+ *             each layer's last prefill call (snapkv: w; simlayerkv
+ *             mode=prefill: rows); 0: it collects nothing from the prompt */
+typedef struct eval_share {
+    int shares;
+    int all_rows;
+    uint32_t rows;
+} eval_share_t;
 
 typedef struct eval_policy {
     char spec[256];      /* the canonical spec (kv_policy_describe)  */
     kv_policy_t *policy; /* owned                                    */
+    eval_share_t share;  /* from spec                                */
 } eval_policy_t;
 
 /* Parse spec; KV_EINVAL with the store's message in err for a bad one. */
 int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t err_len);
+/* The sharing class of a canonical spec (eval_share_t). */
+eval_share_t eval_policy_share(const char *canonical);
 void eval_policy_destroy(eval_policy_t *p);
 
 /* Before the sequence's first append. */

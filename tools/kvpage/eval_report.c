@@ -2,10 +2,13 @@
  * eval_report.c — JSON, Markdown and SVG renderings of a `kvpage eval` run
  * (eval_report.h). Pure formatting: reads the report, writes the stream.
  *
- * Summary per policy (Markdown table, SVG): KV bytes and ratios are those of
- * the first perplexity cell (text 0) when perplexity ran, else of the
- * retrieval cell with the largest ctx; ΔPPL is the mean over texts of
- * ppl(policy) - ppl(fp16); accuracy is per task, over every ctx and depth.
+ * Summary per policy (Markdown table, SVG, JSON "summary"): KV bytes and
+ * ratios are those of the first perplexity cell (text 0) when perplexity
+ * ran, else of the retrieval cell with the largest ctx; ΔPPL per text is
+ * ppl(policy) - ppl(fp16) on that text, summarized by mean, min and max over
+ * the texts; accuracy is per task over every ctx, haystack and depth, with
+ * its 95% Wilson interval, and pooled over all retrieval items (the SVG's
+ * accuracy).
  *
  * Two ratios per cell: `ratio` = KV bytes of the fp16 policy's cell for the
  * same task, ctx (and text) / this cell's KV bytes — what the policy saves,
@@ -33,14 +36,14 @@ static double ratio_held(const eval_result_t *r)
     return r->kv_bytes ? (double)r->fp16_bytes / (double)r->kv_bytes : 0;
 }
 
-/* KV bytes of the fp16 policy (index 0) for x's task, ctx (and text) over
- * x's KV bytes; 0 when there is no such cell or no bytes. */
+/* KV bytes of the fp16 policy (index 0) for x's task, ctx (and text or
+ * haystack) over x's KV bytes; 0 when there is no such cell or no bytes. */
 static double ratio_vs_fp16(const eval_report_t *r, const eval_result_t *x)
 {
     for (uint32_t i = 0; i < r->n_results; i++) {
         const eval_result_t *y = &r->results[i];
         if (y->policy == 0 && y->task == x->task && y->ctx == x->ctx &&
-            (x->task != EVAL_RES_PPL || y->text == x->text))
+            (x->task == EVAL_RES_PPL ? y->text == x->text : y->hay == x->hay))
             return x->kv_bytes ? (double)y->kv_bytes / (double)x->kv_bytes : 0;
     }
     return 0;
@@ -55,6 +58,50 @@ static void put_ratio(FILE *f, double ratio)
         fputc('-', f);
 }
 
+void eval_wilson(uint32_t k, uint32_t n, double *lo, double *hi)
+{
+    if (!n || k > n) {
+        *lo = 0;
+        *hi = 1;
+        return;
+    }
+    const double z = 1.959963984540054, p = (double)k / n, z2n = z * z / n;
+    double c = (p + z2n / 2) / (1 + z2n);
+    double h = z * sqrt(p * (1 - p) / n + z2n / (4.0 * n)) / (1 + z2n);
+    *lo = fmax(0, c - h);
+    *hi = fmin(1, c + h);
+    if (k == 0)
+        *lo = 0;
+    if (k == n)
+        *hi = 1;
+}
+
+/* ppl(x) - ppl(fp16) on x's text and ctx; NAN without an fp16 cell. */
+static double dppl_of(const eval_report_t *r, const eval_result_t *x)
+{
+    for (uint32_t j = 0; j < r->n_results; j++) {
+        const eval_result_t *y = &r->results[j];
+        if (y->policy == 0 && y->task == EVAL_RES_PPL && y->text == x->text && y->ctx == x->ctx)
+            return x->value - y->value;
+    }
+    return NAN;
+}
+
+static const char *hay_label(const eval_report_t *r, uint32_t h)
+{
+    const char *n = h < r->n_hays ? eval_hay_name(r->hays[h].kind) : NULL;
+    return n ? n : "?";
+}
+
+static void json_ci(FILE *f, uint32_t k, uint32_t n)
+{
+    double lo, hi;
+    eval_wilson(k, n, &lo, &hi);
+    fprintf(f, ",\"ci95\":[%.4f,%.4f]", lo, hi);
+}
+
+static void json_summary(FILE *f, const eval_report_t *r);
+
 int eval_report_json(FILE *f, const eval_report_t *r)
 {
     fputs("{\"model\":", f);
@@ -64,8 +111,9 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         kv_cli_json_str(f, r->model_sha256);
     }
     fprintf(f, ",\"seed\":%llu,\"threads\":%u,\"ppl_prefill\":%u,\"ppl_gen\":%u,"
-               "\"wall_s\":%.1f,\"policies\":[",
-            (unsigned long long)r->seed, r->threads, r->ppl_prefill, r->ppl_gen, r->wall_s);
+               "\"items_per_cell\":%u,\"shared_prefill\":%s,\"wall_s\":%.1f,\"policies\":[",
+            (unsigned long long)r->seed, r->threads, r->ppl_prefill, r->ppl_gen,
+            r->items_per_cell, r->shared ? "true" : "false", r->wall_s);
     for (uint32_t i = 0; i < r->n_policies; i++) {
         fputs(i ? "," : "", f);
         kv_cli_json_str(f, r->policies[i]);
@@ -80,6 +128,19 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         fprintf(f, ",\"sha256\":\"%s\",\"bytes\":%llu,\"tokens\":%u}", t->sha256,
                 (unsigned long long)t->bytes, t->tokens);
     }
+    fputs("],\"haystacks\":[", f);
+    for (uint32_t h = 0; h < r->n_hays; h++) {
+        const eval_hay_t *y = &r->hays[h];
+        fprintf(f, "%s{\"name\":\"%s\",\"units\":%u,\"files\":[", h ? "," : "",
+                hay_label(r, h), y->n_units);
+        for (uint32_t i = 0; i < y->n_files; i++) {
+            fputs(i ? ",{\"path\":" : "{\"path\":", f);
+            kv_cli_json_str(f, y->files[i].path);
+            fprintf(f, ",\"sha256\":\"%s\",\"bytes\":%llu}", y->files[i].sha256,
+                    (unsigned long long)y->files[i].bytes);
+        }
+        fputs("]}", f);
+    }
     fputs("],\"results\":[", f);
     for (uint32_t i = 0; i < r->n_results; i++) {
         const eval_result_t *x = &r->results[i];
@@ -91,8 +152,13 @@ int eval_report_json(FILE *f, const eval_report_t *r)
             fputs(",\"text\":", f);
             kv_cli_json_str(f, r->texts[x->text].name);
             fprintf(f, ",\"nll\":%.6f", x->nll);
+            double d = dppl_of(r, x);
+            if (!isnan(d))
+                fprintf(f, ",\"dppl\":%.6g", d);
         } else {
-            fprintf(f, ",\"items\":%u,\"correct\":%u", x->n_items, x->n_correct);
+            fprintf(f, ",\"haystack\":\"%s\",\"items\":%u,\"correct\":%u",
+                    hay_label(r, x->hay), x->n_items, x->n_correct);
+            json_ci(f, x->n_correct, x->n_items);
         }
         fprintf(f, ",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"meta_bytes\":%llu,\"ratio\":%.4f,"
                    "\"ratio_held\":%.4f,\"formats\":[",
@@ -113,9 +179,10 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         const eval_item_rec_t *x = &r->items[i];
         fputs(i ? ",{\"policy\":" : "{\"policy\":", f);
         kv_cli_json_str(f, r->policies[x->policy]);
-        fprintf(f, ",\"task\":\"%s\",\"ctx\":%u,\"tokens\":%u,\"depth\":%u,\"ok\":%d,"
-                   "\"expect\":",
-                task_label(x->task), x->ctx, x->tokens, x->depth_pct, x->ok);
+        fprintf(f, ",\"task\":\"%s\",\"haystack\":\"%s\",\"ctx\":%u,\"tokens\":%u,"
+                   "\"depth\":%u,\"ok\":%d,\"expect\":",
+                task_label(x->task), hay_label(r, x->hay), x->ctx, x->tokens, x->depth_pct,
+                x->ok);
         kv_cli_json_str(f, x->expect);
         fputs(",\"got\":", f);
         kv_cli_json_str(f, x->got);
@@ -133,7 +200,9 @@ int eval_report_json(FILE *f, const eval_report_t *r)
             fprintf(f, "%s%.5g", l ? "," : "", x->rel_err[l]);
         fputs("]}", f);
     }
-    fputs("]}\n", f);
+    fputc(']', f);
+    json_summary(f, r);
+    fputs("}\n", f);
     return ferror(f) ? -EIO : 0;
 }
 
@@ -141,50 +210,78 @@ int eval_report_json(FILE *f, const eval_report_t *r)
 
 typedef struct summary {
     const eval_result_t *size;          /* the cell whose bytes are shown     */
-    double dppl;                        /* mean ppl - ppl(fp16); NAN: no ppl  */
-    double acc[EVAL_TASK_COUNT];        /* NAN: task not run                  */
-    double acc_mean;                    /* over the tasks run; NAN: none      */
+    uint32_t n_dppl;                    /* texts with a ΔPPL (0: no ppl)      */
+    double dppl, dppl_min, dppl_max;    /* ppl - ppl(fp16): mean, min, max    */
+    uint32_t ok[EVAL_TASK_COUNT], n[EVAL_TASK_COUNT]; /* correct / items      */
+    uint32_t ok_all, n_all;             /* pooled over the tasks              */
 } summary_t;
 
 static void summarize(const eval_report_t *r, uint32_t p, summary_t *s)
 {
-    *s = (summary_t){.size = NULL, .dppl = NAN, .acc_mean = NAN};
-    double d = 0, ok[EVAL_TASK_COUNT] = {0}, n[EVAL_TASK_COUNT] = {0};
-    uint32_t nd = 0;
+    *s = (summary_t){.size = NULL, .dppl_min = INFINITY, .dppl_max = -INFINITY};
+    double d = 0;
     for (uint32_t i = 0; i < r->n_results; i++) {
         const eval_result_t *x = &r->results[i];
         if (x->policy != p)
             continue;
         if (x->task == EVAL_RES_PPL) {
-            for (uint32_t j = 0; j < r->n_results; j++) {
-                const eval_result_t *y = &r->results[j];
-                if (y->policy == 0 && y->task == EVAL_RES_PPL && y->text == x->text) {
-                    d += x->value - y->value;
-                    nd++;
-                }
+            double dx = dppl_of(r, x);
+            if (!isnan(dx)) {
+                d += dx;
+                s->n_dppl++;
+                s->dppl_min = fmin(s->dppl_min, dx);
+                s->dppl_max = fmax(s->dppl_max, dx);
             }
             if (!s->size || s->size->task != EVAL_RES_PPL)
                 s->size = x; /* the first ppl cell: text 0 */
         } else {
-            ok[x->task] += x->n_correct;
-            n[x->task] += x->n_items;
+            s->ok[x->task] += x->n_correct;
+            s->n[x->task] += x->n_items;
+            s->ok_all += x->n_correct;
+            s->n_all += x->n_items;
             if (!s->size || (s->size->task != EVAL_RES_PPL && x->ctx > s->size->ctx))
                 s->size = x;
         }
     }
-    if (nd)
-        s->dppl = d / nd;
-    double sum = 0;
-    uint32_t nt = 0;
-    for (unsigned k = 0; k < EVAL_TASK_COUNT; k++) {
-        s->acc[k] = n[k] > 0 ? ok[k] / n[k] : NAN;
-        if (n[k] > 0) {
-            sum += s->acc[k];
-            nt++;
+    s->dppl = s->n_dppl ? d / s->n_dppl : NAN;
+}
+
+static void json_summary(FILE *f, const eval_report_t *r)
+{
+    fputs(",\"summary\":[", f);
+    for (uint32_t p = 0; p < r->n_policies; p++) {
+        summary_t s;
+        summarize(r, p, &s);
+        fputs(p ? ",{\"policy\":" : "{\"policy\":", f);
+        kv_cli_json_str(f, r->policies[p]);
+        if (s.size)
+            fprintf(f, ",\"kv_bytes\":%llu,\"ratio\":%.4f",
+                    (unsigned long long)s.size->kv_bytes, ratio_vs_fp16(r, s.size));
+        if (s.n_dppl)
+            fprintf(f, ",\"dppl\":{\"mean\":%.6g,\"min\":%.6g,\"max\":%.6g,\"texts\":%u}", s.dppl,
+                    s.dppl_min, s.dppl_max, s.n_dppl);
+        for (unsigned k = 0; k <= EVAL_TASK_COUNT; k++) {
+            uint32_t ok = k < EVAL_TASK_COUNT ? s.ok[k] : s.ok_all;
+            uint32_t n = k < EVAL_TASK_COUNT ? s.n[k] : s.n_all;
+            if (!n)
+                continue;
+            fprintf(f, ",\"%s\":{\"correct\":%u,\"items\":%u,\"acc\":%.4f",
+                    k < EVAL_TASK_COUNT ? eval_task_name((eval_task_kind_t)k) : "retrieval", ok,
+                    n, (double)ok / n);
+            json_ci(f, ok, n);
+            fputc('}', f);
         }
+        fputc('}', f);
     }
-    if (nt)
-        s->acc_mean = sum / nt;
+    fputc(']', f);
+}
+
+/* "0.85 [0.64, 0.95]" */
+static void put_acc(FILE *f, uint32_t ok, uint32_t n)
+{
+    double lo, hi;
+    eval_wilson(ok, n, &lo, &hi);
+    fprintf(f, "%.2f [%.2f, %.2f]", (double)ok / n, lo, hi);
 }
 
 static void notes(FILE *f, uint32_t formats)
@@ -200,9 +297,10 @@ static void notes(FILE *f, uint32_t formats)
 
 int eval_report_md(FILE *f, const eval_report_t *r)
 {
-    fprintf(f, "| policy | KV bytes | ratio vs fp16 | held ratio (formats held) | ΔPPL vs fp16 |");
+    fprintf(f, "| policy | KV bytes | ratio vs fp16 | held ratio (formats held) | ΔPPL vs fp16: "
+               "mean [min, max] over texts |");
     for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
-        fprintf(f, " %s acc |", eval_task_name((eval_task_kind_t)k));
+        fprintf(f, " %s acc [95%% CI] |", eval_task_name((eval_task_kind_t)k));
     fputs("\n|---|---:|---:|---|---:|", f);
     for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
         fputs("---:|", f);
@@ -222,29 +320,32 @@ int eval_report_md(FILE *f, const eval_report_t *r)
         } else {
             fputs("- | - | - |", f);
         }
-        if (isnan(s.dppl))
+        if (!s.n_dppl)
             fputs(" - |", f);
         else
-            fprintf(f, " %+.4f |", s.dppl);
-        for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
-            if (isnan(s.acc[k]))
-                fputs(" - |", f);
+            fprintf(f, " %+.4f [%+.4f, %+.4f] (%u) |", s.dppl, s.dppl_min, s.dppl_max, s.n_dppl);
+        for (unsigned k = 0; k < EVAL_TASK_COUNT; k++) {
+            fputc(' ', f);
+            if (s.n[k])
+                put_acc(f, s.ok[k], s.n[k]);
             else
-                fprintf(f, " %.2f |", s.acc[k]);
+                fputc('-', f);
+            fputs(" |", f);
+        }
         fputc('\n', f);
     }
     if (r->n_texts) {
         fprintf(f, "\nPerplexity (prefill %u, then %u teacher-forced decode tokens):\n\n"
-                   "| policy | text | sha256 | PPL | mean NLL | KV bytes | fp16 bytes | ratio "
-                   "vs fp16 |\n|---|---|---|---:|---:|---:|---:|---:|\n",
+                   "| policy | text | sha256 | PPL | ΔPPL | mean NLL | KV bytes | fp16 bytes | "
+                   "ratio vs fp16 |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n",
                 r->ppl_prefill, r->ppl_gen);
         for (uint32_t i = 0; i < r->n_results; i++) {
             const eval_result_t *x = &r->results[i];
             if (x->task != EVAL_RES_PPL)
                 continue;
-            fprintf(f, "| %s | %s | %.12s… | %.4f | %.5f | %llu | %llu | ",
+            fprintf(f, "| %s | %s | %.12s… | %.4f | %+.4f | %.5f | %llu | %llu | ",
                     r->policies[x->policy], r->texts[x->text].path,
-                    r->texts[x->text].sha256, x->value, x->nll,
+                    r->texts[x->text].sha256, x->value, dppl_of(r, x), x->nll,
                     (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes);
             put_ratio(f, ratio_vs_fp16(r, x));
             fputs(" |\n", f);
@@ -256,12 +357,17 @@ int eval_report_md(FILE *f, const eval_report_t *r)
         if (x->task == EVAL_RES_PPL)
             continue;
         if (!any++)
-            fprintf(f, "\nRetrieval (exact match, greedy):\n\n"
-                       "| policy | task | ctx | correct / items | KV bytes | ratio vs fp16 | "
-                       "held ratio |\n|---|---|---:|---:|---:|---:|---:|\n");
-        fprintf(f, "| %s | %s | %u | %u / %u | %llu | ", r->policies[x->policy],
-                task_label(x->task), x->ctx, x->n_correct, x->n_items,
-                (unsigned long long)x->kv_bytes);
+            fprintf(f, "\nRetrieval (exact match, greedy; 95%% Wilson intervals):\n\n"
+                       "| policy | task | haystack | ctx | correct / items | acc [95%% CI] | "
+                       "KV bytes | ratio vs fp16 | held ratio |\n"
+                       "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+        fprintf(f, "| %s | %s | %s | %u | %u / %u | ", r->policies[x->policy],
+                task_label(x->task), hay_label(r, x->hay), x->ctx, x->n_correct, x->n_items);
+        if (x->n_items)
+            put_acc(f, x->n_correct, x->n_items);
+        else
+            fputc('-', f);
+        fprintf(f, " | %llu | ", (unsigned long long)x->kv_bytes);
         put_ratio(f, ratio_vs_fp16(r, x));
         fputs(" | ", f);
         put_ratio(f, ratio_held(x));
@@ -315,12 +421,12 @@ static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int w
                       double xmax)
 {
     double lo = 0, hi = 1;
-    if (which == 0) { /* ΔPPL: 0..max, at least a small span */
+    if (which == 0) { /* ΔPPL: 0..max over the texts, at least a small span */
         hi = 1e-3;
         for (uint32_t p = 0; p < r->n_policies; p++)
-            if (!isnan(s[p].dppl)) {
-                hi = fmax(hi, s[p].dppl);
-                lo = fmin(lo, s[p].dppl);
+            if (s[p].n_dppl) {
+                hi = fmax(hi, s[p].dppl_max);
+                lo = fmin(lo, s[p].dppl_min);
             }
         hi *= 1.15;
     }
@@ -328,8 +434,8 @@ static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int w
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
                "stroke=\"#444\"/>\n", px, py, w, h);
     svg_text(f, x0 + SVG_PW / 2.0, 18, "middle",
-             which == 0 ? "ΔPPL vs fp16 (lower is better)"
-                        : "retrieval accuracy, mean over tasks");
+             which == 0 ? "ΔPPL vs fp16: mean, bar min..max over texts"
+                        : "retrieval accuracy, all items: bar 95% Wilson");
     svg_text(f, px + w / 2, py + h + 40, "middle", "KV bytes held (MB)");
     char lab[64];
     for (int i = 0; i <= 4; i++) {
@@ -343,11 +449,21 @@ static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int w
                 px, yy, px + w, yy);
     }
     for (uint32_t p = 0; p < r->n_policies; p++) {
-        double v = which == 0 ? s[p].dppl : s[p].acc_mean;
+        double v, b0, b1;
+        if (which == 0) {
+            v = s[p].n_dppl ? s[p].dppl : NAN;
+            b0 = s[p].dppl_min;
+            b1 = s[p].dppl_max;
+        } else {
+            v = s[p].n_all ? (double)s[p].ok_all / s[p].n_all : NAN;
+            eval_wilson(s[p].ok_all, s[p].n_all, &b0, &b1);
+        }
         if (!s[p].size || isnan(v))
             continue;
         double cx = px + w * (double)s[p].size->kv_bytes / xmax;
         double cy = py + h - h * (v - lo) / (hi - lo);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#1f6fb4\"/>\n",
+                cx, py + h - h * (b0 - lo) / (hi - lo), cx, py + h - h * (b1 - lo) / (hi - lo));
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f6fb4\"/>\n", cx, cy);
         svg_text(f, cx + 6, cy - 6, "start", r->policies[p]);
     }

@@ -8,6 +8,10 @@
  * Ratios: `ratio` is the fp16 policy's KV bytes for the same task, ctx (and
  * text) over the cell's; `ratio_held` is the cell's fp16_bytes / kv_bytes
  * (eval_report.c). policies[0] must be "fp16".
+ *
+ * Spread: each accuracy comes with its 95% Wilson interval (eval_wilson);
+ * ΔPPL (policy - fp16 on the same text) with its mean, min and max over
+ * the texts.
  */
 #ifndef EVAL_REPORT_H
 #define EVAL_REPORT_H
@@ -15,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "eval_hay.h"
 #include "kvpage/kvpage.h"
 
 #define EVAL_RES_PPL (-1) /* eval_result_t.task for perplexity; else eval_task_kind_t */
@@ -35,6 +40,7 @@ typedef struct eval_result {
     int task;              /* EVAL_RES_PPL or an eval_task_kind_t          */
     uint32_t ctx;          /* ppl: P + G; retrieval: the token budget      */
     uint32_t text;         /* ppl: index into texts                        */
+    uint32_t hay;          /* retrieval: index into hays                   */
     double value;          /* ppl: perplexity; retrieval: accuracy 0..1    */
     double nll;            /* ppl: mean NLL (nats) over the G tokens       */
     uint32_t n_items, n_correct; /* retrieval                              */
@@ -49,6 +55,7 @@ typedef struct eval_item_rec {
     uint32_t ctx;          /* the budget                                    */
     uint32_t tokens;       /* prompt tokens it got                          */
     uint32_t depth_pct;
+    uint32_t hay;          /* index into hays                               */
     int ok;                /* exact match                                   */
     char expect[64];       /* the answer                                    */
     char got[96];          /* the generated text (truncated)                */
@@ -79,7 +86,15 @@ typedef struct eval_report {
     uint32_t n_items;
     const eval_fidelity_t *fidelity;
     uint32_t n_fidelity;
+    const eval_hay_t *hays;          /* retrieval haystacks                 */
+    uint32_t n_hays;
+    uint32_t items_per_cell;         /* --items                             */
+    int shared;                      /* 1: prompt passes were shared        */
 } eval_report_t;
+
+/* The 95% Wilson score interval of k successes in n trials (z = 1.96):
+ * [lo, hi] within [0, 1]; n == 0 gives [0, 1]. */
+void eval_wilson(uint32_t k, uint32_t n, double *lo, double *hi);
 
 int eval_report_json(FILE *f, const eval_report_t *r);
 int eval_report_md(FILE *f, const eval_report_t *r);

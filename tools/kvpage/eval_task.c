@@ -3,8 +3,8 @@
  * passkey, multi-key needle, variable tracking; fitting to a token budget;
  * exact-match scoring.
  *
- * A haystack is n_units filler sentences with inserts (needle sentences)
- * placed before filler unit i (i == n_units: after the last one), joined by
+ * A haystack is n_units units (eval_hay.h) with inserts (needle sentences)
+ * placed before unit i (i == n_units: after the last one), joined by
  * single spaces. Inserts are kept in the order they were added among those
  * at the same unit, so a variable-tracking chain always reads in order.
  */
@@ -22,6 +22,24 @@ static const char *const filler[] = {
     "There and back again.",
 };
 #define N_FILLER (sizeof filler / sizeof filler[0])
+
+/* The units an item reads: n of them from start, cycled. */
+typedef struct units {
+    const char *const *u;
+    uint32_t n, start;
+} units_t;
+
+static units_t item_units(const eval_item_spec_t *s)
+{
+    if (!s->hay || !s->hay->n_units)
+        return (units_t){filler, N_FILLER, 0};
+    units_t u = {s->hay->units, s->hay->n_units, 0};
+    if (s->hay->kind != EVAL_HAY_FILLER) { /* a stream of its own: keys unchanged */
+        uint64_t r = s->seed ^ 0x68617973746b6eull;
+        u.start = (uint32_t)(eval_mix64(&r) % u.n);
+    }
+    return u;
+}
 
 /* Needle keys (RULER uses words; these are common, single-meaning nouns). */
 static const char *const words[] = {
@@ -126,7 +144,7 @@ static void hay_add(hay_t *h, uint32_t unit, const char *text)
     h->n++;
 }
 
-static void hay_write(sbuf_t *b, const hay_t *h, uint32_t n_units)
+static void hay_write(sbuf_t *b, const hay_t *h, const units_t *un, uint32_t n_units)
 {
     uint32_t k = 0;
     const char *sep = "";
@@ -136,7 +154,7 @@ static void hay_write(sbuf_t *b, const hay_t *h, uint32_t n_units)
             sep = " ";
         }
         if (u < n_units) {
-            sb_printf(b, "%s%s", sep, filler[u % N_FILLER]);
+            sb_printf(b, "%s%s", sep, un->u[(un->start + (uint64_t)u) % un->n]);
             sep = " ";
         }
     }
@@ -149,7 +167,8 @@ static uint32_t depth_unit(uint32_t n_units, uint32_t depth_pct)
 
 /* ---- the three tasks ------------------------------------------------------ */
 
-static void make_passkey(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+static void make_passkey(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
+                         eval_item_t *it)
 {
     unsigned key = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
     char needle[96];
@@ -159,14 +178,15 @@ static void make_passkey(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, ev
     hay_add(&h, depth_unit(s->n_units, s->depth_pct), needle);
     sb_printf(b, "There is an important info hidden inside a lot of irrelevant text. Find it "
                  "and memorize it. I will quiz you about the important information there.\n\n");
-    hay_write(b, &h, s->n_units);
+    hay_write(b, &h, un, s->n_units);
     sb_printf(b, "\n\nWhat is the pass key? Answer with the number only.");
     snprintf(it->prime, sizeof it->prime, "The pass key is");
     snprintf(it->answer, sizeof it->answer, "%u", key);
     it->max_new = 8;
 }
 
-static void make_needle(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+static void make_needle(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
+                        eval_item_t *it)
 {
     unsigned pick[EVAL_NEEDLES], val[EVAL_NEEDLES];
     for (unsigned i = 0; i < EVAL_NEEDLES; i++) {
@@ -192,7 +212,7 @@ static void make_needle(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eva
     }
     sb_printf(b, "Some special magic numbers are hidden within the following text. Make sure "
                  "to memorize it. I will quiz you about the numbers afterwards.\n\n");
-    hay_write(b, &h, s->n_units);
+    hay_write(b, &h, un, s->n_units);
     sb_printf(b, "\n\nWhat is the special magic number for %s mentioned in the provided text?",
               words[pick[0]]);
     snprintf(it->prime, sizeof it->prime,
@@ -201,7 +221,8 @@ static void make_needle(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eva
     it->max_new = 10;
 }
 
-static void make_vt(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_item_t *it)
+static void make_vt(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
+                    eval_item_t *it)
 {
     char names[EVAL_VT_VARS][6];
     for (unsigned i = 0; i < EVAL_VT_VARS; i++) {
@@ -233,7 +254,7 @@ static void make_vt(const eval_item_spec_t *s, uint64_t *rng, sbuf_t *b, eval_it
     }
     sb_printf(b, "Memorize and track the chain(s) of variable assignment hidden in the "
                  "following text.\n\n");
-    hay_write(b, &h, s->n_units);
+    hay_write(b, &h, un, s->n_units);
     sb_printf(b, "\n\nQuestion: Find all variables that are assigned the value %u in the text "
                  "above.", value);
     snprintf(it->prime, sizeof it->prime,
@@ -249,12 +270,13 @@ int eval_item_make(const eval_item_spec_t *spec, eval_item_t *out)
     eval_item_t it = {.user = NULL};
     sbuf_t b = {.p = NULL};
     uint64_t rng = spec->seed ^ (0x5bd1e995ull * (spec->kind + 1));
+    units_t un = item_units(spec);
     if (spec->kind == EVAL_TASK_PASSKEY)
-        make_passkey(spec, &rng, &b, &it);
+        make_passkey(spec, &un, &rng, &b, &it);
     else if (spec->kind == EVAL_TASK_NEEDLE)
-        make_needle(spec, &rng, &b, &it);
+        make_needle(spec, &un, &rng, &b, &it);
     else
-        make_vt(spec, &rng, &b, &it);
+        make_vt(spec, &un, &rng, &b, &it);
     if (b.err) {
         free(b.p);
         return b.err;

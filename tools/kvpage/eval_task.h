@@ -7,10 +7,10 @@
  *
  * Invariants: an item is a pure function of its spec (kind, seed, n_units,
  * depth); the same spec gives byte-identical text on every machine (splitmix64,
- * no locale, no floating point in placement). Filler is the neutral sentence
- * set of the passkey literature (Mohtashami & Jaggi 2023): "The grass is
- * green. The sky is blue. The sun is yellow. Here we go. There and back
- * again." cycled one sentence per unit.
+ * no locale, no floating point in placement) and haystack. The haystack
+ * (eval_hay.h) gives the units: the filler's five sentences cycled from the
+ * first, or a real text's sentences from a start the seed picks (wrapping
+ * around at its end).
  *
  * Ownership: eval_item_t owns its user text (malloc); eval_item_free frees it.
  * Errors: 0 or a negative KV_E* code; on error *out is left empty (user NULL).
@@ -20,6 +20,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "eval_hay.h"
 
 typedef enum eval_task_kind {
     EVAL_TASK_PASSKEY = 0, /* one 5-digit key at depth d                   */
@@ -35,7 +37,8 @@ typedef enum eval_task_kind {
 typedef struct eval_item_spec {
     eval_task_kind_t kind;
     uint64_t seed;      /* everything random (keys, names, other needles)     */
-    uint32_t n_units;   /* filler sentences in the haystack                   */
+    const eval_hay_t *hay; /* the haystack's units; NULL: the filler       */
+    uint32_t n_units;   /* haystack units (sentences) in the item             */
     uint32_t depth_pct; /* 0..100: where the asked needle (passkey, needle) or */
                         /* the first assignment (vt) sits in the haystack     */
 } eval_item_spec_t;
