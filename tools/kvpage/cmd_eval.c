@@ -167,14 +167,16 @@ typedef struct eval_state {
 } eval_state_t;
 
 /* Estimated cost of one run, in prompt-token forward passes: its own
- * prompt pass, or a replay (appends; attention only for all_rows), plus
- * decode steps (a step costs about 6 prompt tokens on the CPU). */
+ * prompt pass, or a replay: appends (1/64), and for all_rows the prompt's
+ * attention with statistics, which grows with the prompt (measured on 2
+ * CPUs: 0.35 of a forward pass at 1K tokens, 1.26 at 4K); plus decode steps
+ * (a step costs about 6 prompt tokens). */
 static double eval_cost(const eval_state_t *E, uint32_t p, uint32_t n_prompt, uint32_t steps)
 {
     const eval_share_t *sh = &E->pol[p].share;
     double prompt = !E->share || p == 0 || !sh->shares ? n_prompt
-                    : sh->all_rows                   ? n_prompt / 4.0
-                                                     : n_prompt / 64.0;
+                    : sh->all_rows ? n_prompt * (n_prompt / 3300.0)
+                                   : n_prompt / 64.0;
     return prompt + 6.0 * steps;
 }
 
@@ -703,15 +705,12 @@ int kv_cmd_eval(int argc, char **argv)
     for (unsigned k = 0; k < EVAL_TASK_COUNT; k++)
         n_tasks += (uint32_t)want[k];
     n_tasks = E.n_hays ? n_tasks : 0;
-    for (uint32_t p = 1; p < E.n_pol; p++) {
-        n_shared += E.share && E.pol[p].share.shares;
+    for (uint32_t p = 0; p < E.n_pol; p++) {
+        n_shared += p > 0 && E.share && E.pol[p].share.shares;
         E.cost_total += n_loaded * eval_cost(&E, p, (uint32_t)o.ppl_prefill, (uint32_t)o.ppl_gen);
         for (uint32_t c = 0; c < n_ctx; c++)
             E.cost_total += n_tasks * E.n_hays * o.items * eval_cost(&E, p, ctx[c], EVAL_STEPS_EST);
     }
-    E.cost_total += n_loaded * eval_cost(&E, 0, (uint32_t)o.ppl_prefill, (uint32_t)o.ppl_gen);
-    for (uint32_t c = 0; c < n_ctx; c++)
-        E.cost_total += n_tasks * E.n_hays * o.items * eval_cost(&E, 0, ctx[c], EVAL_STEPS_EST);
     E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * E.n_hays * (uint32_t)o.items);
     fprintf(stderr, "kvpage eval: model %s, %u policies (%u replay fp16's prompt pass), %u runs, "
             "%u threads\n", path, E.n_pol, n_shared, E.total, E.env.threads);

@@ -163,10 +163,8 @@ static int cut_finish(cut_t *c, eval_hay_t *h)
 
 /* ---- sources ------------------------------------------------------------------ */
 
-/* Read path whole (at most EVAL_HAY_FILE_MAX bytes) into *buf (malloc) and
- * describe it in f. */
-static int read_file(const char *path, char **buf, size_t *len, eval_hay_file_t *f,
-                     char *err, size_t err_len)
+int eval_hay_read(const char *path, char **buf, size_t *len, eval_hay_file_t *f, char *err,
+                  size_t err_len)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
@@ -263,7 +261,7 @@ int eval_hay_load(eval_hay_kind_t kind, eval_hay_t *out, char *err, size_t err_l
         char path[512], *buf = NULL, why[600];
         size_t len = 0;
         snprintf(path, sizeof path, "%s%s", dir, names[i]);
-        rc = read_file(path, &buf, &len, &out->files[out->n_files], why, sizeof why);
+        rc = eval_hay_read(path, &buf, &len, &out->files[out->n_files], why, sizeof why);
         if (rc == KV_ENOENT) { /* a missing file is left out; none at all fails */
             rc = 0;
             continue;

@@ -71,4 +71,11 @@ int eval_hay_from_texts(eval_hay_kind_t kind, const char *const *texts, uint32_t
 
 void eval_hay_free(eval_hay_t *h);
 
+/* Read path whole, at most EVAL_HAY_FILE_MAX bytes, into *buf (malloc, *len
+ * bytes) and describe it in f (path, SHA-256, size): the bounded read every
+ * evaluation text can use. Errors: KV_ENOENT, KV_ERANGE (larger), KV_ENOMEM,
+ * -errno; a reason in err. */
+int eval_hay_read(const char *path, char **buf, size_t *len, eval_hay_file_t *f, char *err,
+                  size_t err_len);
+
 #endif /* EVAL_HAY_H */
