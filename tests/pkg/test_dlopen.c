@@ -9,6 +9,11 @@
  * version, error names, and a store that appends three tokens and returns
  * their mean from decode attention (equal keys: equal weights).
  *
+ * The library stays loaded to the end, as with Python's ctypes: after a
+ * dlclose, LeakSanitizer reports the process-lifetime allocations of the
+ * libraries unloaded with it (libgomp's initializer, in the sanitizer build
+ * while the build links OpenMP) as leaks.
+ *
  * Usage: test_dlopen LIBKVPAGE_SO. Links only libc (and libdl).
  */
 #include <dlfcn.h>
@@ -105,8 +110,6 @@ int main(int argc, char **argv)
         if (out[d] < 1.999f || out[d] > 2.001f)
             return FAIL("decode output[%d] = %g, expected 2 (the mean of 1, 2, 3)", d,
                         (double)out[d]);
-    if (dlclose(lib) != 0)
-        return FAIL("dlclose: %s", dlerror());
     printf("test_dlopen: %s loaded without jemalloc; version %s; decode ok\n", argv[1],
            KV_EXPECT_VERSION);
     return 0;
