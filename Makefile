@@ -4,14 +4,16 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
-# Other targets: build, model, demo, bench, fuzz, clean.
-# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
+# Other targets: build, model, demo, bench, fuzz, install, clean.
+# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
+# PREFIX (make install: cmake --install build --prefix $(PREFIX)).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_SECONDS ?= 20
+PREFIX ?= /usr/local
 
-.PHONY: all setup model build run demo test test-plain test-asan fuzz bench clean
+.PHONY: all setup model build run demo test test-plain test-asan fuzz bench install clean
 
 all: build
 
@@ -55,6 +57,9 @@ bench: build model
 	./$(BUILD)/bin/kvbench-model --json
 	./$(BUILD)/bin/kvbench-hash --json
 	./$(BUILD)/bin/kvbench-remote --json
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
