@@ -63,7 +63,6 @@ typedef kv_spec_amount_t kv_pol_amount_t;
  * the method is in `methods` (the key table in kv_policy_parse.c says which
  * key sets which field, its range and default), else 0. */
 struct kv_policy {
-    uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
     uint32_t sel;             /* KV_POL_SEL_*                                */
     uint32_t sink;            /* streamingllm: sink tokens                   */
     kv_pol_amount_t hh;       /* h2o/minikv heavy hitters; snapkv budget c;  */
@@ -75,7 +74,7 @@ struct kv_policy {
     uint32_t fmt_given;       /* 1: a format part (kivi2/4, int2/4) given     */
     uint32_t fmt_kivi;        /* 1: spelled kivi2/kivi4                      */
     uint32_t residual;        /* r: FP16 residual tokens (must = store's R)  */
-    uint32_t fp16;            /* 1: the "fp16" policy                         */
+    uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
     /* SimLayerKV */
     uint32_t sim;             /* 1: on                                       */
     double sim_delta;         /* lazy when mass > delta                      */

@@ -149,7 +149,6 @@ static int add_method(P *p, const char *name, size_t len, uint32_t *m, char *err
         p->fmt_kivi = me->kivi;
         p->fmt = me->fmt;
     }
-    p->fp16 = (p->methods & KV_POLICY_FP16) != 0;
     p->sim = (p->methods & KV_POLICY_SIMLAYERKV) != 0;
     p->mc = (p->methods & KV_POLICY_MINICACHE) != 0;
     p->cam = (p->methods & KV_POLICY_CAM) != 0;
@@ -160,7 +159,7 @@ static int add_method(P *p, const char *name, size_t len, uint32_t *m, char *err
 /* Valid compositions (docs/policies.md). */
 static int check_composition(P *p, char *err, size_t len)
 {
-    if (p->fp16 && p->methods != KV_POLICY_FP16)
+    if ((p->methods & KV_POLICY_FP16) && p->methods != KV_POLICY_FP16)
         return kv_spec_err(KV_EINVAL, err, len,
                            "'fp16' is the whole policy: it composes with nothing");
     if (p->cam && p->sel != KV_POL_SEL_STREAM && p->sel != KV_POL_SEL_H2O)
