@@ -338,7 +338,8 @@ KV_API int kv_seq_merge_layers(kv_store_t *store, kv_seq_id_t seq, uint32_t laye
                                const kv_merge_opts_t *opts);
 
 /* The bits-per-element note of a format, e.g. "INT2 g16 = 4 bits/element"
- * (print it wherever a ratio is shown); NULL for an unknown format. */
+ * (print it wherever a ratio is shown; kv_format_info gives the numbers);
+ * NULL for an unknown format. */
 KV_API const char *kv_format_note(kv_format_t fmt);
 
 /* The numbers of a page format for a page geometry (for capacity planners
@@ -389,7 +390,9 @@ KV_API int kv_format_info(kv_format_t fmt, kv_format_t dir_format, uint32_t head
 typedef struct kv_policy kv_policy_t; /* opaque, immutable once parsed */
 
 /* Parse spec. On error returns KV_EINVAL and writes a message naming the
- * offending method/key/value into err (if err_len > 0). */
+ * offending method/key/value into err (if err_len > 0): an unknown method
+ * or key, a method or key given twice, a malformed or out-of-range value,
+ * an invalid composition. */
 KV_API int kv_policy_parse(const char *spec, kv_policy_t **out, char *err,
                            size_t err_len);
 KV_API void kv_policy_destroy(kv_policy_t *policy);
