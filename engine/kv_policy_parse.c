@@ -16,7 +16,6 @@
  * Ownership: kv_policy_parse allocates the policy (kv_mem); the caller
  * destroys it. A parsed policy is never modified (except by the test hook).
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -65,7 +64,8 @@ _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
 static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
                                         [KV_POL_SIM_PREFILL] = "prefill", NULL};
 
-/* Every key of every method (docs/policies.md, "Methods and keys"). */
+/* Every key of every method (docs/policies.md, "Grammar"; the test
+ * test_policy_keys checks that table against this one). */
 static const kv_spec_key_t keys[] = {
     KV_SPEC_U(KV_POL_M_STREAM, "sink", P, sink, 0, 1u << 20, 4),
     KV_SPEC_A(KV_POL_M_STREAM, "recent", P, recent, 0.2),

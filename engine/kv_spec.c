@@ -8,7 +8,6 @@
  */
 #include "kv_spec.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -72,21 +71,26 @@ static void put_amount(const kv_spec_key_t *k, void *obj, double v)
     memcpy((char *)obj + k->off, &a, sizeof a);
 }
 
+static uint64_t get_uint(const kv_spec_key_t *k, const void *obj)
+{
+    const char *f = (const char *)obj + k->off;
+    if (k->size == sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, f, sizeof v);
+        return v;
+    }
+    uint32_t v32;
+    memcpy(&v32, f, sizeof v32);
+    return v32;
+}
+
 double kv_spec_value(const kv_spec_key_t *k, const void *obj)
 {
     const char *f = (const char *)obj + k->off;
     switch (k->kind) {
     case KV_SPEC_UINT:
     case KV_SPEC_ENUM:
-        if (k->size == sizeof(uint64_t)) {
-            uint64_t v;
-            memcpy(&v, f, sizeof v);
-            return (double)v;
-        } else {
-            uint32_t v;
-            memcpy(&v, f, sizeof v);
-            return v;
-        }
+        return (double)get_uint(k, obj);
     case KV_SPEC_REAL: {
         double v;
         memcpy(&v, f, sizeof v);
@@ -142,7 +146,6 @@ static int number(const char *v, double *out)
     if (!*v || *v == ' ' || *v == '+' || (*v >= '\t' && *v <= '\r'))
         return KV_EINVAL;
     char *end = NULL;
-    errno = 0;
     double x = strtod(v, &end);
     if (*end || isnan(x))
         return KV_EINVAL;
@@ -282,20 +285,14 @@ uint32_t kv_spec_describe(kv_spec_table_t t, uint32_t part, const void *obj,
             continue;
         kv_spec_printf(out, "%s%s=", n++ ? "," : "", k->name);
         double v = kv_spec_value(k, obj);
-        if (k->kind == KV_SPEC_ENUM) {
-            kv_spec_printf(out, "%s", k->names[(uint32_t)v]);
-        } else if (k->kind == KV_SPEC_UINT) {
-            uint64_t u = 0;
-            if (k->size == sizeof u)
-                memcpy(&u, (const char *)obj + k->off, sizeof u);
-            else
-                u = (uint64_t)v;
-            kv_spec_printf(out, "%llu", (unsigned long long)u);
-        } else if (k->kind == KV_SPEC_AMOUNT && v >= 1.0) {
+        if (k->kind == KV_SPEC_ENUM)
+            kv_spec_printf(out, "%s", k->names[get_uint(k, obj)]);
+        else if (k->kind == KV_SPEC_UINT)
+            kv_spec_printf(out, "%llu", (unsigned long long)get_uint(k, obj));
+        else if (k->kind == KV_SPEC_AMOUNT && v >= 1.0)
             kv_spec_printf(out, "%.0f", v);
-        } else {
+        else
             kv_spec_printf(out, "%.17g", v);
-        }
     }
     return n;
 }
