@@ -67,7 +67,10 @@ static void put_real(const kv_spec_key_t *k, void *obj, double v)
 
 static void put_amount(const kv_spec_key_t *k, void *obj, double v)
 {
-    kv_spec_amount_t a = {v, v < 1.0};
+    kv_spec_amount_t a;
+    memset(&a, 0, sizeof a); /* padding too: parsed objects compare bytewise */
+    a.v = v;
+    a.is_ratio = v < 1.0;
     memcpy((char *)obj + k->off, &a, sizeof a);
 }
 
