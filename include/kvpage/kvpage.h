@@ -59,6 +59,7 @@ enum {
     KV_EIO         = -1009, /* I/O error                                          */
     KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
     KV_ENOTRES     = -1011, /* page not resident (on the page file, see offload) */
+    KV_EBUSY       = -1012, /* the page file is owned by another store (offload) */
 };
 
 /* A short English description of an error code (never NULL). */
@@ -467,11 +468,27 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * a page that fails its check is never returned as data: it is reported
  * lost (below). kv_store_create errors for the tier: KV_EINVAL (offload
  * fields set without offload_path, unknown flag, a reopened file recorded
- * for another model shape), KV_ERANGE (a field out of range, or a reopened
- * file's page size differs), KV_ELIMIT (a recorded sequence id >= max_seqs),
- * KV_ECORRUPT (a reopened file or its index fails its checks), -errno from
- * the OS (e.g. -EEXIST: creating over an existing file, -ENOENT: opening a
- * missing one). A failed create leaves the file as it was.
+ * for another model shape, a path that is not a regular file), KV_ERANGE
+ * (a field out of range, or a reopened file's page size differs), KV_ELIMIT
+ * (a recorded sequence id >= max_seqs), KV_ECORRUPT (a reopened file or its
+ * index fails its checks), KV_EBUSY (another store owns the file, below),
+ * -errno from the OS (e.g. -EEXIST: creating over an existing file,
+ * -ENOENT: opening a missing one, -EISDIR: the path is a directory). A
+ * failed create leaves the file as it was.
+ *
+ * One owner per file: a store holds an exclusive lock on its page file
+ * (an OFD lock: it conflicts between stores of one process as between
+ * processes) from kv_store_create to kv_store_destroy, or to the process's
+ * end, however it ends. A second store on the same file -- KV_OFFLOAD_OPEN
+ * or a create racing with another create -- gets KV_EBUSY and changes
+ * nothing. Each store also writes a random owner id into the file's
+ * superblock and onto every page it writes, so where a filesystem does not
+ * enforce the lock a page written by another store is reported lost, never
+ * returned, and kv_store_offload_sync fails with KV_EBUSY rather than
+ * overwrite the other store's index. A child of fork() shares its parent's
+ * lock until it exits or execs. A new file is built under "<path>.new" and
+ * renamed to <path> when complete: a crash inside kv_store_create leaves no
+ * half-made <path>, and the next create replaces the "<path>.new" left.
  *
  * What goes to the file: pages held by one list only (refcount 1). Pages
  * shared with a fork and MERGED pages always stay resident.
@@ -581,8 +598,9 @@ KV_API int kv_store_offload_balance(kv_store_t *store);
  * atomically (temporary file, rename, fsync of the directory). What a
  * KV_OFFLOAD_OPEN store restores is what the last sync saw. All or nothing:
  * on error no record of this call remains and the old index stays. Errors:
- * KV_ENOTSUP, -ENOSPC (no slot for a record), KV_ENOMEM, -errno, or an I/O
- * error of a record write. */
+ * KV_ENOTSUP, -ENOSPC (no slot for a record), KV_ENOMEM, KV_EBUSY (the
+ * file names another owner: it was taken over where locks do not work),
+ * -errno, or an I/O error of a record write. */
 KV_API int kv_store_offload_sync(kv_store_t *store);
 
 /* The live sequence ids in increasing order: up to cap into ids (ids may be
