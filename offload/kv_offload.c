@@ -691,6 +691,13 @@ void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
     pthread_mutex_unlock(&f->lock);
 }
 
+uint64_t kv_offload_meta_bytes(uint32_t capacity)
+{
+    return sizeof(kv_offload_file_t) + sizeof(kv_alloc_pool_t) +
+           (uint64_t)capacity * (sizeof(kv_offload_slotrec_t) + sizeof(_Atomic uint32_t) +
+                                 sizeof(kv_page_id_t));
+}
+
 const kv_alloc_pool_t *kv_offload_pool(const kv_offload_file_t *f)
 {
     return f ? f->pool : NULL;

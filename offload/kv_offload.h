@@ -322,6 +322,10 @@ typedef struct kv_offload_stats {
 
 void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out);
 
+/* Metadata bytes a file of `capacity` slots holds (slot records, slot
+ * pool), staging buffers aside: for estimates before creating one. */
+uint64_t kv_offload_meta_bytes(uint32_t capacity);
+
 /* The file's slot pool (read-only use: stats, id checks). */
 const kv_alloc_pool_t *kv_offload_pool(const kv_offload_file_t *f);
 

@@ -211,10 +211,38 @@ typedef struct kv_stats {
 
 /* ---- store ------------------------------------------------------------- */
 
+/* Memory a configuration can take, known before a store exists
+ * (kv_config_estimate). Metadata is everything the store allocates besides
+ * pages. */
+typedef struct kv_estimate {
+    uint64_t meta_fixed;    /* bytes kv_store_create allocates: the pool's    */
+                            /* refcounts and free list, sequence tables, a new */
+                            /* page file's slot arrays (a reopened file's:    */
+                            /* ~56 bytes per slot more; staging buffers, up to */
+                            /* 64 MiB, aside)                                  */
+    uint64_t meta_per_seq;  /* bytes each live sequence takes when created:    */
+                            /* n_layers * n_kv_heads list headers              */
+    uint64_t meta_per_page; /* bytes per page reference held by a list         */
+    uint64_t meta_max;      /* meta_fixed + max_seqs * meta_per_seq +          */
+                            /* host_pages * meta_per_page: a full store (forks */
+                            /* and compacted positions, 4 bytes a token, add)  */
+    uint64_t kv_max;        /* host_pages * page_bytes: the pool's pages,      */
+                            /* reserved as address space, touched as used      */
+    uint64_t meta_cap;      /* the cap on meta_max: physical memory           */
+} kv_estimate_t;
+
+/* Validate cfg as kv_store_create does (same errors) and estimate its
+ * memory into *out, allocating nothing. E.g. 4096 layers x 1024 kv heads
+ * take 224 MiB of list headers per sequence: with the default max_seqs
+ * (1024) meta_max is 224 GiB. */
+KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
+
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
  * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
  * (struct_size or version other than this header's), KV_ENOTSUP (backend not built),
- * KV_ENOMEM. */
+ * KV_ENOMEM: memory ran out, or -- before anything is allocated -- the
+ * metadata of a full store (kv_config_estimate: meta_max) exceeds the
+ * machine's physical memory (meta_cap): lower max_seqs or host_pages. */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
 /* Destroy a store and everything in it. NULL is a no-op. With a page file:
