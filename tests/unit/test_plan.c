@@ -21,6 +21,7 @@
 #include "tools/kvpage/plan_closed.c"
 #include "tools/kvpage/plan_evalq.c"
 #include "tools/kvpage/plan_calc.c"
+#include "tools/kvpage/kv_cli_io.c"
 #include "tools/kvpage/kv_cli_json.c"
 #include "tools/kvpage/plan_report.c"
 #include "tools/kvpage/plan_html.c"
