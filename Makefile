@@ -4,8 +4,9 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
-# Other targets: build, model, demo, bench, fuzz, clean.
-# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
+# Other targets: build, model, demo, bench, fuzz, fuzz-campaign, tsan, clean.
+# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
+# FUZZ_TARGETS / CAMPAIGN_SECONDS (fuzz-campaign).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -56,3 +57,14 @@ bench: build model
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+
+# A long fuzz campaign (fuzz/README.md): every target of FUZZ_TARGETS for
+# CAMPAIGN_SECONDS each, one after the other, the corpus kept in
+# build-fuzz/corpus/. One target for an hour:
+#   make fuzz-campaign FUZZ_TARGETS=fuzz_restore CAMPAIGN_SECONDS=3600
+FUZZ_TARGETS ?= fuzz_pages fuzz_pagefile fuzz_restore fuzz_spec
+CAMPAIGN_SECONDS ?= 3600
+
+.PHONY: fuzz-campaign
+fuzz-campaign: setup
+	bash fuzz/build.sh $(CAMPAIGN_SECONDS) $(FUZZ_TARGETS)
