@@ -68,3 +68,18 @@ CAMPAIGN_SECONDS ?= 3600
 .PHONY: fuzz-campaign
 fuzz-campaign: setup
 	bash fuzz/build.sh $(CAMPAIGN_SECONDS) $(FUZZ_TARGETS)
+
+# ThreadSanitizer over the tests that run threads (the allocator's caches,
+# the metadata allocator, the worker pool, multi-threaded attention, async
+# page-file I/O, attention racing page-ins): build-tsan/, TSan halting on
+# the first report.
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= alloc_threads mem pool attn_cpu offload_async store_offload_wait api_formats
+
+.PHONY: tsan
+tsan: setup
+	cmake -S . -B $(TSAN_BUILD) -DKV_WERROR=ON -DKV_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(addprefix test_,$(TSAN_TESTS))
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) \
+	  -R '^(unit|integration)/($(subst $(eval) ,|,$(TSAN_TESTS)))$$'
