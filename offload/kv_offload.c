@@ -1,9 +1,12 @@
 /*
- * kv_offload.c — a page file's life: create (geometry, superblock, empty
- * index), open (superblock, index, held slots), close/crash, and the
- * slot-level calls (free, info, list, stats, fault settings).
+ * kv_offload.c — a page file's life: create (built under "<path>.new":
+ * geometry, superblock, empty index, then renamed), open (superblock, index,
+ * held slots, a new owner id), close/crash, ownership (the OFD lock held on
+ * lock_fd for the file object's life, the owner id checked before every
+ * index write), and the slot-level calls (free, info, list, stats, fault
+ * settings).
  *
- * Setup order (and teardown in reverse): fd -> pool + slot records ->
+ * Setup order (and teardown in reverse): lock_fd (locked) -> fd -> pool + slot records ->
  * stage (aligned staging memory) -> engine (registers the stage and fd) ->
  * io records. kv_offload_setup() builds the in-memory half for both create
  * and open once the geometry is known.
