@@ -53,10 +53,11 @@
 #define MAXTOK 160u
 
 enum { K_FP16 = 0, K_INT4 = 1, K_INT2 = 2 };
-enum { PH_OPEN, PH_CREATE, PH_APPEND, PH_OFFLOAD, PH_PREFETCH, PH_FREE, PH_SYNC,
-       PH_DESTROY, PH_COUNT };
-static const char *const g_phase[PH_COUNT] = {"open", "create", "append", "offload",
-                                              "prefetch", "free", "sync", "destroy"};
+enum { PH_OPEN, PH_CREATE_FILE, PH_CREATE, PH_APPEND, PH_OFFLOAD, PH_PREFETCH, PH_FREE,
+       PH_SYNC, PH_DESTROY, PH_COUNT };
+static const char *const g_phase[PH_COUNT] = {"open", "create_file", "seq_create", "append",
+                                              "offload", "prefetch", "free", "sync",
+                                              "destroy"};
 enum { M_PHASE = 1, M_DEF, M_DONE, M_TOUCH, M_ACK, M_ERR };
 
 typedef struct recipe {
@@ -212,6 +213,18 @@ static void say(uint32_t type, uint32_t id, const recipe_t *r, uint64_t set)
         }                                                                          \
     } while (0)
 
+/* The live ids as a bit set. */
+static uint64_t live_set(const kv_store_t *st)
+{
+    kv_seq_id_t ids[MAXQ];
+    uint32_t n = 0;
+    uint64_t set = 0;
+    kv_store_seqs(st, ids, MAXQ, &n);
+    for (uint32_t i = 0; i < n && i < MAXQ; i++)
+        set |= 1ull << ids[i];
+    return set;
+}
+
 /* Ids wholly on the file (a record is written for exactly these). */
 static uint64_t on_file_set(kv_store_t *st)
 {
@@ -230,20 +243,14 @@ static uint64_t on_file_set(kv_store_t *st)
 
 static kv_store_t *child_open(void)
 {
-    say(M_PHASE, g_m.file ? PH_OPEN : PH_CREATE, NULL, 0);
+    say(M_PHASE, g_m.file ? PH_OPEN : PH_CREATE_FILE, NULL, 0);
     kv_config_t c = config(g_m.file ? KV_OFFLOAD_OPEN : 0);
     kv_store_t *st = NULL;
     int rc = kv_store_create(&c, &st);
     CHILD_CHECK(rc == 0, rc);
     g_m.file = 1;
     /* everything acknowledged and untouched is back */
-    kv_seq_id_t ids[MAXQ];
-    uint32_t n = 0;
-    uint64_t got = 0;
-    kv_store_seqs(st, ids, MAXQ, &n);
-    for (uint32_t i = 0; i < n; i++)
-        got |= 1ull << ids[i];
-    CHILD_CHECK((got & g_m.acked) == g_m.acked, 0);
+    CHILD_CHECK((live_set(st) & g_m.acked) == g_m.acked, 0);
     return st;
 }
 
@@ -319,15 +326,8 @@ static void child_main(uint64_t seed)
             say(M_PHASE, PH_DESTROY, NULL, 0);
             kv_store_destroy(st);
             st = child_open();
-            if (rc == 0) { /* exactly what was wholly on the file comes back */
-                kv_seq_id_t back[MAXQ];
-                uint32_t m = 0;
-                uint64_t got = 0;
-                kv_store_seqs(st, back, MAXQ, &m);
-                for (uint32_t i = 0; i < m; i++)
-                    got |= 1ull << back[i];
-                CHILD_CHECK(got == want, 0);
-            }
+            if (rc == 0) /* exactly what was wholly on the file comes back */
+                CHILD_CHECK(live_set(st) == want, 0);
         }
     }
 }
