@@ -48,14 +48,14 @@ static int child_ok(pid_t pid)
 }
 
 /* The sequence back from the file equals ref. */
-static void check_seq(kv_store_t *st, kv_seq_id_t seq, const kvs_snap_t *ref)
+static void check_seq(kv_store_t *st, kv_seq_id_t seq, const kv_test_seq_t *ref)
 {
     CHECK_OK(kv_seq_prefetch(st, seq));
     CHECK_OK(kv_seq_wait(st, seq));
-    kvs_snap_t now;
-    CHECK_OK(kvs_snap(st, seq, &now));
-    CHECK(kvs_snap_same(&now, ref));
-    kvs_snap_free(&now);
+    kv_test_seq_t now;
+    CHECK_OK(kv_test_seq_take(st, seq, &now));
+    CHECK(kv_test_seq_same(&now, ref));
+    kv_test_seq_free(&now);
 }
 
 static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
@@ -70,8 +70,8 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
     kv_seq_id_t seq;
     CHECK_OK(kv_seq_create(a, &seq));
     CHECK_OK(kvs_fill(a, seq, 70, 5, KVS_INT4));
-    kvs_snap_t ref;
-    CHECK_OK(kvs_snap(a, seq, &ref));
+    kv_test_seq_t ref;
+    CHECK_OK(kv_test_seq_take(a, seq, &ref));
     CHECK_OK(kv_seq_offload(a, seq));
     CHECK_OK(kv_seq_wait(a, seq));
     CHECK_OK(kv_store_offload_sync(a));
@@ -137,7 +137,7 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
         CHECK_OK(kv_seq_free(b, seq));
         kv_store_destroy(b);
     }
-    kvs_snap_free(&ref);
+    kv_test_seq_free(&ref);
     kv_offload_unlink(path);
 }
 
