@@ -4,14 +4,18 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
-# Other targets: build, model, demo, bench, fuzz, clean.
-# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
+# Other targets: build, model, demo, bench, fuzz, fuzz-campaign, tsan, install,
+# clean.
+# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
+# FUZZ_TARGETS / CAMPAIGN_SECONDS (fuzz-campaign), PREFIX (make install:
+# cmake --install build --prefix $(PREFIX)).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_SECONDS ?= 20
+PREFIX ?= /usr/local
 
-.PHONY: all setup model build run demo test test-plain test-asan fuzz bench clean
+.PHONY: all setup model build run demo test test-plain test-asan fuzz bench install clean
 
 all: build
 
@@ -56,5 +60,34 @@ bench: build model
 	./$(BUILD)/bin/kvbench-hash --json
 	./$(BUILD)/bin/kvbench-remote --json
 
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+
+# A long fuzz campaign (fuzz/README.md): every target of FUZZ_TARGETS for
+# CAMPAIGN_SECONDS each, one after the other, the corpus kept in
+# build-fuzz/corpus/. One target for an hour:
+#   make fuzz-campaign FUZZ_TARGETS=fuzz_restore CAMPAIGN_SECONDS=3600
+FUZZ_TARGETS ?= fuzz_pages fuzz_pagefile fuzz_restore fuzz_spec
+CAMPAIGN_SECONDS ?= 3600
+
+.PHONY: fuzz-campaign
+fuzz-campaign: setup
+	bash fuzz/build.sh $(CAMPAIGN_SECONDS) $(FUZZ_TARGETS)
+
+# ThreadSanitizer over the tests that run threads (the allocator's caches,
+# the metadata allocator, the worker pool, multi-threaded attention, async
+# page-file I/O, attention racing page-ins): build-tsan/, TSan halting on
+# the first report.
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= alloc_threads mem pool attn_cpu offload_async store_offload_wait api_formats
+
+.PHONY: tsan
+tsan: setup
+	cmake -S . -B $(TSAN_BUILD) -DKV_WERROR=ON -DKV_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(addprefix test_,$(TSAN_TESTS))
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) \
+	  -R '^(unit|integration)/($(subst $(eval) ,|,$(TSAN_TESTS)))$$'

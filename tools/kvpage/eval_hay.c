@@ -1,7 +1,7 @@
 /*
  * eval_hay.c — haystack sources of `kvpage eval` (eval_hay.h): the files of
- * each kind, their bounded reads with SHA-256, and the cut into sentence
- * units.
+ * each kind, read with kv_cli_read_file (bounded, regular files only) and
+ * hashed, and the cut into sentence units.
  *
  * The file lists are fixed (sorted, one text per license: older versions
  * and symlinked aliases of the same license left out), so a haystack is the
@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "kv_cli.h"
 #include "kv_sha256.h"
 #include "kvpage/kvpage.h"
 
@@ -163,62 +165,22 @@ static int cut_finish(cut_t *c, eval_hay_t *h)
 
 /* ---- sources ------------------------------------------------------------------ */
 
-int eval_hay_read(const char *path, char **buf, size_t *len, eval_hay_file_t *f, char *err,
-                  size_t err_len)
+/* Read a source file (kv_cli_read_file: regular files only, bounded, a
+ * message on failure) and describe it in f. KV_ENOENT: it is not there. */
+static int read_source(const char *path, char **buf, size_t *len, eval_hay_file_t *f)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        int e = errno;
-        snprintf(err, err_len, "cannot read %s: %s", path, strerror(e));
-        return e == ENOENT ? KV_ENOENT : -e;
-    }
-    size_t cap = 65536, n = 0;
-    char *b = malloc(cap);
-    int rc = b ? 0 : KV_ENOMEM;
-    while (!rc) {
-        if (n == cap) {
-            if (cap > EVAL_HAY_FILE_MAX) {
-                snprintf(err, err_len, "%s is larger than %u bytes", path, EVAL_HAY_FILE_MAX);
-                rc = KV_ERANGE;
-                break;
-            }
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                rc = KV_ENOMEM;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t got = fread(b + n, 1, cap - n, fp);
-        n += got;
-        if (got == 0) {
-            if (ferror(fp)) {
-                snprintf(err, err_len, "cannot read %s", path);
-                rc = -EIO;
-            }
-            break;
-        }
-    }
-    fclose(fp);
-    if (!rc && n > EVAL_HAY_FILE_MAX) {
-        snprintf(err, err_len, "%s is larger than %u bytes", path, EVAL_HAY_FILE_MAX);
-        rc = KV_ERANGE;
-    }
-    if (rc) {
-        free(b);
-        return rc;
-    }
+    if (access(path, F_OK) && errno == ENOENT)
+        return KV_ENOENT;
+    if (kv_cli_read_file("eval", "haystack file", path, EVAL_HAY_FILE_MAX, buf, len))
+        return KV_EIO;
     snprintf(f->path, sizeof f->path, "%s", path);
     kv_sha256_t h;
     uint8_t d[32];
     kv_sha256_init(&h);
-    kv_sha256_update(&h, b, n);
+    kv_sha256_update(&h, *buf, *len);
     kv_sha256_final(&h, d);
     kv_sha256_hex(d, f->sha256);
-    f->bytes = n;
-    *buf = b;
-    *len = n;
+    f->bytes = *len;
     return 0;
 }
 
@@ -258,16 +220,16 @@ int eval_hay_load(eval_hay_kind_t kind, eval_hay_t *out, char *err, size_t err_l
     out->files = calloc(n, sizeof *out->files);
     int rc = out->files ? 0 : KV_ENOMEM;
     for (uint32_t i = 0; i < n && !rc; i++) {
-        char path[512], *buf = NULL, why[600];
+        char path[512], *buf = NULL;
         size_t len = 0;
         snprintf(path, sizeof path, "%s%s", dir, names[i]);
-        rc = eval_hay_read(path, &buf, &len, &out->files[out->n_files], why, sizeof why);
+        rc = read_source(path, &buf, &len, &out->files[out->n_files]);
         if (rc == KV_ENOENT) { /* a missing file is left out; none at all fails */
             rc = 0;
             continue;
         }
         if (rc) {
-            snprintf(err, err_len, "haystack %s: %s", hay_names[kind], why);
+            snprintf(err, err_len, "haystack %s: cannot use %s", hay_names[kind], path);
             break;
         }
         out->n_files++;

@@ -59,10 +59,11 @@ const char *eval_hay_name(eval_hay_kind_t kind);
 /* The kind named by name[0..len), or KV_EINVAL. */
 int eval_hay_parse(const char *name, size_t len, eval_hay_kind_t *out);
 
-/* Load a haystack from its Debian files (the filler needs none). Errors:
- * KV_ENOENT (a source directory or every file missing: the message names
- * the package), KV_ERANGE (a file over EVAL_HAY_FILE_MAX), KV_ENOMEM,
- * -errno of a failed read. */
+/* Load a haystack from its Debian files (the filler needs none); a missing
+ * file is left out. Errors: KV_ENOENT (every file missing: the message
+ * names the package), KV_EIO (a file that is not a regular file, is over
+ * EVAL_HAY_FILE_MAX or cannot be read: kv_cli_read_file printed why),
+ * KV_ERANGE (no text in them), KV_ENOMEM. */
 int eval_hay_load(eval_hay_kind_t kind, eval_hay_t *out, char *err, size_t err_len);
 
 /* A haystack from texts[0..n) in memory (tests; no files recorded). */
@@ -70,12 +71,5 @@ int eval_hay_from_texts(eval_hay_kind_t kind, const char *const *texts, uint32_t
                         eval_hay_t *out);
 
 void eval_hay_free(eval_hay_t *h);
-
-/* Read path whole, at most EVAL_HAY_FILE_MAX bytes, into *buf (malloc, *len
- * bytes) and describe it in f (path, SHA-256, size): the bounded read every
- * evaluation text can use. Errors: KV_ENOENT, KV_ERANGE (larger), KV_ENOMEM,
- * -errno; a reason in err. */
-int eval_hay_read(const char *path, char **buf, size_t *len, eval_hay_file_t *f, char *err,
-                  size_t err_len);
 
 #endif /* EVAL_HAY_H */

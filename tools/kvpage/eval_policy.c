@@ -5,7 +5,6 @@
 #include "eval_policy.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t err_len)
@@ -22,78 +21,37 @@ int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t er
     }
     *out = (eval_policy_t){.policy = p};
     if (kv_policy_describe(p, out->spec, sizeof out->spec))
-        snprintf(out->spec, sizeof out->spec, "%s", spec); /* then: shares nothing */
-    else
-        out->share = eval_policy_share(out->spec);
+        snprintf(out->spec, sizeof out->spec, "%s", spec);
+    out->share = eval_policy_share(p);
     return 0;
 }
 
-/* The value of key in one part's "k=v,k=v" list, or NULL. */
-static const char *key_val(const char *keys, size_t len, const char *key, size_t *vlen)
+/* *rows = max(*rows, key of method) when the policy has it */
+static void rows_max(const kv_policy_t *p, const char *method, const char *key, uint32_t *rows)
 {
-    size_t kl = strlen(key);
-    for (size_t i = 0; i < len;) {
-        size_t e = i;
-        while (e < len && keys[e] != ',')
-            e++;
-        if (e - i > kl && !memcmp(keys + i, key, kl) && keys[i + kl] == '=') {
-            *vlen = e - i - kl - 1;
-            return keys + i + kl + 1;
-        }
-        i = e + 1;
-    }
-    return NULL;
+    double v;
+    if (!kv_policy_value(p, method, key, &v) && v > *rows)
+        *rows = (uint32_t)v;
 }
 
-/* *rows = max(*rows, the whole-number value of key) */
-static void rows_max(const char *keys, size_t len, const char *key, uint32_t *rows)
+eval_share_t eval_policy_share(const kv_policy_t *p)
 {
-    size_t vl;
-    const char *v = key_val(keys, len, key, &vl);
-    unsigned long x = v ? strtoul(v, NULL, 10) : 0;
-    if (x > *rows)
-        *rows = (uint32_t)x;
-}
-
-static int is_method(const char *m, size_t len, const char *name)
-{
-    return strlen(name) == len && !memcmp(m, name, len);
-}
-
-eval_share_t eval_policy_share(const char *spec)
-{
-    eval_share_t sh = {.shares = 1};
-    int fmt = 0, sel = 0;
-    for (const char *p = spec; p && *p;) {
-        const char *plus = strchr(p, '+');
-        size_t len = plus ? (size_t)(plus - p) : strlen(p);
-        const char *colon = memchr(p, ':', len);
-        size_t ml = colon ? (size_t)(colon - p) : len, kl = colon ? len - ml - 1 : 0, vl = 0;
-        const char *keys = colon ? colon + 1 : "", *v;
-        if (is_method(p, ml, "kivi2") || is_method(p, ml, "kivi4") || is_method(p, ml, "int2") ||
-            is_method(p, ml, "int4")) {
-            fmt = 1;
-        } else if (is_method(p, ml, "h2o") || is_method(p, ml, "minikv")) {
-            sel = sh.all_rows = 1;
-        } else if (is_method(p, ml, "cam")) {
-            sh.all_rows = 1;
-        } else if (is_method(p, ml, "streamingllm")) {
-            sel = 1;
-        } else if (is_method(p, ml, "snapkv")) {
-            sel = 1;
-            rows_max(keys, kl, "w", &sh.rows);
-        } else if (is_method(p, ml, "simlayerkv")) {
-            if ((v = key_val(keys, kl, "mode", &vl)) && vl == 7 && !memcmp(v, "prefill", 7))
-                rows_max(keys, kl, "rows", &sh.rows);
-        } else if (!is_method(p, ml, "minicache") && !is_method(p, ml, "fp16")) {
-            sh.shares = 0; /* unknown to this table: run it on its own */
-        }
-        p = plus ? plus + 1 : NULL;
-    }
-    if (fmt && !sel)
-        sh.shares = 0;
-    if (!sh.shares)
-        sh = (eval_share_t){0};
+    const uint32_t fmt = KV_POLICY_KIVI2 | KV_POLICY_KIVI4 | KV_POLICY_INT2 | KV_POLICY_INT4;
+    const uint32_t sel = KV_POLICY_STREAMINGLLM | KV_POLICY_H2O | KV_POLICY_SNAPKV |
+                         KV_POLICY_MINIKV;
+    const uint32_t known = fmt | sel | KV_POLICY_FP16 | KV_POLICY_SIMLAYERKV |
+                           KV_POLICY_MINICACHE | KV_POLICY_CAM;
+    kv_policy_info_t in;
+    eval_share_t sh = {0};
+    if (kv_policy_info(p, 1, 0, &in) || (in.methods & ~known) || /* unknown here: own pass */
+        ((in.methods & fmt) && !(in.methods & sel)))             /* KIVI while appending  */
+        return sh;
+    sh.shares = 1;
+    sh.all_rows = (in.methods & (KV_POLICY_H2O | KV_POLICY_MINIKV | KV_POLICY_CAM)) != 0;
+    rows_max(p, "snapkv", "w", &sh.rows);
+    double mode;
+    if (!kv_policy_value(p, "simlayerkv", "mode", &mode) && mode == 1) /* prefill */
+        rows_max(p, "simlayerkv", "rows", &sh.rows);
     return sh;
 }
 

@@ -19,8 +19,8 @@
 
 #include "kvpage/kvpage.h"
 
-/* How a policy's prompt pass relates to FP16's, read from its canonical
- * spec (eval_policy_parse; docs/eval.md argues each case against
+/* How a policy's prompt pass relates to FP16's, from its methods and keys
+ * (kv_policy_info, kv_policy_value; docs/eval.md argues each case against
  * engine/kv_policy_*.c):
  *   shares    the prompt pass is FP16's exactly: every page stays FP16 and
  *             nothing is evicted, merged or converted before
@@ -43,13 +43,13 @@ typedef struct eval_share {
 typedef struct eval_policy {
     char spec[256];      /* the canonical spec (kv_policy_describe)  */
     kv_policy_t *policy; /* owned                                    */
-    eval_share_t share;  /* from spec                                */
+    eval_share_t share;  /* eval_policy_share(policy)                */
 } eval_policy_t;
 
 /* Parse spec; KV_EINVAL with the store's message in err for a bad one. */
 int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t err_len);
-/* The sharing class of a canonical spec (eval_share_t). */
-eval_share_t eval_policy_share(const char *canonical);
+/* The sharing class of a parsed policy (eval_share_t). */
+eval_share_t eval_policy_share(const kv_policy_t *policy);
 void eval_policy_destroy(eval_policy_t *p);
 
 /* Before the sequence's first append. */

@@ -92,6 +92,14 @@ typedef struct eval_report {
     int shared;                      /* 1: prompt passes were shared        */
 } eval_report_t;
 
+/* The cell ratios (file comment of eval_report.c): `ratio`, KV bytes of the
+ * fp16 policy (index 0) for x's task, ctx (and text or
+ * haystack) over x's KV bytes,
+ * and `ratio_held`, fp16_bytes / kv_bytes of the cell; 0 when there is no
+ * such cell or no bytes. */
+double eval_report_ratio(const eval_report_t *r, const eval_result_t *x);
+double eval_report_ratio_held(const eval_result_t *x);
+
 /* The 95% Wilson score interval of k successes in n trials (z = 1.96):
  * [lo, hi] within [0, 1]; n == 0 gives [0, 1]. */
 void eval_wilson(uint32_t k, uint32_t n, double *lo, double *hi);

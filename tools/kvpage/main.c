@@ -2,15 +2,20 @@
  * main.c — the `kvpage` command: dispatch to subcommands.
  *
  *   kvpage demo [options]   synthetic engine-like workload, prints a table
- *   kvpage version          library version
+ *   kvpage version          library version, commit, features built in
+ *                           (also --version; kv_build_info.h is generated at
+ *                           build time by cmake/kv_build_info.cmake)
  *   kvpage help             this list
  *
  * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
+ * Whatever a command printed must have reached stdout: lost output (a full
+ * disk, >/dev/full) turns a success into exit 1 with a message.
  */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "kv_build_info.h"
 #include "kv_cli.h"
 #include "kvpage/kvpage.h"
 
@@ -18,7 +23,8 @@ static int cmd_version(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    printf("kvpage %s\n", kv_version());
+    printf("kvpage %s (commit %s)\nfeatures: %s\n", kv_version(), KV_BUILD_COMMIT,
+           KV_BUILD_FEATURES);
     return 0;
 }
 
@@ -34,7 +40,7 @@ static const struct {
     {"eval", kv_cmd_eval, "compare KV cache policies: perplexity, retrieval, fidelity"},
     {"stress", kv_cmd_stress, "memory-pressure stress: an engine-like workload, verified continuously"},
     {"plan", kv_cmd_plan, "capacity planning: bytes per token, sequences and context per policy"},
-    {"version", cmd_version, "print the library version"},
+    {"version", cmd_version, "print the version, commit and features built in"},
     {"help", cmd_help, "list the commands"},
 };
 
@@ -59,15 +65,19 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         cmd_help(0, NULL);
-        return 2;
+        return kv_cli_stdout_close("help") ? 1 : 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
-        return cmd_help(0, NULL);
+        argv[1] = "help";
     if (!strcmp(argv[1], "--version"))
-        return cmd_version(0, NULL);
+        argv[1] = "version";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            if (kv_cli_stdout_close(commands[i].name) && rc == 0)
+                rc = 1; /* the output was lost: not a success */
+            return rc;
+        }
     fprintf(stderr, "kvpage: unknown command '%s' (kvpage help lists them)\n", argv[1]);
     return 2;
 }
