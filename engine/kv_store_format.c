@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kv_store_int.h"
-#include "pages/kv_format.h"
+#include "formats/kv_format.h"
 #include "pages/kv_page.h"
 
 /* seq live and layer in range: 0, KV_ENOENT or KV_ERANGE. */

@@ -44,7 +44,7 @@
 #include "alloc/kv_mem.h"
 #include "kv_store_int.h"
 #include "offload/kv_offload_disk.h"
-#include "pages/kv_format.h"
+#include "formats/kv_format.h"
 
 #define REC_MAGIC   0x5153564Bu /* "KVSQ" */
 #define REC_VERSION 1u

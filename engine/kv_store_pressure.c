@@ -64,7 +64,7 @@
 #include "alloc/kv_mem.h"
 #include "kv_policy_int.h"
 #include "kv_store_int.h"
-#include "pages/kv_format.h"
+#include "formats/kv_format.h"
 
 enum { PRESS_OFFLOAD = 0, PRESS_INT4 = 1, PRESS_INT2 = 2, PRESS_EVICT = 3,
        PRESS_N_STEPS = 4 };

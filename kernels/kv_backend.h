@@ -2,7 +2,7 @@
  * kv_backend.h — the compute backend interface (ops table + context).
  *
  * A backend computes over pages it is handed: it knows page formats (through
- * pages/kv_format.h) but not page tables, sequences or policies. The caller
+ * formats/kv_format.h) but not page tables, sequences or policies. The caller
  * (engine/kv_store.c) resolves each (sequence, kv_head) list into a run of
  * kv_kern_page_t in token order, CSR-style: the pages of list i are
  * pages[indptr[i] .. indptr[i+1]).
@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "pages/kv_format.h"
+#include "formats/kv_format.h"
 
 typedef struct kv_kern_page {
     const void *data;  /* page bytes (host memory for the CPU backend) */

@@ -61,7 +61,7 @@
 #include <stdint.h>
 
 #include "alloc/kv_alloc.h"
-#include "kv_format.h"
+#include "formats/kv_format.h"
 
 typedef struct kv_page_ent {
     kv_page_id_t id;   /* page in the pool                         */

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 /* What one head's list needs for this append. */

@@ -19,7 +19,7 @@
  */
 #include <stdio.h>
 
-#include "fmt_merged.h"
+#include "formats/kv_fmt_merged.h"
 #include "kv_page_int.h"
 
 #define FAIL(...)                                                  \

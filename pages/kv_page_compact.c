@@ -27,7 +27,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 enum { DST_KEEP = 0, DST_INPLACE = 1, DST_FRESH = 2 };

@@ -26,7 +26,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 #define PLAN_STACK 8u /* heads planned without a heap scratch block */

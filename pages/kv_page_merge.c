@@ -49,7 +49,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_merged.h"
+#include "formats/kv_fmt_merged.h"
 #include "kv_page_int.h"
 
 #define PLAN_STACK 8u

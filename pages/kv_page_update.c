@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 #define UPD_STACK 16u /* CoW pages planned without a heap block */

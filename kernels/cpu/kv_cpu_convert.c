@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "pages/fmt_merged.h"
+#include "formats/kv_fmt_merged.h"
 
 #define CHUNK 16u            /* tokens decoded per step (one INT group) */
 #define MAX_DIM 1024u

@@ -41,8 +41,8 @@
 #define _Static_assert static_assert /* the C11 headers below, in C++ */
 extern "C" {
 #include "alloc/kv_mem.h"
-#include "pages/fmt_merged.h"
-#include "pages/kv_format.h"
+#include "formats/kv_fmt_merged.h"
+#include "formats/kv_format.h"
 }
 #undef _Static_assert
 

@@ -10,7 +10,7 @@
  *   FP16: one thread per element, round to nearest even;
  *   INT:  keys one thread per channel (16 tokens), values one thread per
  *         (token, 16-channel group), each through kv_fmt_codec_quantize16,
- *         the function fmt_int.c's store computes with,
+ *         the function kv_fmt_int.c's store computes with,
  * so destination pages are bit-identical to the CPU reference's. Where each
  * token comes from and goes to is planned on the host (kv_cuda_convert_locs).
  * Only the destination token slots (FP16 rows, INT group blocks) are

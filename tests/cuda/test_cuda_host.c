@@ -1,7 +1,7 @@
 /*
  * test_cuda_host.c — the host-side parts of the CUDA backend; runs (and can
  * fail) without a GPU:
- *   - pages/kv_fmt_codec.h, the per-element math the kernels decode and
+ *   - formats/kv_fmt_codec.h, the per-element math the kernels decode and
  *     encode with, against the C formats bit for bit: kv_fmt_codec_load8 vs
  *     kv_format_load (whose INT load is its own vector code) on pages of every
  *     format and variant, groups laid out from kv_fmt_codec_quantize16 vs the
@@ -26,7 +26,7 @@
 #include "kernels/cpu/kv_cpu_convert.h"
 #include "kernels/cuda/kv_cuda.h"
 #include "kv_test.h"
-#include "pages/kv_fmt_codec.h"
+#include "formats/kv_fmt_codec.h"
 #include "test_cuda_pages.h"
 
 _Static_assert(KV_FMT_CODEC_FP16 == KV_FMT_FP16 &&
@@ -121,7 +121,7 @@ static void test_decode(void)
     }
 }
 
-/* A group encoded through kv_fmt_codec_quantize16, laid out as fmt_int.h says,
+/* A group encoded through kv_fmt_codec_quantize16, laid out as kv_fmt_int.h says,
  * equals the INT store's page byte for byte. */
 static void test_quantize(void)
 {

@@ -1,6 +1,6 @@
 /*
  * test_attn_codes.c — attention computed straight from INT4/INT2 codes (the
- * traits' attn_score / attn_accum, fmt_int.c) and the attention loop's use
+ * traits' attn_score / attn_accum, kv_fmt_int.c) and the attention loop's use
  * of them (kernels/cpu/kv_cpu_attend.c).
  *
  * Step level, for INT4 and INT2, head_dim 16, 64 and 128, pages with
@@ -30,7 +30,7 @@
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
 #include "kv_test_kern.h"
-#include "pages/fmt_int.h"
+#include "formats/kv_fmt_int.h"
 
 /* ---- the traits table ------------------------------------------------ */
 

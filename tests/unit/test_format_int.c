@@ -1,5 +1,5 @@
 /*
- * test_format_int.c — the INT4 and INT2 page formats (pages/fmt_int.h).
+ * test_format_int.c — the INT4 and INT2 page formats (formats/kv_fmt_int.h).
  *
  * Checks, for b in {2, 4}:
  *   - the entries: names, bits notes, copy NULL; the traits table holds the
@@ -7,7 +7,7 @@
  *   - geometry: tokens per page vs FP16 for head_dim 64/128 and many page
  *     sizes (INT2 exactly 4x, INT4 8/3x on multiples of 192*D, floor
  *     otherwise), 0 when the page or head_dim cannot hold a group; the block
- *     offsets of fmt_int.h and bits/element computed from them (4 and 6);
+ *     offsets of kv_fmt_int.h and bits/element computed from them (4 and 6);
  *   - packing: a hand-built group (scale 1, min 0, known codes) gives the
  *     exact uint32 words of the spec (code j at bits b*j.., e.g. 0xE4E4E4E4);
  *   - every decoded element equals a scalar decoder written here from the
@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
-#include "pages/fmt_int.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_fmt_int.h"
 
 static const kv_format_traits_t *fmt_of(uint32_t bits)
 {
@@ -46,7 +46,7 @@ static uint32_t tpp_of(uint32_t bits, uint32_t d, uint32_t page_bytes)
     return fmt_of(bits)->tokens_per_page(&g);
 }
 
-/* ---- a scalar decoder written from the layout spec in fmt_int.h -------- */
+/* ---- a scalar decoder written from the layout spec in kv_fmt_int.h -------- */
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -174,7 +174,7 @@ static void test_geometry(void)
     CHECK_EQ(tpp_of(4, 1024, 24576), 16);
     CHECK_EQ(tpp_of(2, 16, 0xffffffffu), 16 * (0xffffffffu / 256u));
 
-    /* block offsets (fmt_int.h), D = 64: INT2 */
+    /* block offsets (kv_fmt_int.h), D = 64: INT2 */
     kv_fmt_int_layout_t l = kv_fmt_int_layout(64, 2);
     CHECK_EQ(l.group_bytes, 1024);
     CHECK_EQ(l.k_codes, 0);

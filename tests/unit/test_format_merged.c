@@ -1,5 +1,5 @@
 /*
- * test_format_merged.c — the MERGED page format (pages/fmt_merged.h) and
+ * test_format_merged.c — the MERGED page format (formats/kv_fmt_merged.h) and
  * the CPU conversion kernels (kernels/cpu/kv_cpu_convert.c) at kernel
  * level: no page table, pages in test-owned buffers.
  *
@@ -39,9 +39,9 @@
 #include "kernels/cpu/kv_cpu_convert.h"
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
-#include "pages/fmt_int.h"
-#include "pages/fmt_merged.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_fmt_int.h"
+#include "formats/kv_fmt_merged.h"
 
 #define PI 3.14159265358979323846
 

@@ -175,7 +175,7 @@ static void test_fix_append(void)
     CHECK_EQ(kv_page_read(f.pt, s, 1, H, 0, 1, k, v, pos), KV_ERANGE);
     CHECK_EQ(kv_page_read(f.pt, s, L, 0, 0, 1, k, v, pos), KV_ERANGE);
     CHECK_EQ(kv_page_read(f.pt, s + 1, 0, 0, 0, 1, k, v, pos), KV_ENOENT);
-    /* kv_page_data: the page bytes are the FP16 layout of fmt_fp16.h. */
+    /* kv_page_data: the page bytes are the FP16 layout of kv_fmt_fp16.h. */
     const kv_page_list_t *l = kv_page_list_get(f.pt, s, 1, 2);
     const kv_half_t *pg = kv_page_data(f.pt, l->ents[1].id);
     CHECK(pg != NULL);

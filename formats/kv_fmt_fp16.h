@@ -1,5 +1,5 @@
 /*
- * fmt_fp16.h — the FP16 page format (KV_FMT_FP16 = 0).
+ * kv_fmt_fp16.h — the FP16 page format (KV_FMT_FP16 = 0).
  *
  * Byte layout of one page (T = tokens per page, D = head_dim):
  *

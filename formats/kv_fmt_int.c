@@ -1,5 +1,5 @@
 /*
- * fmt_int.c — the INT4 and INT2 page formats (layout spec in fmt_int.h).
+ * kv_fmt_int.c — the INT4 and INT2 page formats (layout spec in kv_fmt_int.h).
  *
  * One implementation for both formats, parameterized by the bits per code
  * (4 or 2), a constant in each inlined instance of the code. Quantization
@@ -18,7 +18,7 @@
  * bit-identically: x^ = q * scale + min as a multiply then an add, never
  * fused into an FMA (kv_fmt_codec_dequant's math, on vectors).
  *
- * The attention steps (attn_score, attn_accum; method in fmt_int.h) work on
+ * The attention steps (attn_score, attn_accum; method in kv_fmt_int.h) work on
  * 16-lane GNU C vectors (one group) and are compiled three times: portable,
  * AVX2+FMA, AVX-512F (one vector per group; codes become FP32 through a
  * vpermps table lookup there); the best the CPU runs is chosen once. Every
@@ -31,7 +31,7 @@
  * at most 16 KiB (load), 8 KiB (attention steps) / 4 KiB (store) of FP32
  * scratch, no allocation. No state besides the one-time CPU feature probes.
  */
-#include "fmt_int.h"
+#include "kv_fmt_int.h"
 
 #include <assert.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /*
- * fmt_int.h — the INT4 and INT2 page formats (KV_FMT_INT4 = 1,
+ * kv_fmt_int.h — the INT4 and INT2 page formats (KV_FMT_INT4 = 1,
  * KV_FMT_INT2 = 2): KIVI/MiniKV asymmetric quantization in groups of 16.
  *
  * Quantization (b = bits, 2 or 4; L = 2^b - 1 levels above zero):
@@ -140,7 +140,7 @@ static inline kv_fmt_int_layout_t kv_fmt_int_layout(uint32_t d, uint32_t bits)
 extern const kv_format_traits_t kv_fmt_int4;
 extern const kv_format_traits_t kv_fmt_int2;
 
-/* The per-format functions behind the entries (fmt_int.c). */
+/* The per-format functions behind the entries (kv_fmt_int.c). */
 uint32_t kv_fmt_int4_tokens_per_page(const kv_page_geom_t *g);
 uint32_t kv_fmt_int2_tokens_per_page(const kv_page_geom_t *g);
 void kv_fmt_int4_load(const void *page, const kv_page_geom_t *g, uint32_t t0,

@@ -1,5 +1,5 @@
 /*
- * fmt_merged.h — the MERGED page format (KV_FMT_MERGED = 3): MiniCache
+ * kv_fmt_merged.h — the MERGED page format (KV_FMT_MERGED = 3): MiniCache
  * cross-layer merging of a layer pair (l-1, l) for one kv_head.
  *
  * What a page holds: for each merged token (slot) of the pair, the shared
@@ -45,7 +45,7 @@
  *       channel c's 4-bit code q sits in word c/8 at bits 4(c%8)..+3
  *       (least significant first); group g = channels 16g..16g+15 has
  *       scale[g], min[g]; e^_c = q * scale + min (FP32 multiply, then add).
- *       Quantization as KIVI values (fmt_int.h): asymmetric min/max per
+ *       Quantization as KIVI values (kv_fmt_int.h): asymmetric min/max per
  *       token and group of 16 channels, min rounded toward -inf, scale
  *       toward +inf, codes from the stored values, so |e - e^| <= scale/2;
  *       a constant group stores scale +-0 and decodes exactly.

@@ -5,8 +5,8 @@
  * Everything here is `static inline` and marked KV_HD, which is
  * `__host__ __device__` under nvcc and empty in C, so a CUDA kernel and a C
  * loop decode a page with the same operations in the same order. The byte
- * layouts are those specified at the top of fmt_fp16.h, fmt_int.h and
- * fmt_merged.h; this header restates none of them, it only computes with
+ * layouts are those specified at the top of kv_fmt_fp16.h, kv_fmt_int.h and
+ * kv_fmt_merged.h; this header restates none of them, it only computes with
  * them, and depends on nothing but <stdint.h>/<string.h> (cuda_fp16.h under
  * nvcc) so that device code can include it without the C format tables.
  *
@@ -17,13 +17,13 @@
  * them into an FMA); MERGED restores as direction * magnitude (one
  * rounding). The C formats use these functions too, so each step has one
  * definition: kv_fmt_codec_quantize16 is the quantizer of the INT stores
- * (fmt_int.c) and of MERGED's INT4 directions (fmt_merged.c; FP32
+ * (kv_fmt_int.c) and of MERGED's INT4 directions (kv_fmt_merged.c; FP32
  * division, FP64 range; the device uses IEEE division and FP64 as the host
- * does), fmt_merged.c decodes its INT4 rows with kv_fmt_codec_int4_word8,
+ * does), kv_fmt_merged.c decodes its INT4 rows with kv_fmt_codec_int4_word8,
  * and kv_fmt_codec_h2f / kv_fmt_codec_f2h are kv_half_to_float /
  * kv_half_from_float on the host (kv_half.c); on the device they are the
  * CUDA intrinsics, which round to nearest even the same way (NaN payloads
- * aside, where inputs are finite anyway). The INT load of fmt_int.c is the
+ * aside, where inputs are finite anyway). The INT load of kv_fmt_int.c is the
  * exception: the same q * scale + min, written on 8-lane vectors.
  *
  * Access: 16-byte loads where the layout guarantees 16-byte alignment (FP16
@@ -204,7 +204,7 @@ static inline KV_HD uint32_t kv_fmt_codec_fp16_tpp(uint32_t d, uint32_t pb)
 }
 
 /* INT4/INT2 (bits 4 or 2): bytes of one 16-token group block, and the
- * offsets of its members (fmt_int.h). */
+ * offsets of its members (kv_fmt_int.h). */
 static inline KV_HD uint32_t kv_fmt_codec_int_gb(uint32_t d, uint32_t bits)
 {
     return 2u * d * (2u * bits + 4u);
@@ -288,7 +288,7 @@ static inline KV_HD void kv_fmt_codec_int_v8(const uint8_t *page, uint32_t d,
             (word >> (bits * ((8u * hh + j) % per))) & mask, s, m);
 }
 
-/* MERGED INT4 direction rows (fmt_merged.h): the 8 codes of one word
+/* MERGED INT4 direction rows (kv_fmt_merged.h): the 8 codes of one word
  * (channel j at bits 4j..4j+3) with their group's scale and min, before the
  * magnitude. The C format decodes its rows with this too. */
 static inline KV_HD void kv_fmt_codec_int4_word8(uint32_t word, float s,
@@ -392,7 +392,7 @@ static inline KV_HD uint32_t kv_fmt_codec_ranges(uint32_t fmt, uint32_t d,
  * codes into words[w * ws] (w < bits / 2), binary16 scale and min. min
  * rounds toward -inf and scale toward +inf so that min + L * scale >= max;
  * codes use the stored values; a constant group stores scale +-0 (sign of
- * min) and codes 0 (fmt_int.h). */
+ * min) and codes 0 (kv_fmt_int.h). */
 static inline KV_HD void kv_fmt_codec_quantize16(uint32_t bits, const float *x,
                                                  size_t xs, uint32_t *words,
                                                  size_t ws, uint16_t *hscale,

@@ -1,5 +1,5 @@
 /*
- * fmt_merged.c — the MERGED page format (layout spec in fmt_merged.h).
+ * kv_fmt_merged.c — the MERGED page format (layout spec in kv_fmt_merged.h).
  *
  * Encodes and decodes one merged page: header, FP32 magnitudes, and K/V
  * direction rows in FP16 or INT4. The SLERP and retention math lives in the
@@ -10,7 +10,7 @@
  * validate ranges (slot < capacity, t0 + n <= used slots) and values; these
  * functions only assert. No state, no allocation (at most 4 KiB of stack).
  */
-#include "fmt_merged.h"
+#include "kv_fmt_merged.h"
 
 #include <assert.h>
 #include <math.h>

@@ -10,7 +10,7 @@
  * directly (q . k and sum p * v; attention falls back to load without them).
  *
  * A page's byte layout is specified at the top of its format's header
- * (fmt_fp16.h, ...). This header depends on nothing but kvpage.h.
+ * (kv_fmt_fp16.h, ...). This header depends on nothing but kvpage.h.
  */
 #ifndef KV_FORMAT_H
 #define KV_FORMAT_H

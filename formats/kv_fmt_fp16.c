@@ -1,5 +1,5 @@
 /*
- * fmt_fp16.c — the FP16 page format (layout spec in fmt_fp16.h).
+ * kv_fmt_fp16.c — the FP16 page format (layout spec in kv_fmt_fp16.h).
  *
  * K rows [T][D] then V rows [T][D] of IEEE binary16, T = page_bytes / (4*D).
  * Rows of one half are contiguous, so loads and stores of a token range are
@@ -8,7 +8,7 @@
  * assert. The functions are reached through kv_fmt_fp16 and
  * kv_format_table[KV_FMT_FP16] (kv_format.c).
  */
-#include "fmt_fp16.h"
+#include "kv_fmt_fp16.h"
 
 #include <assert.h>
 #include <string.h>
