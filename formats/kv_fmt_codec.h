@@ -1,30 +1,32 @@
 /*
  * kv_fmt_codec.h — the per-element math of the page formats, one source for
- * the C reference and the CUDA kernels (kernels/cuda/).
+ * the C codecs, the CPU attention steps and the CUDA kernels (kernels/cuda/).
  *
- * Everything here is `static inline` and marked KV_HD, which is
- * `__host__ __device__` under nvcc and empty in C, so a CUDA kernel and a C
- * loop decode a page with the same operations in the same order. The byte
- * layouts are those specified at the top of kv_fmt_fp16.h, kv_fmt_int.h and
- * kv_fmt_merged.h; this header restates none of them, it only computes with
- * them, and depends on nothing but <stdint.h>/<string.h> (cuda_fp16.h under
- * nvcc) so that device code can include it without the C format tables.
+ * Everything here is `static inline` and marked KV_HD (kv_fmt_layout.h:
+ * `__host__ __device__` under nvcc, empty in C), so a CUDA kernel and a C
+ * loop decode a page with the same operations. Byte offsets come from
+ * kv_fmt_layout.h (the one definition of every layout); this header only
+ * computes with them, and depends on nothing but that header and
+ * <string.h> (cuda_fp16.h under nvcc).
  *
- * Bit-exactness (what the tests check): for every format, token and channel,
- * kv_fmt_codec_load8 gives exactly the floats kv_format_load gives; FP16 values
- * convert exactly; INT codes decode as q * scale + min with two roundings
- * (the device path uses __fmul_rn/__fadd_rn so that nvcc cannot contract
- * them into an FMA); MERGED restores as direction * magnitude (one
- * rounding). The C formats use these functions too, so each step has one
- * definition: kv_fmt_codec_quantize16 is the quantizer of the INT stores
- * (kv_fmt_int.c) and of MERGED's INT4 directions (kv_fmt_merged.c; FP32
- * division, FP64 range; the device uses IEEE division and FP64 as the host
- * does), kv_fmt_merged.c decodes its INT4 rows with kv_fmt_codec_int4_word8,
- * and kv_fmt_codec_h2f / kv_fmt_codec_f2h are kv_half_to_float /
- * kv_half_from_float on the host (kv_half.c); on the device they are the
- * CUDA intrinsics, which round to nearest even the same way (NaN payloads
- * aside, where inputs are finite anyway). The INT load of kv_fmt_int.c is the
- * exception: the same q * scale + min, written on 8-lane vectors.
+ * One definition of each step:
+ *   - binary16: kv_fmt_codec_h2f is exact, kv_fmt_codec_f2h rounds to
+ *     nearest even; kv_half.c's conversions are these (the CUDA intrinsics
+ *     on the device, which round the same way).
+ *   - INT dequantization, x^ = q * scale + min ROUNDED ONCE (a fused
+ *     multiply-add): kv_fmt_codec_dequant. Every reader of an INT code uses
+ *     it or computes the same value: the C load (kv_fmt_int.c), MERGED's INT4
+ *     directions (kv_fmt_codec_int4_word8), the CPU attention steps
+ *     (kernels/cpu/kv_cpu_fmt_int.c: a vector FMA, or this function per lane)
+ *     and the CUDA kernels (__fmaf_rn). So kv_read, CPU attention and CUDA
+ *     see the same bits for a page (tests/unit/test_format_int.c and
+ *     test_attn_codes.c, tests/cuda/test_cuda_host.c check it).
+ *   - KIVI quantization: kv_fmt_codec_quantize16 (the INT stores, MERGED's
+ *     INT4 directions, the CUDA convert kernel).
+ *
+ * Bit-exactness (what the tests check): for every format, token and
+ * channel, kv_fmt_codec_load8 gives exactly the floats kv_format_load
+ * gives; MERGED restores as direction * magnitude (one rounding).
  *
  * Access: 16-byte loads where the layout guarantees 16-byte alignment (FP16
  * rows, INT key code words and key scale/min; page base 16-aligned, head_dim
@@ -40,20 +42,9 @@
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
-#define KV_HD __host__ __device__
-#else
-#define KV_HD
 #endif
 
-/* Format numbers (kvpage.h kv_format_t; they never change). Restated so
- * that device code needs no C header; tests/cuda/test_cuda_host.c checks
- * that they agree. */
-#define KV_FMT_CODEC_FP16 0u
-#define KV_FMT_CODEC_INT4 1u
-#define KV_FMT_CODEC_INT2 2u
-#define KV_FMT_CODEC_MERGED 3u
-
-#define KV_FMT_CODEC_MERGED_HEADER 16u /* bytes before the magnitudes */
+#include "kv_fmt_layout.h"
 
 /* ---- loads --------------------------------------------------------------- */
 
@@ -175,14 +166,19 @@ static inline KV_HD uint16_t kv_fmt_codec_h_up(uint16_t h)
     return (h & 0x8000u) ? (uint16_t)(h - 1u) : (uint16_t)(h + 1u);
 }
 
-/* q * scale + min with two roundings, never fused. */
+/* INT dequantization: q * s + m rounded once to FP32 (the value of
+ * fmaf(q, s, m)). q is a code (0..15), s and m binary16 values. On the
+ * host the sum is formed in FP64, where q * s (at most 4 + 11 significant
+ * bits) is exact and q * s + m is exact unless m lies more than 2^-38
+ * below q * s, where it cannot move the FP32 rounding: so the one FP64 ->
+ * FP32 rounding gives the fused result on every target, with or without
+ * FMA hardware (tests/unit/test_format_int.c checks it against fmaf). */
 static inline KV_HD float kv_fmt_codec_dequant(uint32_t q, float s, float m)
 {
 #ifdef __CUDA_ARCH__
-    return __fadd_rn(__fmul_rn((float)q, s), m);
+    return __fmaf_rn((float)q, s, m);
 #else
-    float x = (float)q * s;
-    return x + m;
+    return (float)((double)q * (double)s + (double)m);
 #endif
 }
 
@@ -195,37 +191,6 @@ static inline KV_HD float kv_fmt_codec_mul(float a, float b)
 #endif
 }
 
-/* ---- geometry ------------------------------------------------------------ */
-
-/* FP16: tokens per page. */
-static inline KV_HD uint32_t kv_fmt_codec_fp16_tpp(uint32_t d, uint32_t pb)
-{
-    return pb / (4u * d);
-}
-
-/* INT4/INT2 (bits 4 or 2): bytes of one 16-token group block, and the
- * offsets of its members (kv_fmt_int.h). */
-static inline KV_HD uint32_t kv_fmt_codec_int_gb(uint32_t d, uint32_t bits)
-{
-    return 2u * d * (2u * bits + 4u);
-}
-static inline KV_HD uint32_t kv_fmt_codec_int_bits(uint32_t fmt)
-{
-    return fmt == KV_FMT_CODEC_INT4 ? 4u : 2u;
-}
-
-/* MERGED: direction row bytes for dir_format, slots of a page. */
-static inline KV_HD uint32_t kv_fmt_codec_merged_row(uint32_t d, uint32_t dirf)
-{
-    return dirf == KV_FMT_CODEC_FP16 ? 2u * d : d / 2u + d / 4u;
-}
-static inline KV_HD uint32_t kv_fmt_codec_merged_cap(uint32_t d, uint32_t pb,
-                                                     uint32_t dirf)
-{
-    return (pb - KV_FMT_CODEC_MERGED_HEADER) /
-           (16u + 2u * kv_fmt_codec_merged_row(d, dirf));
-}
-
 /* ---- decode: 8 channels c0..c0+7 (c0 % 8 == 0) of token t ---------------- */
 
 /* FP16 page; which 0 = K, 1 = V. */
@@ -234,9 +199,10 @@ static inline KV_HD void kv_fmt_codec_fp16_load8(const uint8_t *page,
                                                  uint32_t t, uint32_t c0,
                                                  uint32_t which, float out[8])
 {
-    const uint32_t row = which ? kv_fmt_codec_fp16_tpp(d, pb) + t : t;
+    const size_t row = which ? kv_fmt_fp16_v_row(d, kv_fmt_fp16_tpp(d, pb), t)
+                             : kv_fmt_fp16_k_row(d, t);
     uint32_t w[4];
-    kv_fmt_codec_ld16(page + ((size_t)row * d + c0) * 2u, w);
+    kv_fmt_codec_ld16(page + row + 2u * c0, w);
     for (uint32_t j = 0; j < 8; j++)
         out[j] = kv_fmt_codec_h2f((uint16_t)(w[j / 2u] >> (16u * (j % 2u))));
 }
@@ -246,17 +212,16 @@ static inline KV_HD void kv_fmt_codec_int_k8(const uint8_t *page, uint32_t d,
                                              uint32_t bits, uint32_t t,
                                              uint32_t c0, float out[8])
 {
-    const uint8_t *blk =
-        page + (size_t)(t / 16u) * kv_fmt_codec_int_gb(d, bits);
-    const uint32_t lt = t % 16u, per = 32u / bits, mask = (1u << bits) - 1u;
-    const uint32_t sh = bits * (lt % per);
+    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
+    const uint8_t *blk = page + (size_t)(t / KV_FMT_INT_GROUP) * l.group_bytes;
+    const uint32_t lt = t % KV_FMT_INT_GROUP, per = 32u / bits;
+    const uint32_t mask = (1u << bits) - 1u, sh = bits * (lt % per);
     uint32_t w[8], s[4], m[4];
-    const uint8_t *wp = blk + ((size_t)(lt / per) * d + c0) * 4u;
+    const uint8_t *wp = blk + l.k_codes + ((size_t)(lt / per) * d + c0) * 4u;
     kv_fmt_codec_ld16(wp, w);
     kv_fmt_codec_ld16(wp + 16, w + 4);
-    const uint8_t *sp = blk + 4u * bits * d + 2u * c0; /* K scale [D] */
-    kv_fmt_codec_ld16(sp, s);
-    kv_fmt_codec_ld16(sp + 2u * d, m); /* K min [D] follows */
+    kv_fmt_codec_ld16(blk + l.k_scale + 2u * c0, s);
+    kv_fmt_codec_ld16(blk + l.k_min + 2u * c0, m);
     for (uint32_t j = 0; j < 8; j++) {
         const uint32_t sh16 = 16u * (j % 2u);
         out[j] = kv_fmt_codec_dequant(
@@ -271,18 +236,16 @@ static inline KV_HD void kv_fmt_codec_int_v8(const uint8_t *page, uint32_t d,
                                              uint32_t bits, uint32_t t,
                                              uint32_t c0, float out[8])
 {
-    const uint8_t *blk =
-        page + (size_t)(t / 16u) * kv_fmt_codec_int_gb(d, bits);
-    const uint32_t lt = t % 16u, per = 32u / bits, mask = (1u << bits) - 1u;
+    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
+    const uint8_t *blk = page + (size_t)(t / KV_FMT_INT_GROUP) * l.group_bytes;
+    const uint32_t lt = t % KV_FMT_INT_GROUP, per = 32u / bits;
+    const uint32_t mask = (1u << bits) - 1u;
     const uint32_t ng = d / 16u, cg = c0 / 16u, hh = (c0 / 8u) % 2u;
     const uint32_t pi = lt * ng + cg; /* (token, channel group) */
-    const uint32_t word =
-        kv_fmt_codec_ld32(blk + 2u * bits * d +
-                          ((size_t)pi * (bits / 2u) + (8u * hh) / per) * 4u);
-    const uint8_t *par = blk + 4u * bits * d + 4u * d; /* V scale [16][D/16] */
-    const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(par + 2u * pi));
-    const float m =
-        kv_fmt_codec_h2f(kv_fmt_codec_ld16b(par + 2u * d + 2u * pi));
+    const uint32_t word = kv_fmt_codec_ld32(
+        blk + l.v_codes + ((size_t)pi * (bits / 2u) + (8u * hh) / per) * 4u);
+    const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(blk + l.v_scale + 2u * pi));
+    const float m = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(blk + l.v_min + 2u * pi));
     for (uint32_t j = 0; j < 8; j++)
         out[j] = kv_fmt_codec_dequant(
             (word >> (bits * ((8u * hh + j) % per))) & mask, s, m);
@@ -306,13 +269,11 @@ static inline KV_HD void kv_fmt_codec_merged_load8(const uint8_t *page,
                                                    float out[8])
 {
     const uint32_t dirf = kv_fmt_codec_ld32(page);
-    const uint32_t r = kv_fmt_codec_merged_row(d, dirf);
-    const uint32_t cap = kv_fmt_codec_merged_cap(d, pb, dirf);
-    const float mag = kv_fmt_codec_ldf(page + KV_FMT_CODEC_MERGED_HEADER +
-                                       ((size_t)t * 4u + 2u * which + w) * 4u);
-    const uint8_t *row = page + KV_FMT_CODEC_MERGED_HEADER + 16u * (size_t)cap +
-                         (which ? (size_t)cap * r : 0) + (size_t)t * r;
-    if (dirf == KV_FMT_CODEC_FP16) {
+    const kv_fmt_merged_layout_t l = kv_fmt_merged_layout(d, pb, dirf);
+    const float mag =
+        kv_fmt_codec_ldf(page + kv_fmt_merged_mag(&l, t, 2u * which + w));
+    const uint8_t *row = page + kv_fmt_merged_dir(&l, which, t);
+    if (dirf == KV_FMT_FP16) {
         uint32_t h[4];
         kv_fmt_codec_ld16(row + 2u * c0, h);
         for (uint32_t j = 0; j < 8; j++)
@@ -322,9 +283,10 @@ static inline KV_HD void kv_fmt_codec_merged_load8(const uint8_t *page,
         return;
     }
     const uint32_t g = c0 / 16u;
-    const float s = kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + 2u * g));
-    const float m =
-        kv_fmt_codec_h2f(kv_fmt_codec_ld16b(row + d / 2u + d / 8u + 2u * g));
+    const float s = kv_fmt_codec_h2f(
+        kv_fmt_codec_ld16b(row + kv_fmt_merged_int4_scale(d) + 2u * g));
+    const float m = kv_fmt_codec_h2f(
+        kv_fmt_codec_ld16b(row + kv_fmt_merged_int4_min(d) + 2u * g));
     kv_fmt_codec_int4_word8(kv_fmt_codec_ld32(row + 4u * (c0 / 8u)), s, m, out);
     for (uint32_t j = 0; j < 8; j++)
         out[j] = kv_fmt_codec_mul(out[j], mag);
@@ -339,16 +301,14 @@ static inline KV_HD void kv_fmt_codec_load8(uint32_t fmt, uint32_t var,
                                             float out[8])
 {
     switch (fmt) {
-    case KV_FMT_CODEC_INT4:
-    case KV_FMT_CODEC_INT2:
+    case KV_FMT_INT4:
+    case KV_FMT_INT2:
         if (which)
-            kv_fmt_codec_int_v8(page, d, kv_fmt_codec_int_bits(fmt), t, c0,
-                                out);
+            kv_fmt_codec_int_v8(page, d, kv_fmt_int_bits(fmt), t, c0, out);
         else
-            kv_fmt_codec_int_k8(page, d, kv_fmt_codec_int_bits(fmt), t, c0,
-                                out);
+            kv_fmt_codec_int_k8(page, d, kv_fmt_int_bits(fmt), t, c0, out);
         return;
-    case KV_FMT_CODEC_MERGED:
+    case KV_FMT_MERGED:
         kv_fmt_codec_merged_load8(page, d, pb, var, t, c0, which, out);
         return;
     default:
@@ -367,18 +327,18 @@ static inline KV_HD uint32_t kv_fmt_codec_ranges(uint32_t fmt, uint32_t d,
                                                  uint32_t n, uint32_t lo[2],
                                                  uint32_t hi[2])
 {
-    if (fmt == KV_FMT_CODEC_FP16) {
-        const uint32_t rb = 2u * d, tpp = kv_fmt_codec_fp16_tpp(d, pb);
-        lo[0] = t0 * rb;
-        hi[0] = (t0 + n) * rb;
-        lo[1] = (tpp + t0) * rb;
-        hi[1] = (tpp + t0 + n) * rb;
+    if (fmt == KV_FMT_FP16) {
+        const uint32_t tpp = kv_fmt_fp16_tpp(d, pb);
+        lo[0] = (uint32_t)kv_fmt_fp16_k_row(d, t0);
+        hi[0] = (uint32_t)kv_fmt_fp16_k_row(d, t0 + n);
+        lo[1] = (uint32_t)kv_fmt_fp16_v_row(d, tpp, t0);
+        hi[1] = (uint32_t)kv_fmt_fp16_v_row(d, tpp, t0 + n);
         return 2;
     }
-    if (fmt == KV_FMT_CODEC_INT4 || fmt == KV_FMT_CODEC_INT2) {
-        const uint32_t gb = kv_fmt_codec_int_gb(d, kv_fmt_codec_int_bits(fmt));
-        lo[0] = (t0 / 16u) * gb;
-        hi[0] = ((t0 + n - 1u) / 16u + 1u) * gb;
+    if (fmt == KV_FMT_INT4 || fmt == KV_FMT_INT2) {
+        const uint32_t gb = KV_FMT_INT_GROUP_BYTES(d, kv_fmt_int_bits(fmt));
+        lo[0] = (t0 / KV_FMT_INT_GROUP) * gb;
+        hi[0] = ((t0 + n - 1u) / KV_FMT_INT_GROUP + 1u) * gb;
         return 1;
     }
     lo[0] = 0;

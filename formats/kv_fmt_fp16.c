@@ -15,9 +15,7 @@
 
 uint32_t kv_fmt_fp16_tokens_per_page(const kv_page_geom_t *g)
 {
-    if (!g || g->head_dim == 0)
-        return 0;
-    return (uint32_t)((uint64_t)g->page_bytes / (4ull * g->head_dim));
+    return g ? kv_fmt_fp16_tpp(g->head_dim, g->page_bytes) : 0;
 }
 
 void kv_fmt_fp16_load(const void *page, const kv_page_geom_t *g, uint32_t t0,

@@ -1,14 +1,10 @@
 /*
  * kv_fmt_fp16.h — the FP16 page format (KV_FMT_FP16 = 0).
  *
- * Byte layout of one page (T = tokens per page, D = head_dim):
- *
- *   offset 0           K: T rows of D IEEE binary16, token-major  [T][D]
- *   offset 2*T*D       V: T rows of D IEEE binary16, token-major  [T][D]
- *   offset 4*T*D       unused up to page_bytes
- *
- *   T = floor(page_bytes / (4 * D)); no header: the page table records the
- *   format and how many of the T rows are in use (rows 0..n-1).
+ * Byte layout (kv_fmt_layout.h): K rows [T][D] then V rows [T][D] of IEEE
+ * binary16, token-major, T = floor(page_bytes / (4 * D)); no header: the
+ * page table records the format and how many of the T rows are in use
+ * (rows 0..n-1).
  *
  * This is the only format kv_append writes; the newest tokens of every list
  * sit in an FP16 tail page.
@@ -16,6 +12,7 @@
 #ifndef KV_FMT_FP16_H
 #define KV_FMT_FP16_H
 
+#include "kv_fmt_layout.h"
 #include "kv_format.h"
 #include "kv_half.h"
 
@@ -47,12 +44,14 @@ static inline kv_half_t *kv_fp16_k(void *page, const kv_page_geom_t *g,
                                    uint32_t tpp, uint32_t t)
 {
     (void)tpp;
-    return (kv_half_t *)page + (size_t)t * g->head_dim;
+    return (kv_half_t *)(void *)((char *)page +
+                                 kv_fmt_fp16_k_row(g->head_dim, t));
 }
 static inline kv_half_t *kv_fp16_v(void *page, const kv_page_geom_t *g,
                                    uint32_t tpp, uint32_t t)
 {
-    return (kv_half_t *)page + ((size_t)tpp + t) * g->head_dim;
+    return (kv_half_t *)(void *)((char *)page +
+                                 kv_fmt_fp16_v_row(g->head_dim, tpp, t));
 }
 
 #endif /* KV_FMT_FP16_H */

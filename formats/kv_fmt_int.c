@@ -15,8 +15,8 @@
  * and shifts each lane by its own amount. On x86 the load body is compiled
  * twice, portable (SSE2) and AVX2 (per-lane shifts in one instruction), and
  * the AVX2 one is chosen once at run time when the CPU has it. Both decode
- * bit-identically: x^ = q * scale + min as a multiply then an add, never
- * fused into an FMA (kv_fmt_codec_dequant's math, on vectors).
+ * bit-identically: x^ = q * scale + min rounded once, computed as
+ * kv_fmt_codec_dequant computes it (FP64 multiply and add), on vectors.
  *
  * The attention steps (attn_score, attn_accum; method in kv_fmt_int.h) work on
  * 16-lane GNU C vectors (one group) and are compiled three times: portable,
@@ -54,19 +54,15 @@
 /* GNU C (GCC >= 9 or Clang): vector extensions, always_inline, target. */
 #define KV_INT_INLINE static inline __attribute__((always_inline))
 
-/* Largest head_dim the formats take (the store's limit): bounds the stack
- * buffer of one group's scale/min decoded to FP32 (4 x 1024 floats). */
-#define KV_INT_MAX_DIM 1024u
+/* Largest head_dim (kv_fmt_layout.h): bounds the stack buffer of one
+ * group's scale/min decoded to FP32 (4 x 1024 floats). */
+#define KV_INT_MAX_DIM KV_FMT_MAX_DIM
 /* Channels quantized per pass of a store (stack buffer [16][CHUNK]). */
 #define KV_INT_CHUNK 64u
 
 static uint32_t int_tokens_per_page(const kv_page_geom_t *g, uint32_t bits)
 {
-    if (!g || g->head_dim == 0 || g->head_dim % KV_FMT_INT_GROUP != 0 ||
-        g->head_dim > KV_INT_MAX_DIM)
-        return 0;
-    return KV_FMT_INT_GROUP *
-           (g->page_bytes / KV_FMT_INT_GROUP_BYTES(g->head_dim, bits));
+    return g ? kv_fmt_int_tpp(g->head_dim, g->page_bytes, bits) : 0;
 }
 
 /* ---- load ---------------------------------------------------------------- */
@@ -81,18 +77,21 @@ typedef uint32_t kv_int_u32x8 __attribute__((vector_size(32)));
 typedef float kv_int_f32x8_m __attribute__((vector_size(32), aligned(4)));
 typedef uint32_t kv_int_u32x8_m __attribute__((vector_size(32), aligned(4)));
 
-/* Store x^ = q * scale + min (8 lanes) to p. A macro, not a function: 32-byte
- * vectors passed by value change the ABI between targets (-Wpsabi), and
- * passed by address they would be pinned to the stack on SSE2. Product and
- * sum are separate statements so that no compiler contracts them into an
- * FMA: every target decodes bit-identically. */
+typedef double kv_int_f64x8 __attribute__((vector_size(64)));
+
+/* Store x^ = q * scale + min (8 lanes) to p, rounded once: the value of
+ * kv_fmt_codec_dequant, computed the same way (FP64 multiply and add, one
+ * rounding to FP32; see kv_fmt_codec.h). A macro, not a function: vectors
+ * passed by value change the ABI between targets (-Wpsabi), and passed by
+ * address they would be pinned to the stack on SSE2. */
 #define KV_INT_DEQUANT(p, q, s, m)                                          \
     do {                                                                    \
-        kv_int_f32x8 x_ =                                                   \
-            __builtin_convertvector((kv_int_i32x8)(q), kv_int_f32x8);       \
-        x_ = x_ * (s);                                                      \
-        x_ = x_ + (m);                                                      \
-        *(kv_int_f32x8_m *)(p) = x_;                                        \
+        kv_int_f64x8 x_ =                                                   \
+            __builtin_convertvector((kv_int_i32x8)(q), kv_int_f64x8);       \
+        x_ = x_ * __builtin_convertvector((s), kv_int_f64x8);               \
+        x_ = x_ + __builtin_convertvector((m), kv_int_f64x8);               \
+        *(kv_int_f32x8_m *)(p) =                                            \
+            __builtin_convertvector(x_, kv_int_f32x8);                      \
     } while (0)
 
 /* K rows lo..hi-1 of one group block, out row i = token lo + i, from the

@@ -18,9 +18,7 @@
 
 #include "kv_fmt_codec.h"
 
-#define MERGED_MAX_DIM 1024u /* the store's head_dim limit */
-
-/* Header as stored (16 bytes). */
+/* Header as stored (16 bytes, kv_fmt_layout.h). */
 typedef struct merged_header {
     uint32_t dir_format; /* KV_FMT_FP16 or KV_FMT_INT4 */
     uint32_t head_dim;
@@ -30,44 +28,16 @@ typedef struct merged_header {
 _Static_assert(sizeof(merged_header_t) == KV_FMT_MERGED_HEADER,
                "header is 16 bytes");
 
-/* Where things are in a page of capacity T. */
-typedef struct merged_layout {
-    uint32_t cap;     /* T: slots                 */
-    uint32_t row;     /* R: bytes per direction row */
-    size_t mag;       /* offset of float [T][4]   */
-    size_t kdir, vdir; /* offsets of the row arrays */
-} merged_layout_t;
-
-static uint32_t row_bytes(uint32_t d, uint32_t dir_format)
-{
-    if (d < 16 || d > MERGED_MAX_DIM || d % 16 != 0)
-        return 0;
-    if (dir_format == KV_FMT_FP16)
-        return KV_FMT_MERGED_ROW_FP16(d);
-    if (dir_format == KV_FMT_INT4)
-        return KV_FMT_MERGED_ROW_INT4(d);
-    return 0;
-}
-
 uint32_t kv_fmt_merged_capacity(const kv_page_geom_t *g, uint32_t dir_format)
 {
-    if (!g)
-        return 0;
-    uint32_t r = row_bytes(g->head_dim, dir_format);
-    if (r == 0 || g->page_bytes <= KV_FMT_MERGED_HEADER)
-        return 0;
-    return (g->page_bytes - KV_FMT_MERGED_HEADER) / KV_FMT_MERGED_SLOT(r);
+    return g ? kv_fmt_merged_layout(g->head_dim, g->page_bytes, dir_format).cap
+             : 0;
 }
 
-static merged_layout_t layout_of(const kv_page_geom_t *g, uint32_t dir_format)
+static kv_fmt_merged_layout_t layout_of(const kv_page_geom_t *g,
+                                        uint32_t dir_format)
 {
-    merged_layout_t l;
-    l.cap = kv_fmt_merged_capacity(g, dir_format);
-    l.row = row_bytes(g->head_dim, dir_format);
-    l.mag = KV_FMT_MERGED_HEADER;
-    l.kdir = l.mag + (size_t)l.cap * KV_FMT_MERGED_MAGS * sizeof(float);
-    l.vdir = l.kdir + (size_t)l.cap * l.row;
-    return l;
+    return kv_fmt_merged_layout(g->head_dim, g->page_bytes, dir_format);
 }
 
 uint32_t kv_fmt_merged_tokens_per_page(const kv_page_geom_t *g)
@@ -97,15 +67,15 @@ uint32_t kv_fmt_merged_dir_format(const void *page, const kv_page_geom_t *g)
 
 /* ---- direction rows ------------------------------------------------------ */
 
-/* INT4 row pieces. */
+/* INT4 row pieces (kv_fmt_layout.h). */
 static uint32_t *row_codes(uint8_t *row) { return (uint32_t *)(void *)row; }
 static kv_half_t *row_scale(uint8_t *row, uint32_t d)
 {
-    return (kv_half_t *)(void *)(row + d / 2u);
+    return (kv_half_t *)(void *)(row + kv_fmt_merged_int4_scale(d));
 }
 static kv_half_t *row_min(uint8_t *row, uint32_t d)
 {
-    return (kv_half_t *)(void *)(row + d / 2u + d / 8u);
+    return (kv_half_t *)(void *)(row + kv_fmt_merged_int4_min(d));
 }
 
 /* Encode e[0..d) into an INT4 row: each group of 16 channels is quantized
@@ -149,7 +119,7 @@ static void scale_row(float *o, uint32_t d, float mag)
 static double dir_put(const float *e, uint32_t d, uint32_t dir_format,
                       uint8_t *row)
 {
-    float dec[MERGED_MAX_DIM];
+    float dec[KV_FMT_MAX_DIM];
     if (dir_format == KV_FMT_FP16)
         kv_half_from_float_n(e, (kv_half_t *)(void *)row, d);
     else
@@ -167,42 +137,37 @@ void kv_fmt_merged_put(void *page, const kv_page_geom_t *g, uint32_t slot,
     const uint32_t d = g->head_dim;
     const uint32_t df = kv_fmt_merged_dir_format(page, g);
     assert(df != UINT32_MAX);
-    const merged_layout_t l = layout_of(g, df);
+    const kv_fmt_merged_layout_t l = layout_of(g, df);
     assert(slot < l.cap);
     uint8_t *p = page;
-    double nk = dir_put(ek, d, df, p + l.kdir + (size_t)slot * l.row);
-    double nv = dir_put(ev, d, df, p + l.vdir + (size_t)slot * l.row);
+    double nk = dir_put(ek, d, df, p + kv_fmt_merged_dir(&l, 0, slot));
+    double nv = dir_put(ev, d, df, p + kv_fmt_merged_dir(&l, 1, slot));
     float mag[KV_FMT_MERGED_MAGS];
     for (uint32_t w = 0; w < 2; w++) {
         mag[w] = nk > 0.0 ? (float)((double)norms[w] / nk) : 0.0f;
         mag[2 + w] = nv > 0.0 ? (float)((double)norms[2 + w] / nv) : 0.0f;
     }
-    memcpy(p + l.mag + (size_t)slot * sizeof mag, mag, sizeof mag);
+    memcpy(p + kv_fmt_merged_mag(&l, slot, 0), mag, sizeof mag);
 }
 
 /* ---- load ---------------------------------------------------------------- */
 
 /* Rows [t0, t0+n) of one half (K: which 0, V: which 1) of variant w. */
-static void load_half(const uint8_t *p, const merged_layout_t *l, uint32_t d,
-                      uint32_t df, uint32_t w, uint32_t which, uint32_t t0,
-                      uint32_t n, float *out)
+static void load_half(const uint8_t *p, const kv_fmt_merged_layout_t *l,
+                      uint32_t d, uint32_t df, uint32_t w, uint32_t which,
+                      uint32_t t0, uint32_t n, float *out)
 {
-    const size_t base = which ? l->vdir : l->kdir;
     if (df == KV_FMT_FP16) /* rows are contiguous: one bulk conversion */
-        kv_half_to_float_n((const kv_half_t *)(const void *)(p + base) +
-                               (size_t)t0 * d,
-                           out, (size_t)n * d);
+        kv_half_to_float_n(
+            (const kv_half_t *)(const void *)(p + kv_fmt_merged_dir(l, which, t0)),
+            out, (size_t)n * d);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t t = t0 + i;
         float *o = out + (size_t)i * d;
         float mag;
-        memcpy(&mag,
-               p + l->mag +
-                   ((size_t)t * KV_FMT_MERGED_MAGS + 2u * which + w) *
-                       sizeof(float),
-               sizeof mag);
+        memcpy(&mag, p + kv_fmt_merged_mag(l, t, 2u * which + w), sizeof mag);
         if (df != KV_FMT_FP16)
-            dir_decode(p + base + (size_t)t * l->row, d, df, o);
+            dir_decode(p + kv_fmt_merged_dir(l, which, t), d, df, o);
         scale_row(o, d, mag);
     }
 }
@@ -217,7 +182,7 @@ void kv_fmt_merged_load_variant(const void *page, const kv_page_geom_t *g,
     memcpy(&h, page, sizeof h);
     const uint32_t df = h.dir_format;
     assert(kv_fmt_merged_dir_format(page, g) == df && variant <= 1);
-    const merged_layout_t l = layout_of(g, df);
+    const kv_fmt_merged_layout_t l = layout_of(g, df);
     assert((uint64_t)t0 + n <= l.cap);
     (void)l.cap;
     if (k)

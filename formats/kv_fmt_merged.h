@@ -25,32 +25,15 @@
  * flagged entry is retained); a merged page holds merged tokens only, so no
  * token is ever read twice and load needs no branch per token.
  *
- * Byte layout (D = head_dim, a multiple of 16 in 16..1024; T = slots per
- * page; offsets in bytes; all integers little-endian):
- *
- *   +0             header, 16 bytes:
- *                    uint32 dir_format   KV_FMT_FP16 (0) or KV_FMT_INT4 (1)
- *                    uint32 head_dim     D (self-description, checked)
- *                    uint32 reserved[2]  0
- *   +16            mag   float32 [T][4]  per slot: K lower, K upper,
- *                                        V lower, V upper (||x|| / ||e^||)
- *   +16 + 16T      K directions [T] rows of R bytes
- *   +16 + 16T + TR V directions [T] rows of R bytes
- *   end            16 + T (16 + 2R) <= page_bytes; the rest is unused
- *
- *   A direction row (R bytes):
- *     FP16 directions: binary16 [D]                          R = 2D
- *     INT4 directions: uint32 codes [D/8], binary16 scale [D/16],
- *                      binary16 min [D/16]                   R = 3D/4
- *       channel c's 4-bit code q sits in word c/8 at bits 4(c%8)..+3
- *       (least significant first); group g = channels 16g..16g+15 has
- *       scale[g], min[g]; e^_c = q * scale + min (FP32 multiply, then add).
- *       Quantization as KIVI values (kv_fmt_int.h): asymmetric min/max per
- *       token and group of 16 channels, min rounded toward -inf, scale
- *       toward +inf, codes from the stored values, so |e - e^| <= scale/2;
- *       a constant group stores scale +-0 and decodes exactly.
- *
- *   T = floor((page_bytes - 16) / (16 + 2R)); 0 if that is < 1.
+ * Byte layout (kv_fmt_layout.h): a 16-byte header (dir_format, head_dim),
+ * FP32 magnitudes [T][4], then T K direction rows and T V direction rows of
+ * R bytes: FP16 directions binary16 [D] (R = 2D); INT4 directions codes,
+ * scale and min per group of 16 channels (R = 3D/4), quantized as KIVI
+ * values (kv_fmt_int.h): asymmetric min/max per token and group of 16
+ * channels, min rounded toward -inf, scale toward +inf, codes from the
+ * stored values, so |e - e^| <= scale/2; e^_c = kv_fmt_codec_dequant(q,
+ * scale, min); a constant group stores scale +-0 and decodes exactly.
+ * T = floor((page_bytes - 16) / (16 + 2R)); 0 if that is < 1.
  *   Per merged token (serving two layers): 4D + 16 bytes with FP16
  *   directions = 8 + 32/D bits per element of one layer's K and V;
  *   1.5D + 16 bytes with INT4 directions = 3 + 32/D bits per element.
@@ -67,35 +50,9 @@
 
 #include <stdint.h>
 
+#include "kv_fmt_layout.h"
 #include "kv_format.h"
 #include "kv_half.h"
-
-#define KV_FMT_MERGED_HEADER 16u /* bytes                          */
-#define KV_FMT_MERGED_MAGS   4u  /* float32 magnitudes per slot    */
-
-/* Bytes of one direction row (K or V) of head_dim d. */
-#define KV_FMT_MERGED_ROW_FP16(d) (2u * (d))
-#define KV_FMT_MERGED_ROW_INT4(d) ((d) / 2u + (d) / 4u)
-/* Bytes per slot: magnitudes + a K row + a V row. */
-#define KV_FMT_MERGED_SLOT(row) (4u * KV_FMT_MERGED_MAGS + 2u * (row))
-
-_Static_assert(sizeof(kv_half_t) == 2, "directions are 2-byte binary16");
-_Static_assert(sizeof(float) == 4, "magnitudes are 4-byte float32");
-_Static_assert(KV_FMT_MERGED_SLOT(KV_FMT_MERGED_ROW_FP16(64u)) == 272u,
-               "FP16 directions, D=64: 4D + 16 bytes per merged token");
-_Static_assert(KV_FMT_MERGED_SLOT(KV_FMT_MERGED_ROW_INT4(64u)) == 112u,
-               "INT4 directions, D=64: 1.5D + 16 bytes per merged token");
-_Static_assert(KV_FMT_MERGED_ROW_INT4(16u) % 4u == 0,
-               "INT4 rows keep uint32 codes 4-byte aligned");
-/* D=64, 4 KiB pages: 15 slots (FP16 dirs) and 36 slots (INT4 dirs). */
-_Static_assert((4096u - KV_FMT_MERGED_HEADER) /
-                       KV_FMT_MERGED_SLOT(KV_FMT_MERGED_ROW_FP16(64u)) ==
-                   15u,
-               "FP16-direction capacity at D=64, 4 KiB");
-_Static_assert((4096u - KV_FMT_MERGED_HEADER) /
-                       KV_FMT_MERGED_SLOT(KV_FMT_MERGED_ROW_INT4(64u)) ==
-                   36u,
-               "INT4-direction capacity at D=64, 4 KiB");
 
 /* The traits entry (also kv_format_table[KV_FMT_MERGED]). */
 extern const kv_format_traits_t kv_fmt_merged;

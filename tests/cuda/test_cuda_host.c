@@ -29,12 +29,6 @@
 #include "formats/kv_fmt_codec.h"
 #include "test_cuda_pages.h"
 
-_Static_assert(KV_FMT_CODEC_FP16 == KV_FMT_FP16 &&
-                   KV_FMT_CODEC_INT4 == KV_FMT_INT4 &&
-                   KV_FMT_CODEC_INT2 == KV_FMT_INT2 &&
-                   KV_FMT_CODEC_MERGED == KV_FMT_MERGED,
-               "kv_fmt_codec.h restates the format numbers");
-
 static uint32_t f2u(float f)
 {
     uint32_t u;

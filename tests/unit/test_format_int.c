@@ -26,12 +26,14 @@
  *     (checked in a child process) or, in NDEBUG builds, writes nothing.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kv_test.h"
+#include "formats/kv_fmt_codec.h"
 #include "formats/kv_fmt_fp16.h"
 #include "formats/kv_fmt_int.h"
 
@@ -95,15 +97,45 @@ static ref_q_t ref_v(const uint8_t *page, uint32_t d, uint32_t b, uint32_t t,
     return r;
 }
 
+/* x^ = q * scale + min rounded once (kv_fmt_int.h). */
 static float ref_dec(ref_q_t r)
 {
-    float x = (float)r.q * r.s; /* separate statements: no FMA */
-    return x + r.m;
+    return fmaf((float)r.q, r.s, r.m);
 }
 
 static int same_bits(float a, float b)
 {
     return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ---- the one dequantization ---------------------------------------------- */
+
+/* kv_fmt_codec_dequant (FP64 multiply-add, one rounding to FP32) is the
+ * fused multiply-add fmaf(q, s, m) for every code q and every pair of
+ * finite binary16 values s, m: s over all of them, m over both signs of
+ * every exponent with three mantissas (0, 1, all ones) plus +-0. */
+static void test_dequant_fused(void)
+{
+    long bad = 0, n = 0;
+    for (uint32_t hs = 0; hs < 0x10000u; hs++) {
+        if ((hs & 0x7c00u) == 0x7c00u) /* Inf, NaN */
+            continue;
+        const float s = kv_half_to_float((kv_half_t)hs);
+        for (uint32_t e = 0; e < 31; e++)
+            for (uint32_t mi = 0; mi < 6; mi++) {
+                static const uint16_t man[3] = {0, 1, 0x3ff};
+                const uint16_t hm = (uint16_t)((mi & 1 ? 0x8000u : 0u) |
+                                               (e << 10) | man[mi / 2]);
+                const float m = kv_half_to_float(hm);
+                for (uint32_t q = 0; q < 16; q++, n++) {
+                    const float a = kv_fmt_codec_dequant(q, s, m);
+                    const float b = fmaf((float)q, s, m);
+                    bad += memcmp(&a, &b, sizeof a) != 0;
+                }
+            }
+    }
+    CHECK(n > 80000000);
+    CHECK_EQ(bad, 0);
 }
 
 /* ---- entries and geometry ------------------------------------------------ */
@@ -663,6 +695,7 @@ static void test_store_misaligned(uint32_t b)
 
 int main(void)
 {
+    test_dequant_fused();
     test_entries();
     test_geometry();
     for (uint32_t b = 2; b <= 4; b += 2) {
