@@ -34,7 +34,7 @@
  *   --ctx N: only that context (cache rows, and memory rows unless --quick);
  *   --min-time S: seconds of timed calls per format and point;
  *   --backend cuda: the GPU rows instead, with their own options and
- *   copy_gbps baseline (kernels/cuda/kv_cuda_bench.cu, docs/gpu.md).
+ *   copy_gbps baseline (bench/kvbench_attn_cuda.cu, docs/gpu.md).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,14 +45,16 @@
 
 #include "kvpage/kvpage.h"
 #ifdef KV_HAVE_CUDA
-#include "kernels/cuda/kv_cuda.h"
+/* The GPU rows (kvbench_attn_cuda.cu): parses the remaining arguments,
+ * prints rows (JSON with --json); returns the exit status. */
+int kvbench_attn_cuda(int argc, char **argv);
 #endif
 
 /* --backend cuda: every argument goes to the CUDA bench. */
 static int bench_cuda(int argc, char **argv)
 {
 #ifdef KV_HAVE_CUDA
-    return kv_cuda_bench_attn(argc, argv);
+    return kvbench_attn_cuda(argc, argv);
 #else
     (void)argc;
     fprintf(stderr, "%s: built without CUDA\n", argv[0]);

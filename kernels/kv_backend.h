@@ -97,14 +97,6 @@ typedef struct kv_convert_params {
     float *scratch;            /* NULL or KV_CONVERT_SCRATCH_FLOATS floats  */
 } kv_convert_params_t;
 
-/* The source-run check every backend's conversions make (defined with the
- * CPU reference, kernels/cpu/kv_cpu_convert.c): 0 if need == 0, or if
- * pages[0..n) (n >= 1) each have data, a known format (else KV_ENOTSUP),
- * 1 .. its tokens_per_page tokens and a variant it reads (0, or 1 with
- * load_variant), and hold >= off + need tokens in all; else KV_EINVAL. */
-int kv_kern_check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
-                      uint32_t n, uint32_t off, uint32_t need);
-
 /* MiniCache merge of one kv_head of a layer pair (DESIGN §4). Token i of
  * src[0] (layer l-1) pairs with token i of src[1] (layer l). Two passes:
  * merge_select writes retain[i] (1: token i stays unmerged), merge reads it

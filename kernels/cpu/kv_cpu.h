@@ -2,7 +2,6 @@
  * kv_cpu.h — private interface of the CPU reference backend (kernels/cpu/).
  *
  *   kv_cpu_backend.c   create/destroy, the ops table, the hot-loop dispatch
- *   kv_cpu_check.c     parameter validation (nothing is written on error)
  *   kv_cpu_plan.c      token ranges of page lists -> (page, offset) spans,
  *                      per-call scratch
  *   kv_pool.c      worker threads: jobs of independent units
@@ -25,28 +24,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kv_backend.h"
+#include "kernels/kv_kern.h"
 
-/* head_dim must be a multiple of KV_CPU_VW (the vector width, floats) and at
- * most KV_CPU_TILE_FLOATS (one token must fit a tile). */
+/* The vector width (floats) and the tiles: any head_dim the backend
+ * interface allows (kv_kern.h) is a whole number of vectors and fits one
+ * tile. */
 #define KV_CPU_VW          8u
 #define KV_CPU_TILE_FLOATS 4096u /* floats per K (and per V) tile         */
-#define KV_CPU_ALIGN       64u   /* alignment of scratch sub-blocks, bytes */
+_Static_assert(KV_KERN_DIM_STEP % KV_CPU_VW == 0 &&
+                   KV_KERN_MAX_DIM <= KV_CPU_TILE_FLOATS,
+               "every head_dim of the interface suits the CPU loops");
 
 /* A token range [t_begin, t_end) of one page list, and where it starts:
  * token t_begin is token off0 of pages[page0]. */
-typedef struct kv_kern_cpu_span {
+typedef struct kv_cpu_span {
     const kv_kern_page_t *pages; /* the list's pages (pages[0] = its first) */
     uint32_t page0, off0;
     uint32_t t_begin, t_end;     /* tokens of the list                      */
-} kv_kern_cpu_span_t;
+} kv_cpu_span_t;
 
 /* One piece of work for the hot loops: n_rows query rows over a span.
  * Row r sees list tokens t < lim0 + r / group (causal prefill: group = the
  * q heads of a kv head; decode: group = n_rows, lim0 = the list length). */
-typedef struct kv_kern_cpu_task {
+typedef struct kv_cpu_task {
     const kv_page_geom_t *geom;
-    kv_kern_cpu_span_t span;
+    kv_cpu_span_t span;
     const float *q;        /* [n_rows][head_dim], already times scale     */
     uint32_t n_rows;
     uint32_t group;        /* >= 1                                        */
@@ -60,70 +62,51 @@ typedef struct kv_kern_cpu_task {
     /* stats pass */
     const float *lse;      /* [n_rows] log-sum-exp of each row            */
     float *stats;          /* [list tokens]: stats[t] for t in the span   */
-} kv_kern_cpu_task_t;
+} kv_cpu_task_t;
 
 /* Per-thread scratch floats for tasks of at most max_rows rows. */
-size_t kv_kern_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows);
+size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows);
 
-/* The hot loops (kv_cpu_attend.c). scratch: kv_kern_cpu_thread_floats()
+/* The hot loops (kv_cpu_attend.c). scratch: kv_cpu_thread_floats()
  * floats, 64-byte aligned, private to the calling thread. */
-typedef struct kv_kern_cpu_loops {
+typedef struct kv_cpu_loops {
     const char *isa; /* "avx2" or "generic" */
     /* Online softmax over the span for every row: updates m, l, acc, and
      * writes logits of the tokens each row sees if task->logits. */
-    void (*attend)(const kv_kern_cpu_task_t *t, float *scratch);
+    void (*attend)(const kv_cpu_task_t *t, float *scratch);
     /* stats[t] = sum over rows r that see t of exp(q_r . k_t - lse[r]) for
      * t in the span (overwritten). */
-    void (*stats)(const kv_kern_cpu_task_t *t, float *scratch);
+    void (*stats)(const kv_cpu_task_t *t, float *scratch);
     /* stats[t] = sum over rows r < n_rows of exp(logits[r*stride+t] - lse[r])
      * for t in the span (overwritten); needs no pages. */
-    void (*stats_from_logits)(const kv_kern_cpu_task_t *t);
-} kv_kern_cpu_loops_t;
+    void (*stats_from_logits)(const kv_cpu_task_t *t);
+} kv_cpu_loops_t;
 
-extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2;
-extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_generic;
+extern const kv_cpu_loops_t kv_cpu_loops_avx2;
+extern const kv_cpu_loops_t kv_cpu_loops_generic;
 
 /* Worker threads (kv_pool.c): kv_pool_* are public (kvpage.h:
  * the model engine runs on them too). A job on every worker of the pool;
  * worker is in [0, kv_pool_size(pool)). */
-static inline void kv_kern_cpu_run(kv_pool_t *pool, size_t n_units,
+static inline void kv_cpu_run(kv_pool_t *pool, size_t n_units,
                                    kv_pool_unit_fn fn, void *arg)
 {
     (void)kv_pool_run(pool, 0, n_units, fn, arg);
 }
 
 /* Backend context (immutable after create). */
-typedef struct kv_kern_cpu {
-    const kv_kern_cpu_loops_t *loops; /* chosen at create        */
+typedef struct kv_cpu {
+    const kv_cpu_loops_t *loops; /* chosen at create        */
     kv_pool_t *pool;         /* n_threads workers        */
-} kv_kern_cpu_t;
-
-/* Validation (kv_cpu_check.c): 0, KV_EINVAL or KV_ENOTSUP. */
-int kv_kern_cpu_check_decode(const kv_attn_decode_params_t *p);
-int kv_kern_cpu_check_prefill(const kv_attn_prefill_params_t *p);
+} kv_cpu_t;
 
 /* Split tokens [0, len) of a list into ranges of `part` tokens (the last may
  * be shorter) and write their spans to out[0 .. ceil(len/part)). */
-void kv_kern_cpu_split(const kv_kern_page_t *pages, uint32_t len,
-                       uint32_t part, kv_kern_cpu_span_t *out);
-
-/* Scratch carving: a bump allocator over one kv_mem block. */
-typedef struct kv_kern_cpu_arena {
-    char *base;   /* KV_CPU_ALIGN-aligned start; NULL while sizing */
-    size_t used;  /* bytes handed out (or reserved while sizing)   */
-    void *block;  /* the kv_mem block and its size                 */
-    size_t block_bytes;
-} kv_kern_cpu_arena_t;
-
-/* Reserve n bytes (rounded to KV_CPU_ALIGN) in a sizing pass (base NULL)
- * or hand them out. */
-void *kv_kern_cpu_take(kv_kern_cpu_arena_t *a, size_t n);
-/* After a sizing pass: allocate a->used bytes (KV_ENOMEM on failure). */
-int kv_kern_cpu_arena_alloc(kv_kern_cpu_arena_t *a);
-void kv_kern_cpu_arena_free(kv_kern_cpu_arena_t *a);
+void kv_cpu_split(const kv_kern_page_t *pages, uint32_t len,
+                       uint32_t part, kv_cpu_span_t *out);
 
 /* Decode and prefill drivers (the ops). */
-int kv_kern_cpu_decode(void *ctx, const kv_attn_decode_params_t *p);
-int kv_kern_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p);
+int kv_cpu_decode(void *ctx, const kv_attn_decode_params_t *p);
+int kv_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p);
 
 #endif /* KV_CPU_H */

@@ -68,7 +68,7 @@ static inline uint32_t tile_stride(uint32_t d)
     return (tile_tokens(d) + KV_CPU_VW - 1) / KV_CPU_VW * KV_CPU_VW;
 }
 
-size_t kv_kern_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
+size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
 {
     return 2u * (size_t)KV_CPU_TILE_FLOATS +
            (size_t)(max_rows ? max_rows : 1) * tile_stride(head_dim);
@@ -265,7 +265,7 @@ KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
 }
 
 /* Tokens of the chunk starting at list token t0 (n tokens) that row r sees. */
-KV_CPU_BODY uint32_t row_visible(const kv_kern_cpu_task_t *t, uint32_t r,
+KV_CPU_BODY uint32_t row_visible(const kv_cpu_task_t *t, uint32_t r,
                                  uint32_t t0, uint32_t n)
 {
     uint64_t lim = (uint64_t)t->lim0 + r / t->group;
@@ -290,7 +290,7 @@ KV_CPU_BODY uint32_t pad_row(float *s, uint32_t nv)
  * starting at list token t0: records them (task->logits), updates m, l and
  * rescales acc, and turns s into probabilities, padded with zeros to a whole
  * vector (returns the padded length). */
-KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
+KV_CPU_BODY uint32_t softmax_row(const kv_cpu_task_t *t, uint32_t r,
                                  uint32_t t0, uint32_t nv, float *s)
 {
     const uint32_t d = t->geom->head_dim;
@@ -326,7 +326,7 @@ KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
 
 /* The first row that sees tokens of the chunk at list token t0 (n tokens),
  * or n_rows: rows see a prefix that grows with the row. */
-KV_CPU_BODY uint32_t first_row(const kv_kern_cpu_task_t *t, uint32_t t0,
+KV_CPU_BODY uint32_t first_row(const kv_cpu_task_t *t, uint32_t t0,
                                uint32_t n)
 {
     uint32_t r = 0;
@@ -347,7 +347,7 @@ typedef struct chunk {
  * attn_score for all rows at once when it has one, else its load to the
  * tiles and q . k per row), the per-row softmax update, then sum p * v
  * (attn_accum for all rows, else per row over the V tile). */
-KV_CPU_BODY void attend_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+KV_CPU_BODY void attend_chunk(const kv_cpu_task_t *t, const chunk_t *c,
                               float *scratch)
 {
     const kv_page_geom_t *g = t->geom;
@@ -383,7 +383,7 @@ KV_CPU_BODY void attend_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
  * rows in order. With attn_score, blocks of rows are scored at once into
  * the (then unused) tiles; else K is loaded to its tile and each row's
  * logits go to the first logits row. */
-KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+KV_CPU_BODY void stats_chunk(const kv_cpu_task_t *t, const chunk_t *c,
                              float *scratch)
 {
     const kv_page_geom_t *g = t->geom;
@@ -416,11 +416,11 @@ KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
 /* Walk the span chunk by chunk (a chunk never crosses a page nor holds more
  * tokens than a tile) and run the attend or (`stats_mode`) the stats step
  * of each chunk that some row sees. */
-KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
+KV_CPU_BODY void walk(const kv_cpu_task_t *t, float *scratch,
                       int stats_mode)
 {
     const uint32_t tt = tile_tokens(t->geom->head_dim);
-    const kv_kern_cpu_span_t *sp = &t->span;
+    const kv_cpu_span_t *sp = &t->span;
     uint32_t pi = sp->page0, off = sp->off0;
 
     for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
@@ -445,19 +445,19 @@ KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
     }
 }
 
-KV_CPU_BODY void attend_body(const kv_kern_cpu_task_t *t, float *scratch)
+KV_CPU_BODY void attend_body(const kv_cpu_task_t *t, float *scratch)
 {
     walk(t, scratch, 0);
 }
 
-KV_CPU_BODY void stats_body(const kv_kern_cpu_task_t *t, float *scratch)
+KV_CPU_BODY void stats_body(const kv_cpu_task_t *t, float *scratch)
 {
     memset(t->stats + t->span.t_begin, 0,
            (size_t)(t->span.t_end - t->span.t_begin) * sizeof(float));
     walk(t, scratch, 1);
 }
 
-KV_CPU_BODY void stats_from_logits_body(const kv_kern_cpu_task_t *t)
+KV_CPU_BODY void stats_from_logits_body(const kv_cpu_task_t *t)
 {
     for (uint32_t t0 = t->span.t_begin; t0 < t->span.t_end;
          t0 += KV_CPU_VW) {
@@ -477,19 +477,19 @@ KV_CPU_BODY void stats_from_logits_body(const kv_kern_cpu_task_t *t)
 
 /* The two builds of the three entry points and their tables. */
 #define KV_CPU_LOOPS(sfx, isa_name, attr)                                    \
-    attr static void attend_##sfx(const kv_kern_cpu_task_t *t, float *s)     \
+    attr static void attend_##sfx(const kv_cpu_task_t *t, float *s)     \
     {                                                                        \
         attend_body(t, s);                                                   \
     }                                                                        \
-    attr static void stats_##sfx(const kv_kern_cpu_task_t *t, float *s)      \
+    attr static void stats_##sfx(const kv_cpu_task_t *t, float *s)      \
     {                                                                        \
         stats_body(t, s);                                                    \
     }                                                                        \
-    attr static void stats_from_logits_##sfx(const kv_kern_cpu_task_t *t)    \
+    attr static void stats_from_logits_##sfx(const kv_cpu_task_t *t)    \
     {                                                                        \
         stats_from_logits_body(t);                                           \
     }                                                                        \
-    const kv_kern_cpu_loops_t kv_kern_cpu_loops_##sfx = {                    \
+    const kv_cpu_loops_t kv_cpu_loops_##sfx = {                    \
         .isa = isa_name,                                                     \
         .attend = attend_##sfx,                                              \
         .stats = stats_##sfx,                                                \
@@ -500,7 +500,7 @@ KV_CPU_LOOPS(generic, "generic", )
 #if defined(__x86_64__) || defined(__i386__)
 KV_CPU_LOOPS(avx2, "avx2", __attribute__((target("avx2,fma,f16c"))))
 #else
-const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2 = {
+const kv_cpu_loops_t kv_cpu_loops_avx2 = {
     .isa = "generic",
     .attend = attend_generic,
     .stats = stats_generic,

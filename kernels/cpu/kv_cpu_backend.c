@@ -16,7 +16,7 @@
 
 #define KV_CPU_MAX_THREADS 1024u
 
-static const kv_kern_cpu_loops_t *pick_loops(void)
+static const kv_cpu_loops_t *pick_loops(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -25,14 +25,14 @@ static const kv_kern_cpu_loops_t *pick_loops(void)
     ok = ok && __builtin_cpu_supports("f16c");
 #endif
     if (ok)
-        return &kv_kern_cpu_loops_avx2;
+        return &kv_cpu_loops_avx2;
 #endif
-    return &kv_kern_cpu_loops_generic;
+    return &kv_cpu_loops_generic;
 }
 
 static void cpu_destroy(void *ctx)
 {
-    kv_kern_cpu_t *cx = ctx;
+    kv_cpu_t *cx = ctx;
     if (!cx)
         return;
     kv_pool_destroy(cx->pool);
@@ -41,12 +41,12 @@ static void cpu_destroy(void *ctx)
 
 static const kv_backend_ops_t cpu_ops = {
     .name = "cpu",
-    .attn_decode = kv_kern_cpu_decode,
-    .attn_prefill = kv_kern_cpu_prefill,
+    .attn_decode = kv_cpu_decode,
+    .attn_prefill = kv_cpu_prefill,
     .destroy = cpu_destroy,
-    .convert = kv_kern_cpu_convert,
-    .merge_select = kv_kern_cpu_merge_select,
-    .merge = kv_kern_cpu_merge,
+    .convert = kv_cpu_convert,
+    .merge_select = kv_cpu_merge_select,
+    .merge = kv_cpu_merge,
 };
 
 int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
@@ -58,7 +58,7 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
         n_threads = n < 1 ? 1u : n > KV_CPU_MAX_THREADS ? KV_CPU_MAX_THREADS
                                                         : (uint32_t)n;
     }
-    kv_kern_cpu_t *cx = kv_mem_alloc(sizeof *cx);
+    kv_cpu_t *cx = kv_mem_alloc(sizeof *cx);
     if (!cx)
         return KV_ENOMEM;
     int rc = kv_pool_create(n_threads, &cx->pool);

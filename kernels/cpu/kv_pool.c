@@ -33,33 +33,33 @@
 
 #define KV_CPU_POOL_MAX 1024u /* workers per pool, the caller included */
 
-typedef struct kv_kern_cpu_job {
+typedef struct kv_cpu_job {
     kv_pool_unit_fn fn;
     void *arg;
     size_t n_units;
     _Atomic size_t next; /* next unit to claim                 */
     uint32_t helpers;    /* workers 1 .. helpers may join      */
     uint32_t inside;     /* helpers working on it (under mu)   */
-} kv_kern_cpu_job_t;
+} kv_cpu_job_t;
 
-typedef struct kv_kern_cpu_helper {
+typedef struct kv_cpu_helper {
     kv_pool_t *pool;
     uint32_t worker; /* 1 .. n_helpers */
     pthread_t thread;
-} kv_kern_cpu_helper_t;
+} kv_cpu_helper_t;
 
 struct kv_pool {
     pthread_mutex_t mu;
     pthread_cond_t wake;        /* helpers: a job opened, or stop   */
     pthread_cond_t idle;        /* callers: a job's inside hit 0    */
-    kv_kern_cpu_job_t *job;     /* open job or NULL                 */
+    kv_cpu_job_t *job;     /* open job or NULL                 */
     uint64_t gen;               /* generation of the last open job  */
     int stop;
     uint32_t n_helpers;
-    kv_kern_cpu_helper_t *helpers; /* [n_helpers] */
+    kv_cpu_helper_t *helpers; /* [n_helpers] */
 };
 
-static void work(kv_kern_cpu_job_t *job, uint32_t worker)
+static void work(kv_cpu_job_t *job, uint32_t worker)
 {
     size_t u;
     while ((u = atomic_fetch_add_explicit(&job->next, 1,
@@ -70,7 +70,7 @@ static void work(kv_kern_cpu_job_t *job, uint32_t worker)
 
 static void *helper_main(void *p)
 {
-    kv_kern_cpu_helper_t *h = p;
+    kv_cpu_helper_t *h = p;
     kv_pool_t *pool = h->pool;
     pthread_mutex_lock(&pool->mu);
     uint64_t seen = pool->gen;
@@ -80,7 +80,7 @@ static void *helper_main(void *p)
             pthread_cond_wait(&pool->wake, &pool->mu);
         if (pool->stop)
             break;
-        kv_kern_cpu_job_t *job = pool->job;
+        kv_cpu_job_t *job = pool->job;
         seen = pool->gen;
         job->inside++;
         pthread_mutex_unlock(&pool->mu);
@@ -174,7 +174,7 @@ int kv_pool_run(kv_pool_t *pool, uint32_t max_workers,
 {
     if (!fn)
         return n_units ? KV_EINVAL : 0;
-    kv_kern_cpu_job_t job = {.fn = fn, .arg = arg, .n_units = n_units};
+    kv_cpu_job_t job = {.fn = fn, .arg = arg, .n_units = n_units};
     atomic_init(&job.next, 0);
     job.helpers = pool ? pool->n_helpers : 0;
     if (max_workers && max_workers - 1 < job.helpers)

@@ -388,12 +388,12 @@ static void test_convert_locs(void)
         else
             x->format = bad[i].value;
         CHECK_EQ(kv_cuda_check_convert(&p), bad[i].want);
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &p), bad[i].want);
+        CHECK_EQ(kv_cpu_convert(NULL, &p), bad[i].want);
         *x = keep;
     }
     p.src = NULL;
     CHECK_EQ(kv_cuda_check_convert(&p), KV_EINVAL);
-    CHECK_EQ(kv_kern_cpu_convert(NULL, &p), KV_EINVAL);
+    CHECK_EQ(kv_cpu_convert(NULL, &p), KV_EINVAL);
 }
 
 static void test_checks(void)
@@ -424,7 +424,7 @@ static void test_checks(void)
                                  .q = q,
                                  .out = out,
                                  .scale = 0.125f};
-    CHECK_OK(kv_kern_cpu_check_decode(&d)); /* fine for the CPU ...    */
+    CHECK_OK(kv_kern_check_decode(&d)); /* fine for the CPU ...    */
     CHECK_EQ(kv_cuda_check_decode(&d), KV_ENOTSUP); /* no D=32 kernel */
     d.geom.head_dim = 64;
     CHECK_OK(kv_cuda_check_decode(&d));

@@ -301,9 +301,9 @@ static void test_errors(void)
 /* The generic and AVX2 builds of the loops give the same bits. */
 static void test_loop_builds(void)
 {
-    kv_kern_cpu_t *cx = be[1].ctx;
-    if (strcmp(kv_kern_cpu_loops_avx2.isa, "avx2") != 0 ||
-        cx->loops != &kv_kern_cpu_loops_avx2) {
+    kv_cpu_t *cx = be[1].ctx;
+    if (strcmp(kv_cpu_loops_avx2.isa, "avx2") != 0 ||
+        cx->loops != &kv_cpu_loops_avx2) {
         fprintf(stderr, "note: no AVX2 build on this CPU, one build only\n");
         return;
     }
@@ -323,11 +323,11 @@ static void test_loop_builds(void)
         .out = o1, .stats = sp1, .stats_stride = 1000, .scale = 0.125f,
     };
     CHECK_OK(be[1].ops->attn_decode(be[1].ctx, &p));
-    cx->loops = &kv_kern_cpu_loops_generic;
+    cx->loops = &kv_cpu_loops_generic;
     p.out = o2;
     p.stats = sp2;
     CHECK_OK(be[1].ops->attn_decode(be[1].ctx, &p));
-    cx->loops = &kv_kern_cpu_loops_avx2;
+    cx->loops = &kv_cpu_loops_avx2;
     CHECK(memcmp(o1, o2, sizeof o1) == 0);
     CHECK(memcmp(s1, s2, sizeof s1) == 0);
     kv_test_lists_free(&f);

@@ -1,5 +1,5 @@
 /*
- * kv_cuda_bench.cu — `kvbench-attn --backend cuda`: paged decode attention
+ * kvbench_attn_cuda.cu — `kvbench-attn --backend cuda`: paged decode attention
  * on the GPU per page format, against the device-to-device copy bandwidth
  * and the FP16 rows measured in the same run.
  *
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_cuda_int.cuh"
+#include "kernels/cuda/kv_cuda_int.cuh"
 
 #define _Static_assert static_assert /* the C11 headers below, in C++ */
 extern "C" {
@@ -351,7 +351,7 @@ const char *fmt_name(uint32_t f)
 
 } // namespace
 
-extern "C" int kv_cuda_bench_attn(int argc, char **argv)
+extern "C" int kvbench_attn_cuda(int argc, char **argv)
 {
     opts_t o = {0, 0, 0, 0, 0, 9, 3, 64, 4096, 0.0};
     for (int i = 1; i < argc; i++) {
