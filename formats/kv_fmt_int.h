@@ -6,8 +6,9 @@
  *   KEYS   per channel, over a group of 16 consecutive tokens;
  *   VALUES per token,   over a group of 16 consecutive channels.
  *   scale = (max - min) / L, q = round(clamp((x - min) / scale, 0, L)),
- *   x^ = q * scale + min rounded once (a fused multiply-add in FP32:
- *   kv_fmt_codec_dequant, the one definition every reader uses).
+ *   x^ = q * scale + min in FP32 (q * scale is exact, so the value is
+ *   rounded once, as a fused multiply-add: kv_fmt_codec_dequant, the one
+ *   definition every reader uses).
  *   scale and min are stored as IEEE binary16. min is rounded toward -inf
  *   and scale toward +inf, and codes are computed with the STORED values,
  *   so |x - x^| <= stored scale / 2 (up to FP32 rounding) for every element
@@ -27,28 +28,16 @@
  * must be at least 4-byte aligned (pool pages are).
  *
  * Reading (load): any token range [t0, t0+n) within the page (not only
- * whole groups), decoded to FP32 rows. Writing (store): PRECONDITION t0 and n multiples of 16 (whole
- * groups are quantized at once); a misaligned call asserts in debug builds
+ * whole groups), decoded to FP32 rows. Writing (store): PRECONDITION t0 and
+ * n multiples of 16 (whole groups are quantized at once); a misaligned call asserts in debug builds
  * and writes nothing in NDEBUG builds. Inputs must be finite and within FP16
  * range (callers validate, as for every format); src_stride >= D. A list
  * tail that is not a whole group stays FP16 (KIVI), or the caller pads it.
  * copy is NULL: compaction decodes and re-encodes.
  *
- * Attention (attn_score / attn_accum, see kv_format.h) works on the codes of
- * a group in registers, 16 lanes at a time, and writes no FP32 rows:
- *   score: lanes = the group's 16 tokens; per channel c, the codes are
- *          unpacked (a shift per lane, then mask and convert or one table
- *          permute), k^ = code * scale_c + min_c
- *          (one fused multiply-add) and each query row adds q[c] * k^ (two
- *          partial sums, even and odd channels, added at the end);
- *   accum: lanes = one 16-channel group of a token; v^ = code * scale + min
- *          likewise, and each row's partial sum for the group adds p[t] * v^
- *          (tokens in order; up to four channel groups at a time), then is
- *          added to acc.
- * The unpacked codes are shared by up to four query rows at a time (a GQA
- * group). Every lane runs the same FP32 operation sequence whatever the
- * vector width, so the portable, AVX2 and AVX-512 builds of these steps give
- * identical bits (kv_fmt_int_attn_impls lists them, for tests).
+ * Attention reads the codes directly (kernels/cpu/kv_cpu_fmt_int.c, the
+ * CUDA kernels) with the same dequantization, so it sees the floats load
+ * gives.
  */
 #ifndef KV_FMT_INT_H
 #define KV_FMT_INT_H
@@ -76,38 +65,6 @@ void kv_fmt_int4_store(void *page, const kv_page_geom_t *g, uint32_t t0,
 void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        uint32_t n, kv_dtype_t dtype, const void *k,
                        const void *v, size_t src_stride);
-void kv_fmt_int4_attn_score(const void *page, const kv_page_geom_t *g,
-                            uint32_t t0, uint32_t n, const float *q,
-                            size_t q_stride, uint32_t n_rows, float *s,
-                            size_t s_stride);
-void kv_fmt_int2_attn_score(const void *page, const kv_page_geom_t *g,
-                            uint32_t t0, uint32_t n, const float *q,
-                            size_t q_stride, uint32_t n_rows, float *s,
-                            size_t s_stride);
-void kv_fmt_int4_attn_accum(const void *page, const kv_page_geom_t *g,
-                            uint32_t t0, uint32_t n, const float *p,
-                            size_t p_stride, uint32_t n_rows, float *acc,
-                            size_t acc_stride);
-void kv_fmt_int2_attn_accum(const void *page, const kv_page_geom_t *g,
-                            uint32_t t0, uint32_t n, const float *p,
-                            size_t p_stride, uint32_t n_rows, float *acc,
-                            size_t acc_stride);
-
-/* One build of the attention steps (the entries call the best one the CPU
- * runs). For tests: every build must give the same bits. */
-typedef struct kv_fmt_int_attn_impl {
-    const char *isa; /* "portable", "avx2", "avx512" */
-    void (*score[2])(const void *page, const kv_page_geom_t *g, uint32_t t0,
-                     uint32_t n, const float *q, size_t q_stride,
-                     uint32_t n_rows, float *s, size_t s_stride);
-    void (*accum[2])(const void *page, const kv_page_geom_t *g, uint32_t t0,
-                     uint32_t n, const float *p, size_t p_stride,
-                     uint32_t n_rows, float *acc, size_t acc_stride);
-} kv_fmt_int_attn_impl_t; /* [0]: INT4, [1]: INT2 */
-
-/* The builds this CPU can run, best last; *n gets their number (>= 1). */
-const kv_fmt_int_attn_impl_t *kv_fmt_int_attn_impls(uint32_t *n);
-
 /* Initialisers of the two entries, for kv_format_table (kv_format.c) and
  * for kv_fmt_int4 / kv_fmt_int2 themselves: one definition of each entry.
  * KV_FMT_INT_TRAITS(b, note): the entry of INT<b> (b: 4 or 2). */
@@ -116,8 +73,7 @@ const kv_fmt_int_attn_impl_t *kv_fmt_int_attn_impls(uint32_t *n);
         .name = "int" #b, .bits_note = note,                                \
         .tokens_per_page = kv_fmt_int##b##_tokens_per_page,                 \
         .load = kv_fmt_int##b##_load, .store = kv_fmt_int##b##_store,       \
-        .copy = NULL, .attn_score = kv_fmt_int##b##_attn_score,             \
-        .attn_accum = kv_fmt_int##b##_attn_accum,                           \
+        .copy = NULL,                                                       \
     }
 #define KV_FMT_INT4_TRAITS KV_FMT_INT_TRAITS(4, "INT4 g16 = 6 bits/element")
 #define KV_FMT_INT2_TRAITS KV_FMT_INT_TRAITS(2, "INT2 g16 = 4 bits/element")

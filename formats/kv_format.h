@@ -4,13 +4,17 @@
  * Every page format (kv_format_t in kvpage.h; the numbers never change) has
  * one entry in kv_format_table, built with designated initialisers. Code that
  * handles pages of any format goes through the entry, never a switch on the
- * format: tokens per page, decoding tokens to FP32 (what attention and
- * read-back use), writing tokens (only formats that take appends), and,
- * optionally, attention's two inner steps computed from the encoded tokens
- * directly (q . k and sum p * v; attention falls back to load without them).
+ * format: tokens per page, decoding tokens to FP32 (what read-back,
+ * compaction and conversions use), writing tokens (only formats that take
+ * appends), copying tokens. How a compute backend reads a format fast is
+ * the backend's business (the CPU's own table: kernels/cpu/kv_cpu.h), as
+ * ggml keeps type traits apart from backend ops.
  *
- * A page's byte layout is specified at the top of its format's header
- * (kv_fmt_fp16.h, ...). This header depends on nothing but kvpage.h.
+ * formats/ is the bottom module: it depends on nothing of kvpage but the
+ * public types of kvpage.h. Every page's byte layout is defined once, in
+ * kv_fmt_layout.h; what the bytes mean is specified in each format's header
+ * (kv_fmt_fp16.h, kv_fmt_int.h, kv_fmt_merged.h). All code here is portable
+ * C (no CPU dispatch): the speed-critical paths are the kernels'.
  */
 #ifndef KV_FORMAT_H
 #define KV_FORMAT_H
@@ -54,24 +58,6 @@ typedef struct kv_format_traits {
     void (*load_variant)(const void *page, const kv_page_geom_t *g,
                          uint32_t variant, uint32_t t0, uint32_t n, float *k,
                          float *v);
-    /* Optional attention straight from the encoded tokens, for formats
-     * whose encoding makes that cheaper than load + FP32 arithmetic (INT4,
-     * INT2: no FP32 rows are written). NULL for the others; set both or
-     * neither, never together with load_variant. Over tokens [t0, t0+n) of
-     * a page, for query rows r < n_rows (k^, v^: the values load decodes):
-     *   attn_score: s[r*s_stride + i] = sum_c q[r*q_stride + c] * k^_{t0+i}[c]
-     *   attn_accum: acc[r*acc_stride + c] +=
-     *                   sum_{i<n} p[r*p_stride + i] * v^_{t0+i}[c]
-     * for i < n, c < head_dim. FP32 sums in the format's own order: they
-     * agree with the same sums over load's rows to FP32 rounding, not bit
-     * for bit. Deterministic: the same inputs give the same bits, whatever
-     * the CPU's vector ISA. */
-    void (*attn_score)(const void *page, const kv_page_geom_t *g, uint32_t t0,
-                       uint32_t n, const float *q, size_t q_stride,
-                       uint32_t n_rows, float *s, size_t s_stride);
-    void (*attn_accum)(const void *page, const kv_page_geom_t *g, uint32_t t0,
-                       uint32_t n, const float *p, size_t p_stride,
-                       uint32_t n_rows, float *acc, size_t acc_stride);
 } kv_format_traits_t;
 
 extern const kv_format_traits_t kv_format_table[KV_FMT_COUNT];
@@ -82,8 +68,9 @@ const kv_format_traits_t *kv_format_get(uint32_t f);
 /* Decode tokens [t0, t0+n) of a page of format fmt (a registered format)
  * as seen by a list whose page entry has the given variant (kv_page.h:
  * kv_page_ent_variant; kv_kern_page_t.variant; 0 for pages read alike by
- * every list). k, v: [n][head_dim] or NULL. The one call every reader uses
- * (attention, read-back, compaction, conversions). */
+ * every list). k, v: [n][head_dim] or NULL. The one call every reader in C
+ * uses (read-back, compaction, conversions; the CPU kernels' own decoders
+ * give exactly these floats). */
 static inline void kv_format_load(uint32_t fmt, uint32_t variant,
                                   const void *page, const kv_page_geom_t *g,
                                   uint32_t t0, uint32_t n, float *k, float *v)

@@ -2,9 +2,8 @@
  * kv_half.h — IEEE binary16 <-> binary32 conversion.
  *
  * Scalar conversions are exact (half -> float) and round to nearest even
- * (float -> half, overflow to +-Inf, NaN kept NaN). The bulk versions use F16C
- * instructions when the CPU has them (checked once at run time) and give
- * bit-identical results to the scalar ones.
+ * (float -> half, overflow to +-Inf, NaN kept NaN); the bulk versions apply
+ * them element by element (portable C).
  */
 #ifndef KV_HALF_H
 #define KV_HALF_H

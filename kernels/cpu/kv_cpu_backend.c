@@ -3,10 +3,10 @@
  *
  * The context holds the worker pool (n_threads workers: the caller plus
  * n_threads - 1 helper threads, started here and joined at destroy) and the
- * hot-loop build picked once here (AVX2+FMA+F16C when the CPU has them, else
- * the baseline build; both give identical results). It is immutable after
- * create; concurrent attention calls each have their own scratch (the pool
- * serves one call at a time, others run on their caller).
+ * best build of the hot loops the CPU runs (kv_cpu_isa.c; every build gives
+ * identical results). It is immutable after create; concurrent attention
+ * calls each have their own scratch (the pool serves one call at a time,
+ * others run on their caller).
  */
 #include <unistd.h>
 
@@ -15,20 +15,6 @@
 #include "kv_cpu_convert.h"
 
 #define KV_CPU_MAX_THREADS 1024u
-
-static const kv_cpu_loops_t *pick_loops(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#ifndef __clang__ /* older clang has no "f16c" here; AVX2 CPUs all have it */
-    ok = ok && __builtin_cpu_supports("f16c");
-#endif
-    if (ok)
-        return &kv_cpu_loops_avx2;
-#endif
-    return &kv_cpu_loops_generic;
-}
 
 static void cpu_destroy(void *ctx)
 {
@@ -66,7 +52,9 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
         kv_mem_free(cx, sizeof *cx);
         return rc;
     }
-    cx->loops = pick_loops();
+    uint32_t nb;
+    const kv_cpu_loops_t *const *b = kv_cpu_builds(&nb);
+    cx->loops = b[nb - 1];
     out->ops = &cpu_ops;
     out->ctx = cx;
     return 0;

@@ -1,7 +1,7 @@
 /*
  * kv_cpu_plan.c — bookkeeping shared by the decode and prefill drivers:
- * locating token ranges of page lists (their scratch comes from the
- * backend-neutral arena, kernels/kv_kern.h).
+ * locating token ranges of page lists, the per-thread scratch size (the
+ * scratch itself comes from the backend-neutral arena, kernels/kv_kern.h).
  */
 #include <assert.h>
 
@@ -30,4 +30,10 @@ void kv_cpu_split(const kv_kern_page_t *pages, uint32_t len,
                                       .t_end = t1};
         t0 = t1;
     }
+}
+
+size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
+{
+    return 2u * (size_t)KV_CPU_TILE_FLOATS +
+           (size_t)(max_rows ? max_rows : 1) * kv_cpu_tile_stride(head_dim);
 }

@@ -110,10 +110,10 @@ static int same_bits(float a, float b)
 
 /* ---- the one dequantization ---------------------------------------------- */
 
-/* kv_fmt_codec_dequant (FP64 multiply-add, one rounding to FP32) is the
- * fused multiply-add fmaf(q, s, m) for every code q and every pair of
- * finite binary16 values s, m: s over all of them, m over both signs of
- * every exponent with three mantissas (0, 1, all ones) plus +-0. */
+/* kv_fmt_codec_dequant (an exact product, then the sum) is the fused
+ * multiply-add fmaf(q, s, m) for every code q and every pair of finite
+ * binary16 values s, m: s over all of them, m over both signs of every
+ * exponent with three mantissas (0, 1, all ones), +-0 included. */
 static void test_dequant_fused(void)
 {
     long bad = 0, n = 0;
