@@ -14,9 +14,8 @@
  *   fused multiply-add   an FMA instruction where the build has one, else
  *                        fmaf per lane (the same value: one rounding); never
  *                        a lane loop the vectorizer may or may not merge
- *                        (at -O3 GCC 12 turned half of such a loop into
- *                        scalar FMAs with spills: INT2 attention ran 14x
- *                        slower in a Release build);
+ *                        (what such a loop cost at -O3: docs/results/
+ *                        benchmarks.md);
  *   binary16 -> FP32     vcvtph2ps where the build has F16C, else the
  *                        exact scalar conversion (kv_fmt_codec_h2f);
  *   blocks               kv_vb_t, the build's native width: 16 lanes

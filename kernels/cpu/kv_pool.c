@@ -9,9 +9,8 @@
  * finds no unit left it closes the job to newcomers and waits only for the
  * helpers inside it, each finishing the unit it holds. So on a machine with
  * more runnable threads than cores a call degrades to about single-thread
- * speed instead of waiting for a descheduled helper to reach a barrier (an
- * OpenMP parallel region's join waits for every team thread, measured here
- * at ~15-25 ms per call under load, against ~1 ms running alone).
+ * speed instead of waiting for a descheduled helper to reach a barrier, as
+ * a fork-join team does (docs/results/benchmarks.md has what that cost).
  *
  * One job at a time per pool: a call made while another call's job is open
  * (concurrent attention calls on one store, engine sessions sharing the
