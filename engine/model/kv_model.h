@@ -79,7 +79,7 @@ typedef struct kv_model_session_opts {
     uint32_t chunk;      /* rows per forward step (prompt chunk, decode       */
                          /* batch), <= 4096; 0 = 256                          */
     int n_threads;       /* engine threads (matmuls, elementwise); 0 = one    */
-                         /* per online CPU (the model's pool size)            */
+                         /* per online CPU (the model's worker count)         */
 } kv_model_session_opts_t;
 
 /* What a hook sees of one layer of one forward step. */

@@ -7,7 +7,7 @@
  *          position, values rounded to FP16 exactly as FP16 pages hold
  *          them, and attention is computed here directly: scores with the
  *          fixed-order dot of kv_quant.h, softmax with the max subtracted,
- *          weighted sum of V in position order. One query row per pool unit.
+ *          weighted sum of V in position order. One query row per work unit.
  *
  * Both paths run the session's hook (pre: after K/V are stored, post: after
  * attention). Rollback after a failed step: kv_model_snapshot records list
@@ -163,7 +163,7 @@ static int dense_attn(const kv_model_step_t *st, kv_model_scratch_t *sc, uint32_
         dense_put(s, layer, (uint32_t)sc->pos[r], sc->k + r * krow, sc->v + r * krow);
     }
     dense_job_t j = {.st = st, .sc = sc, .layer = layer};
-    kv_pool_run(s0->m->pool, s0->n_threads, st->n, dense_unit, &j);
+    kv_workers_run(s0->m->workers, s0->n_threads, st->n, dense_unit, &j);
     return 0;
 }
 

@@ -24,7 +24,7 @@ static int step_run(const kv_model_step_t *st, uint32_t out0, float *logits)
     const kv_model_hparams_t *hp = &m->hp;
     kv_model_scratch_t *sc = &s0->sc;
     const uint32_t n = st->n, D = hp->d_model, hd = hp->head_dim;
-    kv_pool_t *pool = m->pool;
+    kv_workers_t *workers = m->workers;
     const uint32_t nt = s0->n_threads;
     for (uint32_t r = 0; r < n; r++) {
         sc->pos[r] = (int32_t)(st->prompt ? s0->pos + r : st->sess[r]->pos);
@@ -35,34 +35,34 @@ static int step_run(const kv_model_step_t *st, uint32_t out0, float *logits)
     int rc = 0;
     for (uint32_t l = 0; l < hp->n_layers && !rc; l++) {
         const kv_model_layer_w_t *w = &m->layers[l];
-        kv_model_rmsnorm(sc->x, w->attn_norm, sc->h, n, D, hp->rms_eps, pool, nt);
+        kv_model_rmsnorm(sc->x, w->attn_norm, sc->h, n, D, hp->rms_eps, workers, nt);
         const kv_q_mat_t *qkv[3] = {&w->wq, &w->wk, &w->wv};
         float *const qkv_out[3] = {sc->q, sc->k, sc->v};
         const size_t qkv_ld[3] = {w->wq.rows, w->wk.rows, w->wv.rows};
-        if ((rc = kv_q_matmul_many(qkv, qkv_out, qkv_ld, 3, sc->h, n, pool, nt)))
+        if ((rc = kv_q_matmul_many(qkv, qkv_out, qkv_ld, 3, sc->h, n, workers, nt)))
             break;
-        kv_model_rope(sc->q, n, hp->n_q_heads, hd, sc->pos, m->inv_freq, pool, nt);
-        kv_model_rope(sc->k, n, hp->n_kv_heads, hd, sc->pos, m->inv_freq, pool, nt);
+        kv_model_rope(sc->q, n, hp->n_q_heads, hd, sc->pos, m->inv_freq, workers, nt);
+        kv_model_rope(sc->k, n, hp->n_kv_heads, hd, sc->pos, m->inv_freq, workers, nt);
         if ((rc = kv_model_attn(st, sc, l)) ||
-            (rc = kv_q_matmul(&w->wo, sc->att, n, sc->h, D, pool, nt)))
+            (rc = kv_q_matmul(&w->wo, sc->att, n, sc->h, D, workers, nt)))
             break;
         kv_model_add(sc->x, sc->h, (size_t)n * D);
-        kv_model_rmsnorm(sc->x, w->ffn_norm, sc->h, n, D, hp->rms_eps, pool, nt);
+        kv_model_rmsnorm(sc->x, w->ffn_norm, sc->h, n, D, hp->rms_eps, workers, nt);
         const kv_q_mat_t *gu[2] = {&w->gate, &w->up};
         float *const gu_out[2] = {sc->f1, sc->f2};
         const size_t gu_ld[2] = {hp->d_ff, hp->d_ff};
-        if ((rc = kv_q_matmul_many(gu, gu_out, gu_ld, 2, sc->h, n, pool, nt)))
+        if ((rc = kv_q_matmul_many(gu, gu_out, gu_ld, 2, sc->h, n, workers, nt)))
             break;
-        kv_model_swiglu(sc->f1, sc->f2, n, hp->d_ff, pool, nt);
-        if ((rc = kv_q_matmul(&w->down, sc->f1, n, sc->h, D, pool, nt)))
+        kv_model_swiglu(sc->f1, sc->f2, n, hp->d_ff, workers, nt);
+        if ((rc = kv_q_matmul(&w->down, sc->f1, n, sc->h, D, workers, nt)))
             break;
         kv_model_add(sc->x, sc->h, (size_t)n * D);
     }
     if (rc || !logits || out0 >= n)
         return rc;
     kv_model_rmsnorm(sc->x + (size_t)out0 * D, m->out_norm, sc->h, n - out0, D, hp->rms_eps,
-                     pool, nt);
-    return kv_q_matmul(&m->out, sc->h, n - out0, logits, hp->vocab, pool, nt);
+                     workers, nt);
+    return kv_q_matmul(&m->out, sc->h, n - out0, logits, hp->vocab, workers, nt);
 }
 
 static int check_tokens(const kv_model_t *m, const int32_t *t, uint32_t n)

@@ -29,7 +29,7 @@ struct kv_model {
     kv_q_mat_t out;                 /* [vocab][d_model] output head   */
                                     /* (token_embd when tied)         */
     double *inv_freq;               /* [head_dim / 2] theta^(-2i/hd)  */
-    kv_pool_t *pool;       /* worker threads (one per CPU)   */
+    kv_workers_t *workers;          /* worker threads (one per CPU)   */
 };
 
 /* Activations of one forward step of up to `chunk` rows. */
@@ -50,7 +50,7 @@ struct kv_model_session {
     kv_seq_id_t seq;                /* paged: the store sequence (owned)   */
     uint32_t pos;                   /* tokens processed                    */
     uint32_t max_ctx, chunk;
-    uint32_t n_threads;             /* threads of the model's pool used    */
+    uint32_t n_threads;             /* of the model's workers used         */
     int broken;                     /* nonzero: a failed step left it bad  */
     kv_model_hook_t hook;
     int has_hook;
@@ -73,13 +73,13 @@ typedef struct kv_model_step {
     const int32_t *tokens;           /* [n]                              */
 } kv_model_step_t;
 
-/* ---- ops (kv_model_ops.c): rows in parallel on the pool ---------------- */
+/* ---- ops (kv_model_ops.c): rows in parallel on the workers ------------- */
 void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint32_t d,
-                      float eps, kv_pool_t *pool, uint32_t n_threads);
+                      float eps, kv_workers_t *workers, uint32_t n_threads);
 void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_pool_t *pool, uint32_t n_threads);
+                   const double *inv_freq, kv_workers_t *workers, uint32_t n_threads);
 void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d,
-                     kv_pool_t *pool, uint32_t n_threads);
+                     kv_workers_t *workers, uint32_t n_threads);
 void kv_model_add(float *x, const float *y, size_t n);
 
 /* ---- attention (kv_model_attn.c) ------------------------------------- */

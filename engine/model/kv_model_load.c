@@ -149,7 +149,7 @@ void kv_model_free(kv_model_t *m)
     free(m->layers);
     free(m->out_norm);
     free(m->inv_freq);
-    kv_pool_destroy(m->pool);
+    kv_workers_destroy(m->workers);
     kv_gguf_close(m->g);
     free(m);
 }
@@ -195,7 +195,7 @@ int kv_model_load(const char *path, kv_model_t **out, char *err, size_t err_len)
             goto fail;
     for (uint32_t i = 0; i < hp->head_dim / 2; i++)
         m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if ((rc = kv_pool_create(0, &m->pool))) {
+    if ((rc = kv_workers_create(0, &m->workers))) {
         kv_model_errf(err, err_len, rc, "model: cannot start worker threads (%s)", kv_strerror(rc));
         goto fail;
     }

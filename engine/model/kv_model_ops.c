@@ -1,6 +1,6 @@
 /*
  * kv_model_ops.c — the elementwise pieces of the forward pass: RMSNorm,
- * RoPE, SwiGLU, residual add. Rows are independent; a row is one pool unit
+ * RoPE, SwiGLU, residual add. Rows are independent; a row is one work unit
  * computed in a fixed order, so results do not depend on the thread count.
  */
 #include <math.h>
@@ -29,10 +29,10 @@ static void rms_unit(void *arg, size_t t, uint32_t worker)
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n rows of d values. */
 void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint32_t d,
-                      float eps, kv_pool_t *pool, uint32_t n_threads)
+                      float eps, kv_workers_t *workers, uint32_t n_threads)
 {
     rms_job_t j = {.x = x, .w = w, .y = y, .d = d, .eps = eps};
-    kv_pool_run(pool, n_threads, n, rms_unit, &j);
+    kv_workers_run(workers, n_threads, n, rms_unit, &j);
 }
 
 typedef struct rope_job {
@@ -64,10 +64,10 @@ static void rope_unit(void *arg, size_t t, uint32_t worker)
 /* RoPE as ggml applies it for llama ("normal" mode): within each head,
  * the pairs (2i, 2i+1) rotate by pos * theta^(-2i/hd). x: [n][heads][hd]. */
 void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_pool_t *pool, uint32_t n_threads)
+                   const double *inv_freq, kv_workers_t *workers, uint32_t n_threads)
 {
     rope_job_t j = {.x = x, .heads = heads, .hd = hd, .pos = pos, .inv_freq = inv_freq};
-    kv_pool_run(pool, n_threads, n, rope_unit, &j);
+    kv_workers_run(workers, n_threads, n, rope_unit, &j);
 }
 
 typedef struct glu_job {
@@ -87,10 +87,10 @@ static void glu_unit(void *arg, size_t t, uint32_t worker)
 
 /* gate = silu(gate) * up, elementwise, n rows of d. */
 void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d,
-                     kv_pool_t *pool, uint32_t n_threads)
+                     kv_workers_t *workers, uint32_t n_threads)
 {
     glu_job_t j = {.gate = gate, .up = up, .d = d};
-    kv_pool_run(pool, n_threads, n, glu_unit, &j);
+    kv_workers_run(workers, n_threads, n, glu_unit, &j);
 }
 
 void kv_model_add(float *x, const float *y, size_t n)

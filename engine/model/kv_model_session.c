@@ -43,7 +43,7 @@ static int session_new(const kv_model_t *m, kv_store_t *store, uint32_t max_ctx,
     s->store = store;
     s->max_ctx = max_ctx;
     s->chunk = chunk;
-    uint32_t have = kv_pool_size(m->pool);
+    uint32_t have = kv_workers_size(m->workers);
     s->n_threads = n_threads > 0 && (uint32_t)n_threads < have ? (uint32_t)n_threads : have;
     int rc = alloc_scratch(s);
     if (!rc && !store) {

@@ -3,7 +3,7 @@
  * the matmul over it (layout and arithmetic in kv_quant.h).
  *
  * The work is split into units of KV_Q_GROUP packs (32 rows) run on the
- * model's worker pool (kv_pool_run, kvpage.h); the split depends on
+ * model's workers (kv_workers_run, kvpage.h); the split depends on
  * the matrices only, and each output is computed entirely within one unit in
  * the order fixed by kv_quant.h, so the thread count never changes a result.
  * The scalar path (no AVX2) is the same loop nest written plainly; it is also
@@ -165,7 +165,7 @@ static void mm_unit(void *arg, size_t u, uint32_t worker)
 
 int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
                      uint32_t count, const float *x, uint32_t n,
-                     kv_pool_t *pool, uint32_t n_threads)
+                     kv_workers_t *workers, uint32_t n_threads)
 {
     if (!w || !y || !ldy || !x || !count || count > KV_Q_MAX_MANY)
         return KV_EINVAL;
@@ -178,14 +178,14 @@ int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *
         j.first[i + 1] = j.first[i] + (npk + KV_Q_GROUP - 1) / KV_Q_GROUP;
     }
     if (n)
-        kv_pool_run(pool, n_threads, j.first[count], mm_unit, &j);
+        kv_workers_run(workers, n_threads, j.first[count], mm_unit, &j);
     return 0;
 }
 
 int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_t ldy,
-                kv_pool_t *pool, uint32_t n_threads)
+                kv_workers_t *workers, uint32_t n_threads)
 {
-    return kv_q_matmul_many(&w, &y, &ldy, 1, x, n, pool, n_threads);
+    return kv_q_matmul_many(&w, &y, &ldy, 1, x, n, workers, n_threads);
 }
 
 /* Scalar twin of kv_q_dot_avx2: 8 lanes over k, the same reduction tree. */

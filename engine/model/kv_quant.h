@@ -71,18 +71,18 @@ void kv_q_mat_release(kv_q_mat_t *m);
 
 /* y[t][r] = sum_k W[r][k] * x[t][k] for t < n, r < rows (see the top).
  *   x: [n][cols]; y: [n][ldy] (ldy >= rows). The matrix must be packed.
- * Work units of 32 rows run on the pool with at most n_threads threads
- * (pool NULL: the caller alone; n_threads 0: the whole pool). Returns 0, or
+ * Work units of 32 rows run on the workers with at most n_threads threads
+ * (workers NULL: the caller alone; n_threads 0: all of them). Returns 0, or
  * KV_EINVAL (unpacked matrix, bad arguments). */
 int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_t ldy,
-                kv_pool_t *pool, uint32_t n_threads);
+                kv_workers_t *workers, uint32_t n_threads);
 
 /* Several matrices of the same cols applied to the same x in one parallel
  * region (fewer thread wake-ups): y[i] = x w[i]^T with ldy[i], i < count.
  * Same results as count separate kv_q_matmul calls. count <= 8. */
 int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
                      uint32_t count, const float *x, uint32_t n,
-                     kv_pool_t *pool, uint32_t n_threads);
+                     kv_workers_t *workers, uint32_t n_threads);
 
 /* binary16 <-> binary32 (round to nearest even; overflow -> inf). */
 float kv_q_half_to_float(uint16_t h);

@@ -5,7 +5,7 @@
  *   kv_cpu_isa.c        the CPU feature probe (the only one) and the builds
  *                       of the hot loops this CPU runs
  *   kv_cpu_plan.c       token ranges of page lists -> (page, offset) spans
- *   kv_pool.c           worker threads: jobs of independent units
+ *   kv_workers.c           worker threads: jobs of independent units
  *   kv_cpu_decode.c     batched decode: split-K partitions + (max, sum-exp)
  *   kv_cpu_prefill.c    causal prefill over blocks of query rows
  *   kv_cpu_convert.c    the conversion ops (convert, merge_select, merge)
@@ -182,19 +182,19 @@ void KV_CPU_SYM(kv_cpu_merged_load)(const void *page, const kv_page_geom_t *g,
                                     uint32_t variant, uint32_t t0, uint32_t n,
                                     float *k, float *v);
 
-/* Worker threads (kv_pool.c): kv_pool_* are public (kvpage.h:
- * the model engine runs on them too). A job on every worker of the pool;
- * worker is in [0, kv_pool_size(pool)). */
-static inline void kv_cpu_run(kv_pool_t *pool, size_t n_units,
-                              kv_pool_unit_fn fn, void *arg)
+/* Worker threads (kv_workers.c): kv_workers_* are public (kvpage.h:
+ * the model engine runs on them too). A job on every worker; worker is in
+ * [0, kv_workers_size(workers)). */
+static inline void kv_cpu_run(kv_workers_t *workers, size_t n_units,
+                              kv_workers_fn fn, void *arg)
 {
-    (void)kv_pool_run(pool, 0, n_units, fn, arg);
+    (void)kv_workers_run(workers, 0, n_units, fn, arg);
 }
 
 /* Backend context (immutable after create). */
 typedef struct kv_cpu {
     const kv_cpu_loops_t *loops; /* the best build (kv_cpu_builds) */
-    kv_pool_t *pool;             /* n_threads workers              */
+    kv_workers_t *workers;       /* n_threads workers              */
 } kv_cpu_t;
 
 /* Split tokens [0, len) of a list into ranges of `part` tokens (the last may

@@ -1,11 +1,11 @@
 /*
  * kv_cpu_backend.c — the CPU reference backend: context and ops table.
  *
- * The context holds the worker pool (n_threads workers: the caller plus
+ * The context holds the workers (n_threads workers: the caller plus
  * n_threads - 1 helper threads, started here and joined at destroy) and the
  * best build of the hot loops the CPU runs (kv_cpu_isa.c; every build gives
  * identical results). It is immutable after create; concurrent attention
- * calls each have their own scratch (the pool serves one call at a time,
+ * calls each have their own scratch (the workers serve one call at a time,
  * others run on their caller).
  */
 #include <unistd.h>
@@ -21,7 +21,7 @@ static void cpu_destroy(void *ctx)
     kv_cpu_t *cx = ctx;
     if (!cx)
         return;
-    kv_pool_destroy(cx->pool);
+    kv_workers_destroy(cx->workers);
     kv_mem_free(cx, sizeof *cx);
 }
 
@@ -47,7 +47,7 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
     kv_cpu_t *cx = kv_mem_alloc(sizeof *cx);
     if (!cx)
         return KV_ENOMEM;
-    int rc = kv_pool_create(n_threads, &cx->pool);
+    int rc = kv_workers_create(n_threads, &cx->workers);
     if (rc) {
         kv_mem_free(cx, sizeof *cx);
         return rc;

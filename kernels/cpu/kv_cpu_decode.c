@@ -4,7 +4,7 @@
  * Each list (b, kv head h) is split into partitions of P tokens; a work unit
  * is one (list, partition) and serves the G = n_q_heads / n_kv_heads query
  * heads of the group together, so each page is decoded once per group. Units
- * run on the backend's workers (kv_pool.c) and leave partial online-softmax
+ * run on the backend's workers (kv_workers.c) and leave partial online-softmax
  * states (m[G], l[G], acc[G][D]); the unit that finishes a list last (an
  * atomic count per list) combines the list's partials in partition order
  * with the (max, sum-exp) rule and writes out and each q row's log-sum-exp.
@@ -219,7 +219,7 @@ int kv_cpu_decode(void *ctx, const kv_attn_decode_params_t *p)
         pl.n_units += (p->seq_len[i] - 1) / pl.part + 1;
     if (pl.n_units > UINT32_MAX)
         return KV_ENOMEM; /* tiny partitions over huge lists */
-    pl.n_thr = kv_pool_size(cx->pool);
+    pl.n_thr = kv_workers_size(cx->workers);
     pl.state_floats = (size_t)pl.G * (2 + pl.D);
     pl.thread_floats = kv_cpu_thread_floats(pl.D, pl.G);
 
@@ -230,7 +230,7 @@ int kv_cpu_decode(void *ctx, const kv_attn_decode_params_t *p)
     plan_layout(p, &pl, &a);
     plan_fill(p, &pl);
 
-    kv_cpu_run(cx->pool, pl.n_units, unit_step, &pl);
+    kv_cpu_run(cx->workers, pl.n_units, unit_step, &pl);
     kv_kern_arena_free(&a);
     return 0;
 }

@@ -154,7 +154,7 @@ int kv_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
     for (uint32_t h = 0; p->stats && h < pl.H; h++)
         pl.n_stat_units += (p->seq_len[h] - 1) / KV_CPU_STATS_RANGE + 1;
     size_t n_units = (size_t)pl.H * pl.n_blocks;
-    pl.n_thr = kv_pool_size(cx->pool);
+    pl.n_thr = kv_workers_size(cx->workers);
     size_t blk_rows = (size_t)pl.rows_blk * pl.G;
     pl.thread_floats = kv_cpu_thread_floats(pl.D, (uint32_t)blk_rows) +
                        blk_rows * (2 + (size_t)pl.D);
@@ -166,9 +166,9 @@ int kv_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
     plan_layout(p, &pl, &a);
     plan_fill(p, &pl);
 
-    kv_cpu_run(cx->pool, n_units, run_block, &pl);
+    kv_cpu_run(cx->workers, n_units, run_block, &pl);
     if (pl.n_stat_units) /* needs every row's log-sum-exp: a second job */
-        kv_cpu_run(cx->pool, pl.n_stat_units, stats_range, &pl);
+        kv_cpu_run(cx->workers, pl.n_stat_units, stats_range, &pl);
     kv_kern_arena_free(&a);
     return 0;
 }

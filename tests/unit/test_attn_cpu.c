@@ -17,9 +17,9 @@
  * rows stats_row0..): each token's probability summed over the group's heads
  * (and rows) within 1e-3, the total over tokens == G * rows, entries past a
  * list's length and rows without stats untouched. Identical bits with 1 and 2
- * threads and with the generic and AVX2 loop builds; identical bits from
- * several threads calling one 3-worker backend at once (the worker pool
- * serves one call, the others run on their callers). Bad parameters give
+ * threads and with every build of the loops the CPU runs; identical bits
+ * from several threads calling one 3-worker backend at once (the workers
+ * serve one call, the others run on their callers). Bad parameters give
  * their error and leave out/stats untouched; an allocation failure gives
  * KV_ENOMEM, writes nothing and leaks nothing.
  */

@@ -1,17 +1,17 @@
 /*
- * test_pool.c — the worker pool (kv_pool_*, kvpage.h) that the
+ * test_workers.c — the worker threads (kv_workers_*, kvpage.h) that the
  * CPU attention backend and the model engine run on.
  *
  * Checks: create errors (out NULL: KV_EINVAL; more than 1024 threads:
  * KV_ERANGE) and sizes (n_threads 0 = online CPUs, 1 = the caller alone,
- * NULL pool = 1); every unit of a job runs exactly once and its writes are
+ * NULL workers = 1); every unit of a job runs exactly once and its writes are
  * visible when run returns, for 0, 1, 2, 7 and 1000 units and every
- * max_workers from 0 (all) to past the pool size; worker indices stay below
- * min(max_workers, pool size), no two units run on one worker at once, and
- * max_workers 1 or a NULL pool runs everything as worker 0; helpers do join
+ * max_workers from 0 (all) to past the workers size; worker indices stay below
+ * min(max_workers, workers size), no two units run on one worker at once, and
+ * max_workers 1 or a NULL workers runs everything as worker 0; helpers do join
  * (some unit ran on a worker other than 0, with units that sleep so the
  * caller yields its CPU); fn NULL is KV_EINVAL when there are units and
- * nothing runs; four threads running jobs on one pool at once each get all
+ * nothing runs; four threads running jobs on one workers at once each get all
  * their units done exactly once; an injected allocation failure in create
  * returns KV_ENOMEM and leaks nothing, and create + destroy leaves the
  * metadata memory as it was.
@@ -76,69 +76,69 @@ static int all_once(job_t *j, size_t n)
 
 static void test_create(void)
 {
-    kv_pool_t *p = NULL;
-    CHECK_EQ(kv_pool_create(2, NULL), KV_EINVAL);
-    CHECK_EQ(kv_pool_create(1025, &p), KV_ERANGE);
+    kv_workers_t *p = NULL;
+    CHECK_EQ(kv_workers_create(2, NULL), KV_EINVAL);
+    CHECK_EQ(kv_workers_create(1025, &p), KV_ERANGE);
     CHECK(p == NULL);
-    CHECK_EQ(kv_pool_size(NULL), 1);
-    CHECK_OK(kv_pool_create(1, &p));
-    CHECK_EQ(kv_pool_size(p), 1);
-    kv_pool_destroy(p);
+    CHECK_EQ(kv_workers_size(NULL), 1);
+    CHECK_OK(kv_workers_create(1, &p));
+    CHECK_EQ(kv_workers_size(p), 1);
+    kv_workers_destroy(p);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    CHECK_OK(kv_pool_create(0, &p));
-    CHECK_EQ(kv_pool_size(p), cpus < 1 ? 1 : cpus > 1024 ? 1024 : cpus);
-    kv_pool_destroy(p);
-    kv_pool_destroy(NULL);
+    CHECK_OK(kv_workers_create(0, &p));
+    CHECK_EQ(kv_workers_size(p), cpus < 1 ? 1 : cpus > 1024 ? 1024 : cpus);
+    kv_workers_destroy(p);
+    kv_workers_destroy(NULL);
 }
 
 static void test_units(void)
 {
     static job_t j;
-    kv_pool_t *p = NULL;
-    CHECK_OK(kv_pool_create(4, &p));
-    CHECK_EQ(kv_pool_size(p), 4);
+    kv_workers_t *p = NULL;
+    CHECK_OK(kv_workers_create(4, &p));
+    CHECK_EQ(kv_workers_size(p), 4);
     const size_t counts[] = {0, 1, 2, 7, MAX_UNITS};
     int ok = 1, below = 1;
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
         for (uint32_t mw = 0; mw <= 6; mw++)
             for (int rep = 0; rep < 20; rep++) {
                 job_reset(&j, 0);
-                CHECK_OK(kv_pool_run(p, mw, counts[c], unit, &j));
+                CHECK_OK(kv_workers_run(p, mw, counts[c], unit, &j));
                 ok &= all_once(&j, counts[c]);
                 uint32_t limit = mw && mw < 4 ? mw : 4;
                 below &= atomic_load(&j.top_worker) < limit;
             }
     CHECK(ok);
     CHECK(below);
-    /* Caller alone: max_workers 1, or no pool. */
+    /* Caller alone: max_workers 1, or no workers. */
     job_reset(&j, 20);
-    CHECK_OK(kv_pool_run(p, 1, 50, unit, &j));
+    CHECK_OK(kv_workers_run(p, 1, 50, unit, &j));
     CHECK(all_once(&j, 50));
     CHECK_EQ(atomic_load(&j.top_worker), 0);
     job_reset(&j, 0);
-    CHECK_OK(kv_pool_run(NULL, 0, MAX_UNITS, unit, &j));
+    CHECK_OK(kv_workers_run(NULL, 0, MAX_UNITS, unit, &j));
     CHECK(all_once(&j, MAX_UNITS));
     CHECK_EQ(atomic_load(&j.top_worker), 0);
     /* Helpers join: units sleep, so the caller leaves its CPU to them. */
     int joined = 0, limited = 1;
     for (int rep = 0; rep < 20 && !joined; rep++) {
         job_reset(&j, 200);
-        CHECK_OK(kv_pool_run(p, 0, 100, unit, &j));
+        CHECK_OK(kv_workers_run(p, 0, 100, unit, &j));
         joined = all_once(&j, 100) && atomic_load(&j.top_worker) > 0;
         job_reset(&j, 200);
-        CHECK_OK(kv_pool_run(p, 2, 100, unit, &j));
+        CHECK_OK(kv_workers_run(p, 2, 100, unit, &j));
         limited &= all_once(&j, 100) && atomic_load(&j.top_worker) <= 1;
     }
     CHECK(joined);
     CHECK(limited);
     /* fn NULL: an error when there is work, nothing otherwise. */
-    CHECK_EQ(kv_pool_run(p, 0, 3, NULL, &j), KV_EINVAL);
-    CHECK_OK(kv_pool_run(p, 0, 0, NULL, &j));
-    kv_pool_destroy(p);
+    CHECK_EQ(kv_workers_run(p, 0, 3, NULL, &j), KV_EINVAL);
+    CHECK_OK(kv_workers_run(p, 0, 0, NULL, &j));
+    kv_workers_destroy(p);
 }
 
 typedef struct caller {
-    kv_pool_t *pool;
+    kv_workers_t *workers;
     job_t job;
     int ok;
 } caller_t;
@@ -150,24 +150,24 @@ static void *caller_main(void *arg)
     for (int rep = 0; rep < 200; rep++) {
         size_t n = 1 + (size_t)(rep * 37) % MAX_UNITS;
         job_reset(&c->job, rep % 10 == 0 ? 5 : 0);
-        c->ok &= kv_pool_run(c->pool, 0, n, unit, &c->job) == 0 &&
+        c->ok &= kv_workers_run(c->workers, 0, n, unit, &c->job) == 0 &&
                  all_once(&c->job, n);
     }
     return NULL;
 }
 
-/* Several callers on one pool: one job is shared at a time, the others run
+/* Several callers on one workers: one job is shared at a time, the others run
  * on their callers; every job completes exactly. */
 static void test_concurrent(void)
 {
     enum { NC = 4 };
     static caller_t c[NC];
-    kv_pool_t *p = NULL;
-    CHECK_OK(kv_pool_create(3, &p));
+    kv_workers_t *p = NULL;
+    CHECK_OK(kv_workers_create(3, &p));
     pthread_t th[NC];
     int started[NC];
     for (int i = 0; i < NC; i++) {
-        c[i].pool = p;
+        c[i].workers = p;
         started[i] = pthread_create(&th[i], NULL, caller_main, &c[i]) == 0;
         CHECK(started[i]);
     }
@@ -176,25 +176,25 @@ static void test_concurrent(void)
             pthread_join(th[i], NULL);
             CHECK(c[i].ok);
         }
-    kv_pool_destroy(p);
+    kv_workers_destroy(p);
 }
 
 static void test_faults(void)
 {
     uint64_t live = kv_mem_live_bytes();
     for (uint64_t n = 1; n <= 2; n++) {
-        kv_pool_t *p = NULL;
+        kv_workers_t *p = NULL;
         kv_fault_arm(n);
-        CHECK_EQ(kv_pool_create(3, &p), KV_ENOMEM);
+        CHECK_EQ(kv_workers_create(3, &p), KV_ENOMEM);
         CHECK(kv_fault_fired());
         kv_fault_arm(0);
         CHECK(p == NULL);
         CHECK_EQ(kv_mem_live_bytes(), live);
     }
-    kv_pool_t *p = NULL;
-    CHECK_OK(kv_pool_create(3, &p));
+    kv_workers_t *p = NULL;
+    CHECK_OK(kv_workers_create(3, &p));
     CHECK(kv_mem_live_bytes() > live);
-    kv_pool_destroy(p);
+    kv_workers_destroy(p);
     CHECK_EQ(kv_mem_live_bytes(), live);
 }
 
