@@ -390,7 +390,7 @@ static int runs_for_seqs(const kv_store_t *s, uint32_t layer, const kv_seq_id_t 
         r->indptr[i] = at;
         r->seq_len[i] = l->n_tokens;
         for (uint32_t e = 0; e < l->n_ents; e++, at++) {
-            r->pages[at].data = kv_page_data(s->pt, l->ents[e].id);
+            r->pages[at].data = kv_page_addr(s->pt, l->ents[e].id);
             r->pages[at].n_tokens = l->ents[e].n_tokens;
             r->pages[at].format = l->ents[e].format;
             r->pages[at].variant = kv_page_ent_variant(&l->ents[e]);

@@ -118,7 +118,7 @@ int kv_store_off_write_seq(kv_store_t *s, kv_seq_id_t seq, uint32_t *n_out)
                                            .gen = o->next_gen + i};
             w[i] = (kv_offload_wpage_t){.key = kv_store_off_key(s, seq, li, e),
                                         .generation = b->pg[i].gen,
-                                        .data = kv_page_data(s->pt, ent->id),
+                                        .data = kv_page_addr(s->pt, ent->id),
                                         .bytes = s->cfg.page_bytes,
                                         .tokens = ent->n_tokens,
                                         .format = ent->format};
@@ -176,7 +176,7 @@ int kv_store_off_read_seq(kv_store_t *s, kv_seq_id_t seq, uint32_t *n_out)
             r[i] = (kv_offload_rpage_t){.slot = ent->id,
                                         .key = kv_store_off_key(s, seq, li, e),
                                         .generation = p->gen,
-                                        .data = (void *)kv_page_data(s->pt, pages[i])};
+                                        .data = kv_page_addr(s->pt, pages[i])};
             i++;
         }
     }

@@ -234,8 +234,8 @@ static inline int64_t kv_page_list_pos_next(const kv_page_list_t *l)
  * rewritten wholesale: compaction, restore). */
 void kv_page_list_pos_rescan(kv_page_list_t *l);
 
-/* Address of a page's bytes (host pool). */
-const void *kv_page_data(const kv_page_table_t *pt, kv_page_id_t id);
+/* Address of a page's bytes (the table's pool is a host pool: asserted). */
+void *kv_page_addr(const kv_page_table_t *pt, kv_page_id_t id);
 
 const kv_page_geom_t *kv_page_table_geom(const kv_page_table_t *pt);
 kv_alloc_pool_t *kv_page_table_pool(const kv_page_table_t *pt);
