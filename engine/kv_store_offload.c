@@ -87,8 +87,8 @@ int kv_store_off_init(kv_store_t *s)
     oc.page_bytes = c->page_bytes;
     oc.capacity = c->offload_pages;
     oc.queue_depth = c->offload_qd;
-    oc.engine = (c->offload_flags & KV_OFFLOAD_PREAD) ? KV_OFFLOAD_ENGINE_PREAD
-                                                      : KV_OFFLOAD_ENGINE_AUTO;
+    oc.ioq = (c->offload_flags & KV_OFFLOAD_PREAD) ? KV_OFFLOAD_IOQ_PREAD
+                                                      : KV_OFFLOAD_IOQ_AUTO;
     oc.fault = off_fault(c);
     if (c->offload_fault_ppm)
         oc.max_io_bytes = 1; /* one page per I/O: every page meets the shim */

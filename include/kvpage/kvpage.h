@@ -149,7 +149,7 @@ typedef struct kv_config {
                               /* it back and waits, instead of KV_ENOTRES     */
 #define KV_OFFLOAD_OPEN  0x2u /* open an existing page file and restore its   */
                               /* sequences (else create it: -EEXIST if there) */
-#define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite engine even where io_uring runs */
+#define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite I/O queue even where io_uring runs */
 
 /* A config with struct_size/version set, defaults filled in, and the model
  * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */

@@ -32,7 +32,7 @@
  * driver decides only on results of calls that wait for the I/O they need
  * (kv_seq_wait, balance, sync, free), never on how far I/O got; injected
  * faults follow the order in which transfers reach the shim, which the
- * pread engine keeps and io_uring may not.
+ * pread I/O queue keeps and io_uring may not.
  *
  * Ownership: the driver owns the store, the verifier, the slots, the queue
  * and its scratch; it borrows cfg->mix.
@@ -100,7 +100,7 @@ typedef struct stress_cfg {
     const char *offload_path; /* page file to create (borrowed); NULL: off */
     uint32_t offload_pages; /* its slots                                   */
     uint32_t fault_ppm;     /* kv_config_t.offload_fault_ppm (seed: seed)  */
-    int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite engine   */
+    int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite I/O queue   */
 } stress_cfg_t;
 
 #define STRESS_LOST_TRIES 2u /* prefetches of a sequence with lost pages */
