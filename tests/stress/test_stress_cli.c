@@ -13,7 +13,7 @@
 
 #include "kv_test.h"
 #include "tools/kvpage/stress_driver.c"
-#include "tools/kvpage/stress_engine.c"
+#include "tools/kvpage/stress_step.c"
 #include "tools/kvpage/stress_gen.c"
 #include "tools/kvpage/stress_mix.c"
 #include "tools/kvpage/stress_offload.c"

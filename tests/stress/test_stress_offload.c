@@ -26,7 +26,7 @@
 #include "integration/test_offload_util.h"
 #include "kv_test.h"
 #include "tools/kvpage/stress_driver.c"
-#include "tools/kvpage/stress_engine.c"
+#include "tools/kvpage/stress_step.c"
 #include "tools/kvpage/stress_gen.c"
 #include "tools/kvpage/stress_mix.c"
 #include "tools/kvpage/stress_offload.c"

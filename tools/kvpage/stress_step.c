@@ -1,5 +1,5 @@
 /*
- * stress_engine.c — one iteration of the engine `kvpage stress` simulates
+ * stress_step.c — one iteration of the serving loop `kvpage stress` simulates
  * (stress_driver_step): the phases every iteration runs, in order, then the
  * random events of a table, each with its probability per iteration.
  *
