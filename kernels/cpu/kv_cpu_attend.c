@@ -125,10 +125,9 @@ KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
                __builtin_shufflevector(*c, *d, 2, 10, 3, 11, 6, 14, 7, 15);
     kv_v8f z = __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
                __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
-    float h[8];
-    memcpy(h, &z, sizeof h);
-    for (int i = 0; i < 4; i++)
-        out[i] = h[i] + h[i + 4];
+    const kv_v4f h = __builtin_shufflevector(z, z, 0, 1, 2, 3) +
+                     __builtin_shufflevector(z, z, 4, 5, 6, 7);
+    memcpy(out, &h, sizeof h);
 }
 
 /* s[i] = q . k_i for i < nv (k_i = kt + i*d, d a multiple of 8). Tokens go
@@ -163,8 +162,12 @@ KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
         a2 += b2;
         a3 += b3;
         float r[4];
-        vhsum4(&a0, &a1, &a2, &a3, r);
-        memcpy(s + i, r, (nv - i < 4 ? nv - i : 4) * sizeof *r);
+        if (i + 4 <= nv) { /* a whole block: straight to s */
+            vhsum4(&a0, &a1, &a2, &a3, s + i);
+        } else {
+            vhsum4(&a0, &a1, &a2, &a3, r);
+            memcpy(s + i, r, (nv - i) * sizeof *r);
+        }
     }
 }
 

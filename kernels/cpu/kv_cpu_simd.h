@@ -52,6 +52,7 @@
 typedef float kv_v8f __attribute__((vector_size(32)));
 typedef uint32_t kv_v8u __attribute__((vector_size(32)));
 typedef int32_t kv_v8i __attribute__((vector_size(32)));
+typedef float kv_v4f __attribute__((vector_size(16)));
 
 /* ---- 8 lanes ------------------------------------------------------------- */
 
