@@ -5,10 +5,14 @@
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
 # Other targets: build, model, demo, bench, fuzz, clean.
+#   make bench  every benchmark in the default build, and kvbench-attn in the
+#               default build and a Release build (build-release/) side by
+#               side (scripts/bench_builds.sh)
 # Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+RELEASE_BUILD ?= build-release
 FUZZ_SECONDS ?= 20
 
 .PHONY: all setup model build run demo test test-plain test-asan fuzz bench clean
@@ -49,10 +53,12 @@ fuzz: setup
 test: test-plain test-asan fuzz
 
 bench: build model
+	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(RELEASE_BUILD) -j $(JOBS) --target kvbench-attn
 	./$(BUILD)/bin/kvbench-alloc --json
-	./$(BUILD)/bin/kvbench-attn --json
 	./$(BUILD)/bin/kvbench-offload --json
 	./$(BUILD)/bin/kvbench-model --json
+	BUILD=$(BUILD) RELEASE_BUILD=$(RELEASE_BUILD) bash scripts/bench_builds.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) build-fuzz

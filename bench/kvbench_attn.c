@@ -62,6 +62,12 @@ static int bench_cuda(int argc, char **argv)
 #endif
 }
 
+/* The CMake build type this benchmark was built in (make bench compares
+ * the default build with Release). */
+#ifndef KV_BUILD_TYPE
+#define KV_BUILD_TYPE "unknown"
+#endif
+
 #define N_Q      9u
 #define N_KV     3u
 #define HEAD_DIM 64u
@@ -419,14 +425,15 @@ int main(int argc, char **argv)
             rc = 1;
         }
     if (json) {
-        printf("{\"bench\":\"attn\",\"backend\":\"cpu\",\"threads\":%u,"
+        printf("{\"bench\":\"attn\",\"backend\":\"cpu\",\"build\":\"%s\","
+               "\"threads\":%u,"
                "\"shape\":{\"n_q_heads\":%u,\"n_kv_heads\":%u,\"head_dim\":%u},"
                "\"memcpy_gbps\":%.3f,\"memcpy_gbps_best\":%.3f,"
                "\"memcpy_counts\":\"read\","
                "\"memcpy_threads\":1,\"memcpy_bytes\":%zu,\"llc_bytes\":%zu,"
                "\"cpus\":%ld,\"loadavg\":[%.2f,%.2f],\"results\":[",
-               threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes, llc, cpus,
-               load0[0], load1[0]);
+               KV_BUILD_TYPE, threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes,
+               llc, cpus, load0[0], load1[0]);
         for (size_t i = 0; i < nr; i++)
             printf("%s{\"format\":\"%s\",\"note\":\"%s\",\"ctx\":%u,"
                    "\"batch\":%u,\"layers\":%u,\"source\":\"%s\","
