@@ -3,7 +3,7 @@
 #
 #   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; fuzz_tok fuzz_gguf)
 #
-# Builds build-fuzz/<target> from fuzz/<target>.c and the engine sources it
+# Builds build-fuzz/<target> from fuzz/<target>.c and the model sources it
 # needs (compiled directly: this is not part of the CMake build), writes a
 # few seed inputs into build-fuzz/corpus/<target>/ (kept between runs, so
 # the corpus grows), runs the target for SECONDS with its crash artifacts in
@@ -24,12 +24,12 @@ targets=("$@")
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build-fuzz
 cc=${CC:-clang}
-m=$root/engine/model
+m=$root/model
 cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -fno-omit-frame-pointer
         -I"$root/include" -I"$m" -I"$root")
 
-tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/engine/kv_error.c)
+tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
 sources_for() {
     case $1 in
     fuzz_tok) echo "${tok_src[@]}" "$m"/kv_model_find.c "$m"/kv_sha256.c ;;
@@ -96,7 +96,7 @@ mkdir -p "$out/artifacts"
 status=0
 for t in "${targets[@]}"; do
     src=$(sources_for "$t")
-    echo "+ $cc ${cflags[*]} fuzz/$t.c <engine sources> -o build-fuzz/$t" >&2
+    echo "+ $cc ${cflags[*]} fuzz/$t.c <model sources> -o build-fuzz/$t" >&2
     # shellcheck disable=SC2086
     if ! "$cc" "${cflags[@]}" "$root/fuzz/$t.c" $src -lm -o "$out/$t"; then
         echo "fuzz $t: build FAILED" >&2

@@ -3,7 +3,7 @@
  *
  * A backend computes over pages it is handed: it knows page formats (through
  * formats/kv_format.h) but not page tables, sequences or policies. The caller
- * (engine/kv_store.c) resolves each (sequence, kv_head) list into a run of
+ * (store/kv_store.c) resolves each (sequence, kv_head) list into a run of
  * kv_kern_page_t in token order, CSR-style: the pages of list i are
  * pages[indptr[i] .. indptr[i+1]).
  *

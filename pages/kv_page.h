@@ -77,7 +77,7 @@ typedef struct kv_page_ent {
                                   /* of a merged pair (not residual)     */
 #define KV_PAGE_ENT_VARIANT  0x1u /* the flag bits that are the variant  */
 
-/* Residency (the store's page-file tier, engine/kv_store_offload*.c; the
+/* Residency (the store's page-file tier, store/kv_store_offload*.c; the
  * table itself never sets these, kv_page_ent_set_residency does):
  *   none                 resident: id is a pool page
  *   PAGING               a write to the page file reads the page: still

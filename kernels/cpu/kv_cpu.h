@@ -183,7 +183,7 @@ void KV_CPU_SYM(kv_cpu_merged_load)(const void *page, const kv_page_geom_t *g,
                                     float *k, float *v);
 
 /* Worker threads (kv_workers.c): kv_workers_* are public (kvpage.h:
- * the model engine runs on them too). A job on every worker; worker is in
+ * the reference model runs on them too). A job on every worker; worker is in
  * [0, kv_workers_size(workers)). */
 static inline void kv_cpu_run(kv_workers_t *workers, size_t n_units,
                               kv_workers_fn fn, void *arg)

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "engine/kv_policy_int.h"
+#include "store/kv_policy_int.h"
 #include "kv_test.h"
 
 static void good(const char *spec)

@@ -1,6 +1,6 @@
 /*
  * test_workers.c — the worker threads (kv_workers_*, kvpage.h) that the
- * CPU attention backend and the model engine run on.
+ * CPU attention backend and the reference model run on.
  *
  * Checks: create errors (out NULL: KV_EINVAL; more than 1024 threads:
  * KV_ERANGE) and sizes (n_threads 0 = online CPUs, 1 = the caller alone,

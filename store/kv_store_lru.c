@@ -11,7 +11,7 @@
  *
  * Ownership: last_use[max_seqs] belongs to the store (counted in meta_bytes).
  */
-#include "engine/kv_store_int.h"
+#include "store/kv_store_int.h"
 
 #include "alloc/kv_mem.h"
 

@@ -19,7 +19,7 @@
  *
  * A batch's statuses start at KV_STORE_OFF_PENDING: the file fills them when
  * it reports the batch, so a poll/wait that returns an error of its own
- * (the engine failed to reap) leaves the batch pending and in flight.
+ * (the I/O queue failed to reap) leaves the batch pending and in flight.
  * Generations come from a store-wide counter, so (key, generation) never
  * repeats in a file and a stale slot can never pass for a page.
  *

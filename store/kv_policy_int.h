@@ -1,7 +1,7 @@
 /*
- * kv_policy_int.h — policies inside the engine: the parsed policy (immutable
+ * kv_policy_int.h — policies inside the store: the parsed policy (immutable
  * data), the per-sequence policy state the store keeps, and the functions the
- * engine/kv_policy_*.c files share. Not part of the public API.
+ * store/kv_policy_*.c files share. Not part of the public API.
  *
  * Files: kv_policy_parse.c (string -> kv_policy_t, describe),
  * kv_policy_state.c (the store's table of per-sequence states, set/fork/free,

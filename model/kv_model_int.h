@@ -1,7 +1,7 @@
 /*
  * kv_model_int.h — internal: the structures behind kv_model.h and the
  * pieces the forward pass is built from (elementwise ops, attention).
- * Only engine/model/ includes this.
+ * Only model/ includes this.
  */
 #ifndef KV_MODEL_INT_H
 #define KV_MODEL_INT_H
@@ -91,7 +91,7 @@ int kv_model_snapshot(const kv_model_session_t *s, uint32_t *lens);
 int kv_model_restore(kv_model_session_t *s, const uint32_t *lens, uint32_t pos);
 
 /* Format a message into err (if err_len > 0) and return code: the model
- * engine's way of returning an error value with its explanation. */
+ * model's way of returning an error value with its explanation. */
 int kv_model_errf(char *err, size_t err_len, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,5 +1,5 @@
 /*
- * kv_model_session.c — creating, forking and freeing engine sessions (see
+ * kv_model_session.c — creating, forking and freeing model sessions (see
  * kv_model.h). A paged session owns one store sequence; a dense one owns its
  * K/V arrays. Scratch activations for `chunk` rows are one allocation.
  */

@@ -2,7 +2,7 @@
  * kv_model.h — the reference inference engine: a llama-architecture model
  * (SmolLM2-135M-Instruct, Q4_1 GGUF) whose attention runs through kvpage.
  *
- * The engine is a client of the store like any other: it includes only
+ * The model is a client of the store like any other: it includes only
  * kvpage/kvpage.h. Per layer it appends the post-RoPE K/V of the new tokens
  * (kv_append, FP32) and asks the store for attention (kv_attn_prefill for a
  * chunk of prompt tokens, kv_attn_decode for a batch of sessions generating
@@ -32,7 +32,7 @@
 
 #include "kvpage/kvpage.h"
 
-/* The file this engine is built and tested for. */
+/* The file this model code is built and tested for. */
 #define KV_MODEL_FILE_NAME "SmolLM2-135M-Instruct.Q4_1.gguf"
 #define KV_MODEL_FILE_SIZE 98362432ull
 #define KV_MODEL_FILE_SHA256 "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -78,7 +78,7 @@ typedef struct kv_model_session_opts {
     uint32_t max_ctx;    /* tokens this session may hold; 0 = hparams n_ctx   */
     uint32_t chunk;      /* rows per forward step (prompt chunk, decode       */
                          /* batch), <= 4096; 0 = 256                          */
-    int n_threads;       /* engine threads (matmuls, elementwise); 0 = one    */
+    int n_threads;       /* model threads (matmuls, elementwise); 0 = one     */
                          /* per online CPU (the model's worker count)         */
 } kv_model_session_opts_t;
 

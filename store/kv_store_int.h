@@ -1,5 +1,5 @@
 /*
- * kv_store_int.h — the store object, shared by the engine/ files that
+ * kv_store_int.h — the store object, shared by the store/ files that
  * implement the public API (kv_store.c: store, sequences, attention; others:
  * formats, policies). Not part of the public API.
  *
