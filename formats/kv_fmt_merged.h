@@ -4,7 +4,7 @@
  *
  * What a page holds: for each merged token (slot) of the pair, the shared
  * unit direction e_K of its keys and e_V of its values (SLERP of the two
- * layers' directions, computed by the merge kernel, DESIGN §4) and four
+ * layers' directions, computed by the merge kernel, docs/design.md) and four
  * magnitudes. The same page is referenced from BOTH layers' page lists
  * (refcount 2 per sequence); a list reads it as variant 0 (lower layer l-1)
  * or variant 1 (layer l), recorded in the page entry's flags

@@ -97,7 +97,7 @@ typedef struct kv_convert_params {
     float *scratch;            /* NULL or KV_CONVERT_SCRATCH_FLOATS floats  */
 } kv_convert_params_t;
 
-/* MiniCache merge of one kv_head of a layer pair (DESIGN §4). Token i of
+/* MiniCache merge of one kv_head of a layer pair (docs/design.md). Token i of
  * src[0] (layer l-1) pairs with token i of src[1] (layer l). Two passes:
  * merge_select writes retain[i] (1: token i stays unmerged), merge reads it
  * and writes merged tokens (retain[i] == 0, in order) into dst slots

@@ -1,6 +1,6 @@
 /*
  * kv_page_merge.c — kv_page_merge_layers: MiniCache merge of the layer pair
- * (layer-1, layer) of one sequence, every kv_head (DESIGN §4).
+ * (layer-1, layer) of one sequence, every kv_head (docs/design.md).
  *
  * Per head, lists A (layer-1) and B (layer): their residuals (trailing
  * unflagged FP16 runs) must hold the same number of tokens with the same

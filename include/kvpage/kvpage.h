@@ -305,7 +305,8 @@ KV_API int kv_seq_set_format(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 KV_API int kv_seq_quantize(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                            uint32_t keep_fp16);
 
-/* MiniCache merge options (DESIGN §4). Start from kv_merge_opts_default(). */
+/* MiniCache merge options (docs/design.md). Start from
+ * kv_merge_opts_default(). */
 typedef struct kv_merge_opts {
     uint32_t struct_size;  /* sizeof(kv_merge_opts_t)                          */
     float t;               /* SLERP parameter toward the deeper layer, 0..1; 0.6 */

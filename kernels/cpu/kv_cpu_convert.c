@@ -9,7 +9,7 @@
  * Sources are decoded 16 tokens at a time through kv_format_load (so any
  * source format and variant works; INT groups are whole chunks) into FP32
  * scratch, then written through the destination format's store or
- * kv_fmt_merged_put. The merge math (DESIGN §4), per token and separately
+ * kv_fmt_merged_put. The merge math (docs/design.md), per token and separately
  * for K and V, in double precision:
  *   u0 = x0/|x0|, u1 = x1/|x1|, theta = acos(clamp(u0.u1, -1, 1));
  *   w0 = sin((1-t) theta)/sin theta, w1 = sin(t theta)/sin theta, or

@@ -93,7 +93,7 @@ int main(void)
     bad("h2o:", "h2o");
     CHECK_EQ(kv_policy_parse(NULL, NULL, NULL, 0), KV_EINVAL);
 
-    /* Defaults land where DESIGN §4 puts them. */
+    /* Defaults land where docs/policies.md puts them. */
     kv_policy_t *p;
     CHECK_OK(kv_policy_parse("minikv", &p, NULL, 0));
     CHECK(p->hh.is_ratio && p->hh.v == 0.25 && p->recent.v == 0.25);
