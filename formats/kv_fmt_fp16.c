@@ -1,5 +1,6 @@
 /*
- * kv_fmt_fp16.c — the FP16 page format (layout spec in kv_fmt_fp16.h).
+ * kv_fmt_fp16.c — the FP16 page format (kv_fmt_fp16.h; layout in
+ * kv_fmt_layout.h).
  *
  * K rows [T][D] then V rows [T][D] of IEEE binary16, T = page_bytes / (4*D).
  * Rows of one half are contiguous, so loads and stores of a token range are

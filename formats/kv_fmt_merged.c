@@ -1,5 +1,6 @@
 /*
- * kv_fmt_merged.c — the MERGED page format (layout spec in kv_fmt_merged.h).
+ * kv_fmt_merged.c — the MERGED page format (kv_fmt_merged.h; layout in
+ * kv_fmt_layout.h).
  *
  * Encodes and decodes one merged page: header, FP32 magnitudes, and K/V
  * direction rows in FP16 or INT4. The SLERP and retention math lives in the
