@@ -171,16 +171,46 @@ INT_BODY void accum_group(const uint32_t *codes, const float *vs,
     default: call(1u); break;                                                \
     }
 
-/* The group of token t of a range ending at `end`: its block, and the
- * range's tokens in it, lo..hi-1 (group-relative). */
-INT_BODY const uint8_t *range_group(const void *page,
-                                    const kv_fmt_int_layout_t *l, uint32_t t,
-                                    uint32_t end, uint32_t *lo, uint32_t *hi)
+/* Walking a token range group by group: the page's layout, the lane
+ * shifts, and the current group's scale/min as FP32 (K or V). */
+typedef struct int_walk {
+    kv_fmt_int_layout_t l;
+    uint32_t d, bits, which;        /* which: 0 keys, 1 values          */
+    kv_vbu_t sh[KV_VB_PER_GROUP];
+    float par[2 * KV_FMT_MAX_DIM];  /* scale [n], min [n] of the group  */
+} int_walk_t;
+
+INT_BODY void walk_init(int_walk_t *w, uint32_t bits, uint32_t which,
+                        const kv_page_geom_t *g, uint32_t t0, uint32_t n)
+{
+    w->d = g->head_dim;
+    w->bits = bits;
+    w->which = which;
+    assert((uint64_t)t0 + n <= kv_fmt_int_tpp(w->d, g->page_bytes, bits));
+    (void)t0;
+    (void)n;
+    w->l = kv_fmt_int_layout(w->d, bits);
+    for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+        kv_vb_shifts(&w->sh[b], bits, b);
+}
+
+/* The group of token t of a range ending at `end`: the range's tokens in
+ * it, lo..hi-1 (group-relative), its scale/min to w->par, and its code
+ * words (K or V) returned. */
+INT_BODY const uint32_t *walk_group(int_walk_t *w, const void *page,
+                                    uint32_t t, uint32_t end, uint32_t *lo,
+                                    uint32_t *hi)
 {
     const uint32_t grp = t / KV_FMT_INT_GROUP, g0 = grp * KV_FMT_INT_GROUP;
     *lo = t - g0;
     *hi = end - g0 < KV_FMT_INT_GROUP ? end - g0 : KV_FMT_INT_GROUP;
-    return (const uint8_t *)page + (size_t)grp * l->group_bytes;
+    const uint8_t *blk = (const uint8_t *)page + (size_t)grp * w->l.group_bytes;
+    kv_cpu_half_to_float(
+        (const uint16_t *)(const void *)(blk + (w->which ? w->l.v_scale
+                                                         : w->l.k_scale)),
+        w->par, 2 * (size_t)w->d);
+    return (const uint32_t *)(const void *)(blk + (w->which ? w->l.v_codes
+                                                            : w->l.k_codes));
 }
 
 INT_BODY void int_score(uint32_t bits, const void *page,
@@ -188,19 +218,11 @@ INT_BODY void int_score(uint32_t bits, const void *page,
                         const float *q, size_t q_stride, uint32_t n_rows,
                         float *s, size_t s_stride)
 {
-    const uint32_t d = g->head_dim;
-    assert((uint64_t)t0 + n <= kv_fmt_int_tpp(d, g->page_bytes, bits));
-    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
-    float par[2 * KV_FMT_MAX_DIM]; /* K scale, K min of the current group */
-    kv_vbu_t sh[KV_VB_PER_GROUP];
-    for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
-        kv_vb_shifts(&sh[b], bits, b);
+    int_walk_t w;
+    walk_init(&w, bits, 0, g, t0, n);
+    const uint32_t d = w.d;
     for (uint32_t t = t0, lo, hi; t < t0 + n; t += hi - lo) {
-        const uint8_t *blk = range_group(page, &l, t, t0 + n, &lo, &hi);
-        const uint32_t *codes =
-            (const uint32_t *)(const void *)(blk + l.k_codes);
-        kv_cpu_half_to_float((const uint16_t *)(const void *)(blk + l.k_scale),
-                             par, 2 * (size_t)d);
+        const uint32_t *codes = walk_group(&w, page, t, t0 + n, &lo, &hi);
         /* the blocks holding tokens lo..hi-1 */
         const uint32_t b0 = lo / KV_VB_W, b1 = (hi - 1) / KV_VB_W;
         for (uint32_t r0 = 0; r0 < n_rows; r0 += INT_ROWS) {
@@ -208,13 +230,14 @@ INT_BODY void int_score(uint32_t bits, const void *page,
             for (uint32_t b = b0; b <= b1; b++) {
                 kv_vb_t lg[INT_ROWS];
 #define INT_SCORE(R)                                                         \
-    score_block(codes, par, par + d, d, b, &sh[b], bits, q + r0 * q_stride,  \
-                q_stride, R, lg)
+    score_block(codes, w.par, w.par + d, d, b, &w.sh[b], bits,               \
+                q + r0 * q_stride, q_stride, R, lg)
                 INT_ROW_CASES(INT_SCORE)
 #undef INT_SCORE
                 /* tokens of this block in the range: e0..e1-1 */
                 const uint32_t e0 = lo > b * KV_VB_W ? lo : b * KV_VB_W;
-                const uint32_t e1 = hi < (b + 1) * KV_VB_W ? hi : (b + 1) * KV_VB_W;
+                const uint32_t e1 =
+                    hi < (b + 1) * KV_VB_W ? hi : (b + 1) * KV_VB_W;
                 for (uint32_t r = 0; r < nr; r++) {
                     float *o = s + (r0 + r) * s_stride + (t - t0) +
                                (e0 - lo);
@@ -237,23 +260,15 @@ INT_BODY void int_accum(uint32_t bits, const void *page,
                         const float *p, size_t p_stride, uint32_t n_rows,
                         float *acc, size_t acc_stride)
 {
-    const uint32_t d = g->head_dim;
-    assert((uint64_t)t0 + n <= kv_fmt_int_tpp(d, g->page_bytes, bits));
-    const kv_fmt_int_layout_t l = kv_fmt_int_layout(d, bits);
-    float par[2 * KV_FMT_MAX_DIM]; /* V scale, V min of the current group */
-    kv_vbu_t sh[KV_VB_PER_GROUP];
-    for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
-        kv_vb_shifts(&sh[b], bits, b);
+    int_walk_t w;
+    walk_init(&w, bits, 1, g, t0, n);
+    const uint32_t d = w.d;
     for (uint32_t t = t0, lo, hi; t < t0 + n; t += hi - lo) {
-        const uint8_t *blk = range_group(page, &l, t, t0 + n, &lo, &hi);
-        const uint32_t *codes =
-            (const uint32_t *)(const void *)(blk + l.v_codes);
-        kv_cpu_half_to_float((const uint16_t *)(const void *)(blk + l.v_scale),
-                             par, 2 * (size_t)d);
+        const uint32_t *codes = walk_group(&w, page, t, t0 + n, &lo, &hi);
         for (uint32_t r0 = 0; r0 < n_rows; r0 += INT_ROWS) {
             const uint32_t nr = n_rows - r0 < INT_ROWS ? n_rows - r0 : INT_ROWS;
 #define INT_ACCUM(R)                                                         \
-    accum_group(codes, par, par + d, d, sh, bits, lo, hi,                    \
+    accum_group(codes, w.par, w.par + d, d, w.sh, bits, lo, hi,              \
                 p + r0 * p_stride + (t - t0), p_stride, R,                   \
                 acc + r0 * acc_stride, acc_stride)
             INT_ROW_CASES(INT_ACCUM)
