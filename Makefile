@@ -4,18 +4,20 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
-# Other targets: build, model, demo, bench, fuzz, clean.
+# Other targets: build, model, demo, bench, fuzz, install, clean.
 #   make bench  every benchmark in the default build, and kvbench-attn in the
 #               default build and a Release build (build-release/) side by
 #               side (scripts/bench_builds.sh)
-# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target).
+# Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
+# PREFIX (make install: cmake --install build --prefix $(PREFIX)).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 RELEASE_BUILD ?= build-release
 FUZZ_SECONDS ?= 20
+PREFIX ?= /usr/local
 
-.PHONY: all setup model build run demo test test-plain test-asan fuzz bench clean
+.PHONY: all setup model build run demo test test-plain test-asan fuzz bench install clean
 
 all: build
 
@@ -58,7 +60,12 @@ bench: build model
 	./$(BUILD)/bin/kvbench-alloc --json
 	./$(BUILD)/bin/kvbench-offload --json
 	./$(BUILD)/bin/kvbench-model --json
+	./$(BUILD)/bin/kvbench-hash --json
+	./$(BUILD)/bin/kvbench-remote --json
 	BUILD=$(BUILD) RELEASE_BUILD=$(RELEASE_BUILD) bash scripts/bench_builds.sh
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) build-fuzz

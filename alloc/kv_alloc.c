@@ -49,13 +49,14 @@
  * thread (and with NO_TCACHE), and otherwise misses at most other threads'
  * cache traffic between their trips.
  *
- * Page memory (HOST tier): one block of capacity * page_bytes, 4096-aligned,
- * from one jemalloc arena created lazily once per process and shared by all
- * pools (jemalloc arenas cannot be destroyed cheaply, and creating one per
- * pool would leak one per pool lifetime); MALLOCX_TCACHE_NONE keeps the big
- * blocks out of jemalloc's thread caches. In the sanitizer build
- * (KV_MEM_SYSTEM) the block comes from posix_memalign instead, so ASan sees
- * overruns past the last page and LSan sees a leaked block.
+ * Page memory (HOST tier): one block of capacity * page_bytes per pool,
+ * mapped anonymously (mmap; page-aligned, zero-filled on first touch) and
+ * unmapped at destroy, so a destroyed pool gives its memory straight back to
+ * the OS. No general-purpose allocator is involved: the library links no
+ * malloc replacement and loads with dlopen into any process. In the
+ * sanitizer build (KV_MEM_SYSTEM) the block comes from posix_memalign
+ * instead, so ASan sees overruns past the last page and LSan sees a leaked
+ * block.
  *
  * Ownership: the pool owns its page block, refcount array, stack and struct
  * (metadata through kv_mem_*). Threads own their cache slots.
@@ -73,7 +74,7 @@
 #include "kvpage/kvpage.h"
 
 #ifndef KV_MEM_SYSTEM
-#include <jemalloc/jemalloc.h>
+#include <sys/mman.h>
 #endif
 
 #define KV_ALLOC_TAG_SHIFT  26u
@@ -115,10 +116,6 @@ static pthread_once_t kv_alloc_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t kv_alloc_registry = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t kv_alloc_key; /* value: the thread's kv_alloc_thread_t */
 static int kv_alloc_key_ok;
-#ifndef KV_MEM_SYSTEM
-static unsigned kv_alloc_arena;    /* jemalloc arena for page blocks */
-static int kv_alloc_arena_ok;
-#endif
 /* The hot fields fit their 64-byte line (kv_alloc.h). */
 _Static_assert(offsetof(kv_alloc_pool_t, stack) - offsetof(kv_alloc_pool_t, cache_key) == 64,
                "kv_alloc_pool: the hot fields outgrew their cache line");
@@ -137,27 +134,9 @@ static void kv_alloc_thread_exit(void *arg);
 static void kv_alloc_init_once(void)
 {
     kv_alloc_key_ok = pthread_key_create(&kv_alloc_key, kv_alloc_thread_exit) == 0;
-#ifndef KV_MEM_SYSTEM
-    unsigned a = 0;
-    size_t sz = sizeof a;
-    if (mallctl("arenas.create", &a, &sz, NULL, 0) == 0) {
-        kv_alloc_arena = a;
-        kv_alloc_arena_ok = 1;
-    }
-#endif
 }
 
 /* ---- page block ---------------------------------------------------------- */
-
-#ifndef KV_MEM_SYSTEM
-static int kv_alloc_block_flags(void)
-{
-    int f = MALLOCX_ALIGN(KV_ALLOC_BLOCK_ALIGN) | MALLOCX_TCACHE_NONE;
-    if (kv_alloc_arena_ok)
-        f |= MALLOCX_ARENA(kv_alloc_arena);
-    return f;
-}
-#endif
 
 static void *kv_alloc_block_alloc(size_t bytes)
 {
@@ -167,7 +146,8 @@ static void *kv_alloc_block_alloc(size_t bytes)
     void *p = NULL;
     return posix_memalign(&p, KV_ALLOC_BLOCK_ALIGN, bytes) == 0 ? p : NULL;
 #else
-    return mallocx(bytes, kv_alloc_block_flags());
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
 #endif
 }
 
@@ -179,7 +159,7 @@ static void kv_alloc_block_free(void *p, size_t bytes)
     (void)bytes;
     free(p);
 #else
-    sdallocx(p, bytes, kv_alloc_block_flags());
+    munmap(p, bytes);
 #endif
 }
 

@@ -2,9 +2,8 @@
  * kv_alloc.h — fixed-size page pools (one per tier), with refcounts.
  *
  * A pool hands out page ids for pages of page_bytes each; capacity is fixed at
- * creation. Host-tier pools also own the page memory: one block from a
- * dedicated jemalloc arena (mallctl "arenas.create", mallocx with
- * MALLOCX_ARENA | MALLOCX_ALIGN(4096) | MALLOCX_TCACHE_NONE), and
+ * creation. Host-tier pools also own the page memory: one anonymous mapping
+ * (mmap) of capacity * page_bytes, page-aligned, unmapped at destroy, and
  * kv_alloc_page_ptr() gives a page's address. Id-only pools (tier != HOST)
  * hand out ids for memory someone else owns (a device arena, a page file).
  *
@@ -44,7 +43,7 @@ typedef uint32_t kv_page_id_t;
 #define KV_ALLOC_TCACHE_MAX  32u
 
 typedef enum kv_tier {
-    KV_TIER_HOST   = 0, /* memory owned by the pool (jemalloc arena)   */
+    KV_TIER_HOST   = 0, /* memory owned by the pool (one mmap block)   */
     KV_TIER_PINNED = 1, /* id-only here; memory owned by the backend   */
     KV_TIER_DEVICE = 2, /* id-only; memory owned by the backend        */
     KV_TIER_FILE   = 3, /* id-only; slots of a page file               */
@@ -163,8 +162,8 @@ typedef struct kv_alloc_hot {
 struct kv_alloc_pool {
     /* Line 0: the shared stack's bookkeeping, written under lock (registry
      * mutex for caches/n_bound/low_mark), never read on the hot path. The
-     * hot fields are not first on purpose: the struct usually starts a
-     * 4 KiB page (a fresh jemalloc slab) as every page does, and a load from
+     * hot fields are not first on purpose: the struct may start a 4 KiB
+     * page, as every page does (it did as a fresh jemalloc slab), and a load from
      * the struct's first bytes just after a store to a page's first bytes
      * waits on that store (4K aliasing: the CPU compares address bits 11..0
      * first; docs/results/benchmarks.md has the measurement). */

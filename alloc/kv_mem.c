@@ -1,12 +1,14 @@
 /*
  * kv_mem.c — metadata allocation for the whole library (see kv_mem.h).
  *
- * Normal build: jemalloc's sized API (mallocx / rallocx / sdallocx), so a
- * free costs no size lookup. Sanitizer build (KV_MEM_SYSTEM): plain
- * malloc / realloc / free, so ASan/LSan track every block; there every free
- * also asserts that the size given matches the block (ASan's
- * malloc_usable_size is exact), catching the size mismatches that sdallocx
- * would silently turn into heap corruption in the normal build.
+ * The process's malloc / calloc / realloc / free, whichever allocator that
+ * is (glibc's, or jemalloc/tcmalloc where the program links one): the
+ * library brings no allocator of its own, so it loads with dlopen anywhere
+ * (a jemalloc linked into a shared library needs static TLS that a dlopen
+ * may not find). Callers pass the block's size on free anyway: it keeps
+ * kv_mem_live exact, and in the sanitizer build (KV_MEM_SYSTEM) every free
+ * asserts that the size given matches the block (ASan's malloc_usable_size
+ * is exact), so a wrong size is caught by the tests.
  *
  * Invariant: kv_mem_live is the sum of the sizes of live blocks (relaxed
  * atomic, all threads). Fault injection lives in kv_fault.c; every
@@ -16,25 +18,13 @@
 
 #include <assert.h>
 #include <stdatomic.h>
-#include <string.h>
+#include <stdlib.h>
 
 #ifdef KV_MEM_SYSTEM
 #include <malloc.h>
-#include <stdlib.h>
-#else
-#include <jemalloc/jemalloc.h>
 #endif
 
 static _Atomic uint64_t kv_mem_live; /* bytes in live kv_mem blocks */
-
-static void *kv_mem_raw_alloc(size_t n, int zero)
-{
-#ifdef KV_MEM_SYSTEM
-    return zero ? calloc(1, n) : malloc(n);
-#else
-    return mallocx(n, zero ? MALLOCX_ZERO : 0);
-#endif
-}
 
 static void kv_mem_check_size(void *p, size_t n)
 {
@@ -50,7 +40,7 @@ static void *kv_mem_alloc_impl(size_t n, int zero)
 {
     if (n == 0 || kv_fault_hit())
         return NULL;
-    void *p = kv_mem_raw_alloc(n, zero);
+    void *p = zero ? calloc(1, n) : malloc(n);
     if (p)
         atomic_fetch_add_explicit(&kv_mem_live, n, memory_order_relaxed);
     return p;
@@ -76,11 +66,7 @@ void *kv_mem_realloc(void *p, size_t old_n, size_t new_n)
     if (new_n == 0 || kv_fault_hit())
         return NULL;
     kv_mem_check_size(p, old_n);
-#ifdef KV_MEM_SYSTEM
     void *q = realloc(p, new_n);
-#else
-    void *q = rallocx(p, new_n, 0);
-#endif
     if (!q)
         return NULL;
     if (new_n >= old_n)
@@ -99,11 +85,7 @@ void kv_mem_free(void *p, size_t n)
     kv_mem_check_size(p, n);
     assert(n > 0);
     atomic_fetch_sub_explicit(&kv_mem_live, n, memory_order_relaxed);
-#ifdef KV_MEM_SYSTEM
     free(p);
-#else
-    sdallocx(p, n, 0);
-#endif
 }
 
 uint64_t kv_mem_live_bytes(void)

@@ -2,10 +2,11 @@
  * kv_mem.h — metadata memory for the whole library, and fault injection.
  *
  * Every allocation the library makes for its own bookkeeping (page tables,
- * sequence records, scratch) goes through kv_mem_*. In a normal build these
- * call jemalloc (mallocx/rallocx/sdallocx); in a sanitizer build
- * (KV_MEM_SYSTEM defined) they call the system malloc so that ASan/LSan see
- * every byte. Page memory does NOT come from here: see kv_alloc.h.
+ * sequence records, scratch) goes through kv_mem_*, which call the process's
+ * malloc/calloc/realloc/free (no allocator of the library's own: it must
+ * load with dlopen anywhere), counting live bytes; in the sanitizer build
+ * (KV_MEM_SYSTEM defined) each free also checks the size it is given.
+ * Page memory does NOT come from here: see kv_alloc.h.
  *
  * Invariants: kv_mem_live_bytes() is the sum of the sizes of the blocks
  * currently allocated through kv_mem_*; kv_mem_free must be given the size the

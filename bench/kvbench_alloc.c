@@ -11,8 +11,10 @@
  *                   kv_alloc_page_ptr (checks the id again), kv_alloc_release
  *   kvpage-notcache kvpage on a KV_ALLOC_NO_TCACHE pool (mutex every op)
  *   jemalloc        mallocx(bytes, 0) + sdallocx(p, bytes, 0)
- *   glibc           __libc_malloc + __libc_free (called by name: the
- *                   library links jemalloc, whose malloc replaces glibc's)
+ *   glibc           __libc_malloc + __libc_free (called by name: this
+ *                   benchmark links jemalloc for the row above, and its
+ *                   malloc replaces glibc's in the whole process; the
+ *                   library itself links no allocator)
  *   lifo-floor      not an allocator: the least a LIFO per-thread cache
  *                   can do -- pop/push on a thread-local array of 32 page
  *                   indices with an atomic count (kvpage's caches keep one,

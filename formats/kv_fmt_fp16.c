@@ -85,3 +85,12 @@ void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
 }
 
 const kv_format_traits_t kv_fmt_fp16 = KV_FMT_FP16_TRAITS;
+
+int kv_fmt_fp16_cost(const kv_page_geom_t *g, uint32_t sub, kv_format_cost_t *out)
+{
+    if (sub != KV_FMT_FP16)
+        return -1;
+    *out = (kv_format_cost_t){.bits = 8.0 * sizeof(kv_half_t), .group = 0,
+                              .tokens_per_page = kv_fmt_fp16_tokens_per_page(g)};
+    return 0;
+}

@@ -29,6 +29,7 @@ void kv_fmt_fp16_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        const void *v, size_t src_stride);
 void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
                       uint32_t n, const kv_page_geom_t *g);
+int kv_fmt_fp16_cost(const kv_page_geom_t *g, uint32_t sub, kv_format_cost_t *out);
 
 /* The entry's initialiser: kv_fmt_fp16 and kv_format_table both use it. */
 #define KV_FMT_FP16_TRAITS                                                  \
@@ -36,7 +37,7 @@ void kv_fmt_fp16_copy(void *dst, uint32_t d0, const void *src, uint32_t s0,
         .name = "fp16", .bits_note = "FP16 = 16 bits/element",              \
         .tokens_per_page = kv_fmt_fp16_tokens_per_page,                     \
         .load = kv_fmt_fp16_load, .store = kv_fmt_fp16_store,               \
-        .copy = kv_fmt_fp16_copy,                                           \
+        .copy = kv_fmt_fp16_copy, .cost = kv_fmt_fp16_cost,                 \
     }
 
 /* Pointers to token t's K and V rows in an FP16 page. */

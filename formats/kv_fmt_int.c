@@ -261,6 +261,32 @@ uint32_t kv_fmt_int2_tokens_per_page(const kv_page_geom_t *g)
     return int_tokens_per_page(g, 2u);
 }
 
+/* Bits per element from the layout: a group block holds 16 tokens of K and
+ * V, 2 x 16 x D elements (b bits of code + 32 bits of scale/min per 16). */
+static int int_cost(const kv_page_geom_t *g, uint32_t bits, uint32_t sub,
+                    kv_format_cost_t *out)
+{
+    if (sub != KV_FMT_FP16)
+        return -1;
+    const uint32_t d = g->head_dim;
+    *out = (kv_format_cost_t){
+        .bits = 8.0 * KV_FMT_INT_GROUP_BYTES(d, bits) /
+                (2.0 * KV_FMT_INT_GROUP * d),
+        .group = KV_FMT_INT_GROUP,
+        .tokens_per_page = int_tokens_per_page(g, bits)};
+    return 0;
+}
+int kv_fmt_int4_cost(const kv_page_geom_t *g, uint32_t sub,
+                     kv_format_cost_t *out)
+{
+    return int_cost(g, 4u, sub, out);
+}
+int kv_fmt_int2_cost(const kv_page_geom_t *g, uint32_t sub,
+                     kv_format_cost_t *out)
+{
+    return int_cost(g, 2u, sub, out);
+}
+
 void kv_fmt_int4_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
                       uint32_t n, float *k, float *v)
 {

@@ -55,6 +55,10 @@ extern const kv_format_traits_t kv_fmt_int2;
 /* The per-format functions behind the entries (kv_fmt_int.c). */
 uint32_t kv_fmt_int4_tokens_per_page(const kv_page_geom_t *g);
 uint32_t kv_fmt_int2_tokens_per_page(const kv_page_geom_t *g);
+int kv_fmt_int4_cost(const kv_page_geom_t *g, uint32_t sub,
+                     kv_format_cost_t *out);
+int kv_fmt_int2_cost(const kv_page_geom_t *g, uint32_t sub,
+                     kv_format_cost_t *out);
 void kv_fmt_int4_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
                       uint32_t n, float *k, float *v);
 void kv_fmt_int2_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
@@ -73,7 +77,7 @@ void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
         .name = "int" #b, .bits_note = note,                                \
         .tokens_per_page = kv_fmt_int##b##_tokens_per_page,                 \
         .load = kv_fmt_int##b##_load, .store = kv_fmt_int##b##_store,       \
-        .copy = NULL,                                                       \
+        .copy = NULL, .cost = kv_fmt_int##b##_cost,                         \
     }
 #define KV_FMT_INT4_TRAITS KV_FMT_INT_TRAITS(4, "INT4 g16 = 6 bits/element")
 #define KV_FMT_INT2_TRAITS KV_FMT_INT_TRAITS(2, "INT2 g16 = 4 bits/element")

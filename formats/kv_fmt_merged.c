@@ -198,4 +198,20 @@ void kv_fmt_merged_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
     kv_fmt_merged_load_variant(page, g, 0, t0, n, k, v);
 }
 
+/* Bits per element from the layout: a slot serves 2 layers x 2D elements
+ * (K, V) with 2 direction rows of R bytes and the magnitudes, so one layer's
+ * share is 4R/D + 2 x (magnitude bytes)/D bits: FP16 directions 8 + 32/D,
+ * INT4 3 + 32/D (computed as those two terms, exact for R = 2D, 3D/4). */
+int kv_fmt_merged_cost(const kv_page_geom_t *g, uint32_t sub, kv_format_cost_t *out)
+{
+    const uint32_t d = g->head_dim, r = kv_fmt_merged_row(d, sub);
+    if (r == 0)
+        return -1;
+    const double mag_bytes = KV_FMT_MERGED_MAGS * sizeof(float);
+    *out = (kv_format_cost_t){.bits = 4.0 * r / d + 2.0 * mag_bytes / d,
+                              .group = sub == KV_FMT_INT4 ? KV_FMT_INT_GROUP : 0,
+                              .tokens_per_page = kv_fmt_merged_capacity(g, sub)};
+    return 0;
+}
+
 const kv_format_traits_t kv_fmt_merged = KV_FMT_MERGED_TRAITS;

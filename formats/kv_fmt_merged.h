@@ -79,6 +79,7 @@ void kv_fmt_merged_put(void *page, const kv_page_geom_t *g, uint32_t slot,
 
 /* The traits functions. */
 uint32_t kv_fmt_merged_tokens_per_page(const kv_page_geom_t *g);
+int kv_fmt_merged_cost(const kv_page_geom_t *g, uint32_t sub, kv_format_cost_t *out);
 void kv_fmt_merged_load(const void *page, const kv_page_geom_t *g, uint32_t t0,
                         uint32_t n, float *k, float *v);
 void kv_fmt_merged_load_variant(const void *page, const kv_page_geom_t *g,
@@ -97,6 +98,7 @@ void kv_fmt_merged_load_variant(const void *page, const kv_page_geom_t *g,
         .tokens_per_page = kv_fmt_merged_tokens_per_page,                   \
         .load = kv_fmt_merged_load, .store = NULL, .copy = NULL,            \
         .load_variant = kv_fmt_merged_load_variant,                         \
+        .cost = kv_fmt_merged_cost,                                         \
     }
 
 #endif /* KV_FMT_MERGED_H */

@@ -30,6 +30,14 @@ typedef struct kv_page_geom {
     uint32_t page_bytes; /* bytes per page          */
 } kv_page_geom_t;
 
+/* What an element of a format costs (kv_format_info, for tools). */
+typedef struct kv_format_cost {
+    double bits;              /* per element of one list's K or V: codes,   */
+                              /* scales, norms; page rounding aside         */
+    uint32_t group;           /* elements sharing one scale/min; 0: none    */
+    uint32_t tokens_per_page; /* 0: a page holds none                       */
+} kv_format_cost_t;
+
 typedef struct kv_format_traits {
     const char *name;        /* "fp16", ...                              */
     const char *bits_note;   /* e.g. "FP16 = 16 bits/element"            */
@@ -58,6 +66,12 @@ typedef struct kv_format_traits {
     void (*load_variant)(const void *page, const kv_page_geom_t *g,
                          uint32_t variant, uint32_t t0, uint32_t n, float *k,
                          float *v);
+    /* The cost at geometry g (a valid store geometry) of variant `sub` of
+     * the encoding, derived from the page layout: MERGED's sub is its
+     * directions' format (KV_FMT_FP16 or KV_FMT_INT4), its bits one layer's
+     * share of the pair; every other format has sub KV_FMT_FP16 only.
+     * 0, or -1 for a sub the format does not have. */
+    int (*cost)(const kv_page_geom_t *g, uint32_t sub, kv_format_cost_t *out);
 } kv_format_traits_t;
 
 extern const kv_format_traits_t kv_format_table[KV_FMT_COUNT];

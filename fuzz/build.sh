@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz/build.sh — build the libFuzzer targets with clang and run each one.
 #
-#   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; fuzz_tok fuzz_gguf)
+#   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; fuzz_tok fuzz_gguf fuzz_remote)
 #
 # Builds build-fuzz/<target> from fuzz/<target>.c and the model sources it
 # needs (compiled directly: this is not part of the CMake build), writes a
@@ -19,7 +19,7 @@ set -euo pipefail
 secs=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_tok fuzz_gguf)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_tok fuzz_gguf fuzz_remote)
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build-fuzz
@@ -43,6 +43,10 @@ sources_for() {
                  "row dequantization not checked" >&2
             echo "-DFUZZ_GGUF_NO_QUANT ${tok_src[*]}"
         fi ;;
+    fuzz_remote) # the value frame and url parser of the remote tier (docs/prefix.md)
+        echo "-DKV_MEM_SYSTEM=1 $root/remote/kv_remote_frame.c $root/remote/kv_remote_url.c" \
+             "$root/offload/kv_crc32c.c $root/alloc/kv_mem.c $root/alloc/kv_fault.c" \
+             "$root/store/kv_error.c -lpthread" ;;
     *) echo "unknown target $1" >&2; exit 2 ;;
     esac
 }
@@ -89,6 +93,15 @@ seed_gguf() {
         gstr tokenizer.ggml.merges; le32 9; le32 8; le64 1; gstr 'a b'
         gstr tokenizer.ggml.eos_token_id; le32 4; le32 4
     } >"$d/tokenizer"
+}
+
+seed_remote() {
+    local d=$1
+    printf '\x01redis://127.0.0.1:6379' >"$d/url"
+    printf '\x01redis://a:1,redis://[::1]:2,b-c.d_e:65535' >"$d/urls"
+    printf '\x00KVRM\x01\x00\x40\x00' >"$d/value"
+    printf '\x02\x00\x00\x00payload' >"$d/framed"       # intact
+    printf '\x02\x10\x00\x04payload' >"$d/framed-bit"   # header byte 16 ^ 4
 }
 
 # ---- build and run ---------------------------------------------------------

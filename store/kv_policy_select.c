@@ -29,6 +29,19 @@ uint32_t kv_pol_amount(kv_pol_amount_t a, uint32_t T)
     return (uint32_t)floor(a.v * T + 0.5);
 }
 
+void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *recent)
+{
+    *hh = kv_pol_amount(p->hh, T);
+    *recent = kv_pol_amount(p->recent, T);
+    if (*recent == 0 && p->sel != KV_POL_SEL_SNAPKV)
+        *recent = 1; /* the newest token always stays */
+}
+
+uint32_t kv_pol_merge_first(const kv_policy_t *p, uint32_t n_layers)
+{
+    return (uint32_t)(n_layers * p->mc_from);
+}
+
 uint32_t kv_pol_pyramid(uint32_t h, uint32_t p, uint32_t l, uint32_t L)
 {
     if (p == 0 || L < 2)

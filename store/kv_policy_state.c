@@ -228,7 +228,7 @@ uint32_t kv_pol_wants(const kv_pol_seq_t *ps)
 static uint32_t start_format(const kv_store_t *s, const kv_policy_t *p, uint32_t l)
 {
     if (p->mc) {
-        uint32_t S = (uint32_t)(s->cfg.n_layers * p->mc_from);
+        uint32_t S = kv_pol_merge_first(p, s->cfg.n_layers);
         int paired = l >= S && (l - S) / 2 * 2 + S + 1 < s->cfg.n_layers;
         if (paired)
             return KV_FMT_FP16;

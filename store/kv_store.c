@@ -23,7 +23,6 @@
 #include "kv_policy_int.h"
 #include "kv_store_int.h"
 
-#define KV_MAX_LAYERS     4096u
 #define KV_MAX_KV_HEADS   1024u
 #define KV_MAX_Q_HEADS    8192u
 #define KV_MAX_HEAD_DIM   1024u
@@ -45,6 +44,17 @@ kv_config_t kv_config_default(void)
     return c;
 }
 
+int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes)
+{
+    if (head_dim < 16 || head_dim > KV_MAX_HEAD_DIM || head_dim % 16 != 0)
+        return KV_ERANGE;
+    uint32_t pb = *page_bytes ? *page_bytes : 64u * head_dim;
+    if (pb % 64 != 0 || pb < 4u * head_dim || pb > KV_MAX_PAGE_BYTES)
+        return KV_ERANGE;
+    *page_bytes = pb;
+    return 0;
+}
+
 /* Validate cfg and fill in defaults into *out. */
 static int config_resolve(const kv_config_t *cfg, kv_config_t *out)
 {
@@ -61,12 +71,7 @@ static int config_resolve(const kv_config_t *cfg, kv_config_t *out)
         return KV_ERANGE;
     if (c.n_q_heads % c.n_kv_heads != 0)
         return KV_EINVAL;
-    if (c.head_dim < 16 || c.head_dim > KV_MAX_HEAD_DIM || c.head_dim % 16 != 0)
-        return KV_ERANGE;
-    if (c.page_bytes == 0)
-        c.page_bytes = 64u * c.head_dim;
-    if (c.page_bytes % 64 != 0 || c.page_bytes < 4u * c.head_dim ||
-        c.page_bytes > KV_MAX_PAGE_BYTES)
+    if (kv_store_geom_resolve(c.head_dim, &c.page_bytes))
         return KV_ERANGE;
     if (c.host_pages == 0 || c.host_pages > KV_ALLOC_MAX_PAGES)
         return KV_ERANGE;

@@ -1,7 +1,8 @@
 /*
  * kv_store_format.c — the public API of compressed formats (kvpage.h,
  * "compressed formats"): per-layer target format, quantize on demand,
- * MiniCache layer merging, and the bits-per-element notes.
+ * MiniCache layer merging, and what formats cost (kv_format_note for
+ * people, kv_format_info in numbers: the traits' cost, from the layouts).
  *
  * Like kv_store.c, this file validates every argument before the page table
  * is called, so a bad call changes nothing; the page table's operations are
@@ -109,4 +110,22 @@ const char *kv_format_note(kv_format_t fmt)
 {
     const kv_format_traits_t *tr = kv_format_get((uint32_t)fmt);
     return tr ? tr->bits_note : NULL;
+}
+
+int kv_format_info(kv_format_t fmt, kv_format_t dir_format, uint32_t head_dim,
+                   uint32_t page_bytes, kv_format_info_t *out)
+{
+    const kv_format_traits_t *tr = kv_format_get((uint32_t)fmt);
+    if (!tr || !out)
+        return KV_EINVAL;
+    if (kv_store_geom_resolve(head_dim, &page_bytes))
+        return KV_ERANGE;
+    kv_page_geom_t g = {.head_dim = head_dim, .page_bytes = page_bytes};
+    kv_format_cost_t c;
+    if (tr->cost(&g, (uint32_t)dir_format, &c))
+        return KV_EINVAL;
+    *out = (kv_format_info_t){.name = tr->name, .note = tr->bits_note,
+                              .bits_per_element = c.bits, .group_size = c.group,
+                              .tokens_per_page = c.tokens_per_page};
+    return 0;
 }

@@ -32,6 +32,14 @@ struct kv_store {
                               /* NULL without offload_path                   */
 };
 
+#define KV_MAX_LAYERS 4096u /* kv_config_t.n_layers, at most */
+
+/* The page geometry kv_store_create accepts (kvpage.h, kv_config_t):
+ * head_dim a multiple of 16 in 16..1024, *page_bytes (0: 64 * head_dim,
+ * written back) a multiple of 64, at least one FP16 token, at most 1 MiB.
+ * 0 or KV_ERANGE. */
+int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes);
+
 /* Attention without policy statistics (kv_store.c): the public calls
  * validate and run these, or hand sequences with a policy to
  * kv_policy_state.c, which calls these with its own stats buffers. */

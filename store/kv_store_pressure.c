@@ -49,6 +49,11 @@
  * before such a call and runs the ladder when a KV_OFFLOAD_WAIT page-in is
  * refused its pool pages.
  *
+ * Parsing: the ladder's text (kvpage.h) is steps split at ',' with the
+ * keys of evict checked against a key table (kv_spec.h: ranges, defaults,
+ * a key at most once, messages); kv_store_pressure_check answers with the
+ * codes alone, kv_pressure_check (public) with the message too.
+ *
  * Invariants: s->press is NULL when the ladder is off; s->cfg.pressure then
  * is NULL, else it points to press->spec (the store's copy). Counters only
  * grow. depth counts the calls under the protocol now running (0 between
@@ -63,6 +68,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_policy_int.h"
+#include "kv_spec.h"
 #include "kv_store_int.h"
 #include "formats/kv_format.h"
 
@@ -100,60 +106,30 @@ static const uint32_t step_format[PRESS_N_STEPS] = {KV_FMT_FP16, KV_FMT_INT4,
 
 /* ---- parsing ---------------------------------------------------------------- */
 
-/* Decimal value of s[0..n) in [lo, hi]: KV_EINVAL if malformed, KV_ERANGE
- * if outside. */
-static int parse_uint(const char *s, size_t n, uint32_t lo, uint32_t hi,
-                      uint32_t *out)
-{
-    if (n == 0 || n > 10)
-        return n ? KV_ERANGE : KV_EINVAL;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return KV_EINVAL;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v < lo || v > hi)
-        return KV_ERANGE;
-    *out = (uint32_t)v;
-    return 0;
-}
+/* The keys of the steps (kv_spec.h): evict's. */
+static const kv_spec_key_t ladder_keys[] = {
+    KV_SPEC_U(PRESS_EVICT, "sink", press_ladder_t, sink, 0, PRESS_MAX_SINK, 4),
+    KV_SPEC_U(PRESS_EVICT, "recent", press_ladder_t, recent, 1, PRESS_MAX_RECENT, 256),
+};
+static const kv_spec_table_t ladder_table = {ladder_keys,
+                                             sizeof ladder_keys / sizeof ladder_keys[0]};
 
-/* One "key=value" of the evict step. seen: bit per key already given. */
-static int parse_key(const char *s, size_t n, press_ladder_t *lad, uint32_t *seen)
-{
-    const char *eq = memchr(s, '=', n);
-    if (!eq)
-        return KV_EINVAL;
-    size_t kn = (size_t)(eq - s);
-    const char *val = eq + 1;
-    size_t vn = n - kn - 1;
-    if (kn == 4 && memcmp(s, "sink", 4) == 0 && !(*seen & 1u)) {
-        *seen |= 1u;
-        return parse_uint(val, vn, 0, PRESS_MAX_SINK, &lad->sink);
-    }
-    if (kn == 6 && memcmp(s, "recent", 6) == 0 && !(*seen & 2u)) {
-        *seen |= 2u;
-        return parse_uint(val, vn, 1, PRESS_MAX_RECENT, &lad->recent);
-    }
-    return KV_EINVAL; /* unknown or repeated key */
-}
-
-/* spec (non-empty) -> *lad. Items are comma separated: a step name,
- * optionally followed by ":key=value"; an item "key=value" continues the
- * keys of the step before it (only evict has keys). */
-static int ladder_parse(const char *spec, press_ladder_t *lad)
+/* spec (non-empty) -> *lad; 0, KV_EINVAL or KV_ERANGE with a message in err.
+ * Items are comma separated: a step name, optionally followed by
+ * ":key=value"; an item "key=value" continues the keys of the step before
+ * it (only evict has keys). */
+static int ladder_parse(const char *spec, press_ladder_t *lad, char *err, size_t err_len)
 {
     memset(lad, 0, sizeof *lad);
-    lad->sink = 4;
-    lad->recent = 256;
+    kv_spec_defaults(ladder_table, PRESS_EVICT, lad);
     size_t len = strlen(spec);
     if (len > PRESS_MAX_SPEC)
-        return KV_EINVAL;
-    int keys_open = 0; /* the current step took ':' and accepts keys */
-    uint32_t seen = 0;
+        return kv_spec_err(KV_EINVAL, err, err_len, "ladder longer than %u bytes",
+                           PRESS_MAX_SPEC);
+    uint32_t keys_of = PRESS_N_STEPS; /* the step whose keys an item may continue */
+    uint64_t seen = 0;
     const char *p = spec, *end = spec + len;
-    while (p <= end) {
+    for (;;) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *item_end = comma ? comma : end;
         size_t n = (size_t)(item_end - p);
@@ -161,39 +137,48 @@ static int ladder_parse(const char *spec, press_ladder_t *lad)
         size_t name_n = colon ? (size_t)(colon - p) : n;
         int rc;
         if (n == 0)
-            return KV_EINVAL; /* empty item */
+            return kv_spec_err(KV_EINVAL, err, err_len, "empty step in '%s'", spec);
         if (!colon && memchr(p, '=', n)) { /* continues the keys */
-            if (!keys_open)
-                return KV_EINVAL;
-            if ((rc = parse_key(p, n, lad, &seen)))
+            if (keys_of == PRESS_N_STEPS)
+                return kv_spec_err(KV_EINVAL, err, err_len, "'%.*s' follows no "
+                                   "step:key=value", (int)n, p);
+            if ((rc = kv_spec_set(ladder_table, keys_of, step_names[keys_of], p, n, lad,
+                                  &seen, err, err_len)))
                 return rc;
         } else {
-            uint32_t step = PRESS_N_STEPS;
-            for (uint32_t i = 0; i < PRESS_N_STEPS; i++)
-                if (strlen(step_names[i]) == name_n &&
-                    memcmp(p, step_names[i], name_n) == 0)
-                    step = i;
+            uint32_t step = kv_spec_lookup(step_names, PRESS_N_STEPS, p, name_n);
             if (step == PRESS_N_STEPS)
-                return KV_EINVAL; /* unknown step */
+                return kv_spec_err(KV_EINVAL, err, err_len, "unknown step '%.*s' (valid, "
+                                   "in this order: offload, int4, int2, evict)",
+                                   (int)name_n, p);
             if (lad->n_steps && step <= lad->steps[lad->n_steps - 1])
-                return KV_EINVAL; /* repeated or out of order */
+                return kv_spec_err(KV_EINVAL, err, err_len, "step '%s' %s", step_names[step],
+                                   step == lad->steps[lad->n_steps - 1]
+                                       ? "given twice"
+                                       : "out of order (offload, int4, int2, evict)");
             lad->steps[lad->n_steps++] = step;
-            keys_open = 0;
+            keys_of = PRESS_N_STEPS;
             if (colon) {
-                if (step != PRESS_EVICT)
-                    return KV_EINVAL; /* offload/int4/int2 take no keys */
-                keys_open = 1;
-                if ((rc = parse_key(colon + 1, n - name_n - 1, lad, &seen)))
+                if ((rc = kv_spec_set(ladder_table, step, step_names[step], colon + 1,
+                                      n - name_n - 1, lad, &seen, err, err_len)))
                     return rc;
+                keys_of = step;
             }
         }
         if (!comma)
-            break;
+            return 0;
         p = comma + 1;
-        if (p == end)
-            return KV_EINVAL; /* trailing comma */
     }
-    return 0;
+}
+
+int kv_pressure_check(const char *ladder, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!ladder || !ladder[0])
+        return 0;
+    press_ladder_t lad;
+    return ladder_parse(ladder, &lad, err, err_len);
 }
 
 int kv_store_pressure_check(const kv_config_t *cfg)
@@ -201,7 +186,7 @@ int kv_store_pressure_check(const kv_config_t *cfg)
     if (!cfg->pressure || !cfg->pressure[0])
         return cfg->pressure_reserve ? KV_EINVAL : 0;
     press_ladder_t lad;
-    int rc = ladder_parse(cfg->pressure, &lad);
+    int rc = ladder_parse(cfg->pressure, &lad, NULL, 0);
     if (rc)
         return rc;
     if (cfg->pressure_reserve > cfg->host_pages)
@@ -234,7 +219,7 @@ int kv_store_pressure_init(kv_store_t *s)
         return KV_ENOMEM;
     }
     memcpy(spec, s->cfg.pressure, n);
-    int rc = ladder_parse(spec, &p->lad);
+    int rc = ladder_parse(spec, &p->lad, NULL, 0);
     assert(rc == 0 && "validated by kv_store_pressure_check");
     (void)rc;
     p->spec = spec;

@@ -13,7 +13,7 @@
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
-MODULES="include alloc formats pages kernels store model offload"
+MODULES="include alloc formats pages kernels store model offload prefix remote"
 
 module_of() { # path -> module, or empty
   local best="" m

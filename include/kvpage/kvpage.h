@@ -339,8 +339,38 @@ KV_API int kv_seq_merge_layers(kv_store_t *store, kv_seq_id_t seq, uint32_t laye
                                const kv_merge_opts_t *opts);
 
 /* The bits-per-element note of a format, e.g. "INT2 g16 = 4 bits/element"
- * (print it wherever a ratio is shown); NULL for an unknown format. */
+ * (print it wherever a ratio is shown; kv_format_info gives the numbers);
+ * NULL for an unknown format. */
 KV_API const char *kv_format_note(kv_format_t fmt);
+
+/* The numbers of a page format for a page geometry (for capacity planners
+ * and reports: what kv_format_note says for people). */
+typedef struct kv_format_info {
+    const char *name;         /* "fp16", "int4", "int2", "merged"             */
+    const char *note;         /* kv_format_note(fmt)                          */
+    double bits_per_element;  /* what one element of a list's K or V costs:   */
+                              /* codes, scales and minimums, norms; partly    */
+                              /* filled pages aside. FP16 16, INT4 6, INT2 4; */
+                              /* MERGED (one layer's share of the pair)       */
+                              /* 8 + 32/head_dim, with INT4 directions        */
+                              /* 3 + 32/head_dim                              */
+    uint32_t group_size;      /* elements sharing one scale and minimum: 16   */
+                              /* for INT4, INT2 and MERGED's INT4 directions; */
+                              /* 0: not grouped                               */
+    uint32_t tokens_per_page; /* tokens (MERGED: merged tokens) one page      */
+                              /* holds; 0: none fits (a store of this         */
+                              /* geometry answers KV_ENOTSUP for the format)  */
+} kv_format_info_t;
+
+/* The numbers of format fmt for head_dim and page_bytes, given as in
+ * kv_config_t (page_bytes 0: 64 * head_dim). dir_format: MERGED's
+ * direction format, KV_FMT_FP16 or KV_FMT_INT4 (kv_merge_opts_t.dir_format);
+ * KV_FMT_FP16 for every other format. Errors: KV_EINVAL (NULL out, an
+ * unknown format, a dir_format the format does not have), KV_ERANGE
+ * (head_dim or page_bytes kv_store_create would refuse). *out is written
+ * only on success. */
+KV_API int kv_format_info(kv_format_t fmt, kv_format_t dir_format, uint32_t head_dim,
+                          uint32_t page_bytes, kv_format_info_t *out);
 
 /* ---- policies ---------------------------------------------------------- */
 
@@ -361,13 +391,92 @@ KV_API const char *kv_format_note(kv_format_t fmt);
 typedef struct kv_policy kv_policy_t; /* opaque, immutable once parsed */
 
 /* Parse spec. On error returns KV_EINVAL and writes a message naming the
- * offending method/key/value into err (if err_len > 0). */
+ * offending method/key/value into err (if err_len > 0): an unknown method
+ * or key, a method or key given twice, a malformed or out-of-range value,
+ * an invalid composition. */
 KV_API int kv_policy_parse(const char *spec, kv_policy_t **out, char *err,
                            size_t err_len);
 KV_API void kv_policy_destroy(kv_policy_t *policy);
 /* The canonical spec (every key with its value), NUL-terminated; KV_ERANGE
  * if it does not fit in len. */
 KV_API int kv_policy_describe(const kv_policy_t *policy, char *buf, size_t len);
+
+/* The value of one key of one method of a parsed policy, e.g. ("h2o", "hh")
+ * or ("simlayerkv", "w"), into *out: as given or defaulted; an amount (a
+ * token budget) as given, a fraction of the prompt when < 1 or tokens;
+ * a key with named values (simlayerkv's mode) the value's index in
+ * docs/policies.md's list (decode 0, prefill 1). Errors: KV_EINVAL (NULL,
+ * an unknown method, or a key that method does not have), KV_ENOENT (the
+ * policy does not have that method). *out is written only on success. */
+KV_API int kv_policy_value(const kv_policy_t *policy, const char *method,
+                           const char *key, double *out);
+
+/* The methods of a policy: bits of kv_policy_info_t.methods, in the order
+ * kv_policy_describe writes them. */
+#define KV_POLICY_FP16         0x001u
+#define KV_POLICY_STREAMINGLLM 0x002u
+#define KV_POLICY_H2O          0x004u
+#define KV_POLICY_SNAPKV       0x008u
+#define KV_POLICY_MINIKV       0x010u
+#define KV_POLICY_SIMLAYERKV   0x020u
+#define KV_POLICY_MINICACHE    0x040u
+#define KV_POLICY_CAM          0x080u
+#define KV_POLICY_KIVI2        0x100u
+#define KV_POLICY_KIVI4        0x200u
+#define KV_POLICY_INT2         0x400u
+#define KV_POLICY_INT4         0x800u
+
+/* What a policy does to the lists of a sequence of n_layers layers and a
+ * prompt of prompt_len tokens, in numbers, resolved as kv_seq_prefill_end
+ * resolves them (for capacity planners and reports). What depends on the
+ * attention itself (which tokens are kept, SimLayerKV's lazy layers,
+ * MiniCache's retained tokens) is not in it. */
+typedef struct kv_policy_info {
+    uint32_t methods;        /* KV_POLICY_* bits of the methods it names     */
+    kv_format_t format;      /* format its converted tokens take: FP16 (no   */
+                             /* conversion), INT4 or INT2; MiniKV without a  */
+                             /* format method: INT2; with MiniCache, that of */
+                             /* the unmerged layers                          */
+    uint32_t residual;       /* R: the format method's r (tokens kept FP16,  */
+                             /* converted R at a time; the store's           */
+                             /* kv_config_t.residual must equal it); 0       */
+                             /* without a format method                      */
+    uint32_t evicts;         /* 1: the selection evicts after every decode   */
+                             /* step (streamingllm, h2o): a list never holds */
+                             /* more than `budget` tokens; 0: it selects     */
+                             /* once at prefill end and keeps every decoded  */
+                             /* token (snapkv, minikv), or no selection      */
+    uint32_t budget;         /* tokens a list keeps at prefill end: heavy    */
+                             /* hitters + recent window (at least 1),        */
+                             /* sink + recent (at least 1), snapkv's c;      */
+                             /* under a MiniKV pyramid the mean over layers  */
+                             /* (heavy hitters before the pyramid spreads    */
+                             /* them); may exceed prompt_len (all kept);     */
+                             /* prompt_len without a selection               */
+    double kept_fraction;    /* min(budget, prompt_len) / prompt_len; 1      */
+                             /* without a selection or for an empty prompt   */
+    uint32_t lazy_window;    /* SimLayerKV: tokens a lazy layer keeps (sink  */
+                             /* + w); 0 without                              */
+    uint32_t lazy_at_prefill; /* SimLayerKV: 1 lazy layers are decided at   */
+                             /* prefill end (mode=prefill), 0 after the      */
+                             /* first decode step                            */
+    uint32_t merge_first;    /* MiniCache: the lower layer of the first      */
+                             /* merged pair, floor(n_layers * from); pairs   */
+                             /* (merge_first, +1), (+2, +3), ...;            */
+                             /* n_layers without                             */
+    uint32_t merge_pairs;    /* MiniCache: pairs merged (MERGED pages); the  */
+                             /* other layers keep `format`; 0 without        */
+    uint32_t merge_every;    /* MiniCache: decode tokens merged every this   */
+                             /* many; 0 without                              */
+    kv_format_t merge_dir_format; /* MiniCache: the MERGED pages' direction */
+                             /* format (kv_format_info): INT4 with +int4,    */
+                             /* else FP16                                    */
+} kv_policy_info_t;
+
+/* Fill *out for policy, n_layers (1..4096) and prompt_len (>= 0).
+ * Errors: KV_EINVAL (NULL), KV_ERANGE (n_layers out of range). */
+KV_API int kv_policy_info(const kv_policy_t *policy, uint32_t n_layers,
+                          uint32_t prompt_len, kv_policy_info_t *out);
 
 /* Attach a policy (copied) to a sequence, before its first append; forks
  * inherit it with its state. NULL detaches (keeps what is stored).
@@ -398,8 +507,9 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  *   evict[:sink=S,recent=W]   keep the first S (0..65535, default 4) and the
  *                             last W (1..2^24, default 256) tokens of a list
  * e.g. "offload,int4,int2,evict:sink=4,recent=256", "int4,int2,evict",
- * "evict:recent=1024", "int2". Errors at kv_store_create: KV_EINVAL
- * (unknown step or key, malformed, repeated or out-of-order step,
+ * "evict:recent=1024", "int2" (no spaces; values decimal digits). Errors at
+ * kv_store_create (kv_pressure_check below says why): KV_EINVAL
+ * (unknown step or key, malformed, repeated or out-of-order step or key,
  * pressure_reserve without a ladder, offload without offload_path),
  * KV_ERANGE (a value out of range, pressure_reserve > host_pages),
  * KV_ENOTSUP (a step's format holds no 16-token group in this page size).
@@ -456,6 +566,16 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * kv_store_stats counts runs, pages freed, pages offloaded and tokens
  * converted/evicted. The ladder runs inside the (mutating) call, so the
  * caller's serialization of mutating calls covers it. */
+
+/* Check a ladder (kv_config_t.pressure) on its own, e.g. to tell a user
+ * what is wrong with one: 0 for a valid one (NULL and "": no ladder), else
+ * the code kv_store_create returns for it, KV_EINVAL (malformed, an unknown
+ * step or key, a step or key given twice, steps out of order) or KV_ERANGE
+ * (a value out of range), with a message naming the step, key and value in
+ * err (if err_len > 0; "" on success). What needs the rest of the config
+ * (offload without offload_path, pressure_reserve, KV_ENOTSUP for the page
+ * size) is checked by kv_store_create only. */
+KV_API int kv_pressure_check(const char *ladder, char *err, size_t err_len);
 
 /* ---- offload: the page-file tier (docs/offload.md) --------------------- */
 

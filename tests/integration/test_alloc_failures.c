@@ -25,6 +25,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_snap.h"
 
 #define NL 2
 #define NKV 2
@@ -43,19 +44,6 @@ typedef struct fixture {
     int n_ids;
 } fixture_t;
 
-typedef struct snap_list {
-    uint32_t len;
-    float *k, *v; /* [len][HD] */
-    int32_t *pos; /* [len]     */
-} snap_list_t;
-
-typedef struct snap {
-    kv_stats_t st;
-    uint64_t live; /* kv_mem_live_bytes */
-    int n_ids;
-    snap_list_t l[MAX_TRACK][NL * NKV];
-} snap_t;
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -66,69 +54,18 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static void snap_free(snap_t *sn)
+/* Reads everything (no fault armed; kv_test_snap.h). Returns 0 if every read
+ * succeeded. */
+static int snap_take(const fixture_t *f, kv_test_snap_t *sn)
 {
-    for (int i = 0; i < sn->n_ids; i++)
-        for (int j = 0; j < NL * NKV; j++) {
-            free(sn->l[i][j].k);
-            free(sn->l[i][j].v);
-            free(sn->l[i][j].pos);
-        }
-    memset(sn, 0, sizeof *sn);
-}
-
-/* Reads everything (no fault armed). Returns 0 if every read succeeded. */
-static int snap_take(const fixture_t *f, snap_t *sn)
-{
-    int bad = 0;
-    memset(sn, 0, sizeof *sn);
-    bad |= kv_store_stats(f->s, &sn->st) != 0;
-    sn->live = kv_mem_live_bytes();
-    sn->n_ids = f->n_ids;
-    for (int i = 0; i < f->n_ids; i++)
-        for (uint32_t j = 0; j < NL * NKV; j++) {
-            snap_list_t *l = &sn->l[i][j];
-            bad |= kv_seq_len(f->s, f->ids[i], j / NKV, j % NKV, &l->len) != 0;
-            l->k = xmalloc((size_t)l->len * HD * sizeof(float));
-            l->v = xmalloc((size_t)l->len * HD * sizeof(float));
-            l->pos = xmalloc((size_t)l->len * sizeof(int32_t));
-            if (l->len)
-                bad |= kv_read(f->s, f->ids[i], j / NKV, j % NKV, 0, l->len,
-                               l->k, l->v, l->pos) != 0;
-        }
-    return bad;
-}
-
-static int stats_same(const kv_stats_t *a, const kv_stats_t *b)
-{
-    return a->pages_used == b->pages_used && a->pages_free == b->pages_free &&
-           a->n_seqs == b->n_seqs && a->tokens == b->tokens &&
-           a->kv_bytes == b->kv_bytes && a->fp16_bytes == b->fp16_bytes &&
-           a->meta_bytes == b->meta_bytes &&
-           memcmp(a->pages_by_format, b->pages_by_format,
-                  sizeof a->pages_by_format) == 0;
+    return kv_test_snap_take(f->s, f->ids, (uint32_t)f->n_ids, kv_mem_live_bytes(), sn);
 }
 
 /* 1 if the two snapshots describe the same store. Prints the first difference. */
-static int snap_equal(const snap_t *a, const snap_t *b, const char *what,
+static int snap_equal(const kv_test_snap_t *a, const kv_test_snap_t *b, const char *what,
                       uint64_t n)
 {
-    const char *diff = NULL;
-    if (!stats_same(&a->st, &b->st))
-        diff = "statistics";
-    else if (a->live != b->live)
-        diff = "kv_mem_live_bytes";
-    else if (a->n_ids != b->n_ids)
-        diff = "tracked sequences";
-    for (int i = 0; !diff && i < a->n_ids; i++)
-        for (int j = 0; !diff && j < NL * NKV; j++) {
-            const snap_list_t *x = &a->l[i][j], *y = &b->l[i][j];
-            if (x->len != y->len ||
-                memcmp(x->k, y->k, (size_t)x->len * HD * sizeof(float)) ||
-                memcmp(x->v, y->v, (size_t)x->len * HD * sizeof(float)) ||
-                memcmp(x->pos, y->pos, (size_t)x->len * sizeof(int32_t)))
-                diff = "list contents";
-        }
+    const char *diff = kv_test_snap_diff(a, b);
     if (diff)
         fprintf(stderr,
                 "%s with fault at allocation %llu: %s changed (pages_used "
@@ -200,25 +137,21 @@ static int read_only(const call_t *c)
 /* After a successful call: read-only calls changed nothing at all; mutating
  * calls changed no list but the ones they target (append: every head of
  * (seq, layer); compact: (seq, layer, head); others: none of the tracked). */
-static int snap_same_except(const snap_t *a, const snap_t *b,
+static int snap_same_except(const kv_test_snap_t *a, const kv_test_snap_t *b,
                             const fixture_t *f, const call_t *c,
                             const char *what)
 {
     if (read_only(c))
         return snap_equal(a, b, what, 0);
-    for (int i = 0; i < a->n_ids; i++)
+    for (uint32_t i = 0; i < a->n; i++)
         for (uint32_t j = 0; j < NL * NKV; j++) {
-            const snap_list_t *x = &a->l[i][j], *y = &b->l[i][j];
             int target = f->ids[i] == c->seq && j / NKV == c->layer &&
                          (c->kind == C_APPEND ||
                           (c->kind == C_COMPACT && j % NKV == c->head));
             if (target)
                 continue;
-            if (x->len != y->len ||
-                memcmp(x->k, y->k, (size_t)x->len * HD * sizeof(float)) ||
-                memcmp(x->v, y->v, (size_t)x->len * HD * sizeof(float)) ||
-                memcmp(x->pos, y->pos, (size_t)x->len * sizeof(int32_t))) {
-                fprintf(stderr, "%s: changed list %u of tracked sequence %d\n",
+            if (!kv_test_list_same(&a->seq[i].l[j], &b->seq[i].l[j], HD)) {
+                fprintf(stderr, "%s: changed list %u of tracked sequence %u\n",
                         what, j, i);
                 return 0;
             }
@@ -232,7 +165,7 @@ static int fault_loop(fixture_t *f, call_t *c, const char *what,
                       uint64_t *n_alloc)
 {
     for (uint64_t n = 1; n <= MAX_N; n++) {
-        snap_t a, b;
+        kv_test_snap_t a, b;
         CHECK(snap_take(f, &a) == 0);
         kv_fault_arm(n);
         int rc = do_call(f, c);
@@ -247,8 +180,8 @@ static int fault_loop(fixture_t *f, call_t *c, const char *what,
             /* success: only what the call was meant to change has changed */
             CHECK(snap_take(f, &b) == 0);
             CHECK(snap_same_except(&a, &b, f, c, what));
-            snap_free(&a);
-            snap_free(&b);
+            kv_test_snap_free(&a);
+            kv_test_snap_free(&b);
             printf("%-34s %3llu allocation(s); failing each one left the "
                    "store unchanged\n",
                    what, (unsigned long long)*n_alloc);
@@ -261,8 +194,8 @@ static int fault_loop(fixture_t *f, call_t *c, const char *what,
         CHECK(snap_take(f, &b) == 0);
         CHECK(snap_equal(&a, &b, what, n));
         CHECK_OK(kv_store_check(f->s));
-        snap_free(&a);
-        snap_free(&b);
+        kv_test_snap_free(&a);
+        kv_test_snap_free(&b);
         if (rc == 0) { /* it claimed success after a failed allocation */
             *n_alloc = n;
             return KV_ECORRUPT;

@@ -25,6 +25,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_snap.h"
 
 #define NL 2
 #define NKV 2
@@ -44,15 +45,6 @@ static int n_track;
 static kv_seq_id_t USE; /* the untracked sequence the usability probe uses */
 static uint64_t rng = 7;
 
-typedef struct snap {
-    kv_stats_t st;
-    uint64_t live;
-    int n;
-    uint32_t len[MAX_TRACK][NL * NKV];
-    float *k[MAX_TRACK][NL * NKV], *v[MAX_TRACK][NL * NKV];
-    int32_t *pos[MAX_TRACK][NL * NKV];
-} snap_t;
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -61,53 +53,11 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static void snap_take(snap_t *sn)
+/* The store as the API shows it (kv_test_snap.h): statistics, live
+ * metadata bytes, every tracked list. */
+static void snap_take(kv_test_snap_t *sn)
 {
-    memset(sn, 0, sizeof *sn);
-    CHECK_OK(kv_store_stats(S, &sn->st));
-    sn->live = kv_mem_live_bytes();
-    sn->n = n_track;
-    for (int i = 0; i < n_track; i++)
-        for (uint32_t j = 0; j < NL * NKV; j++) {
-            uint32_t *len = &sn->len[i][j];
-            CHECK_OK(kv_seq_len(S, track[i], j / NKV, j % NKV, len));
-            sn->k[i][j] = xmalloc((size_t)*len * HD * 4);
-            sn->v[i][j] = xmalloc((size_t)*len * HD * 4);
-            sn->pos[i][j] = xmalloc((size_t)*len * 4);
-            if (*len)
-                CHECK_OK(kv_read(S, track[i], j / NKV, j % NKV, 0, *len,
-                                 sn->k[i][j], sn->v[i][j], sn->pos[i][j]));
-        }
-}
-
-static void snap_free(snap_t *sn)
-{
-    for (int i = 0; i < sn->n; i++)
-        for (int j = 0; j < NL * NKV; j++) {
-            free(sn->k[i][j]);
-            free(sn->v[i][j]);
-            free(sn->pos[i][j]);
-        }
-}
-
-static int snap_same(const snap_t *a, const snap_t *b)
-{
-    const kv_stats_t *x = &a->st, *y = &b->st;
-    if (x->pages_used != y->pages_used || x->pages_free != y->pages_free ||
-        x->n_seqs != y->n_seqs || x->tokens != y->tokens ||
-        x->kv_bytes != y->kv_bytes || x->meta_bytes != y->meta_bytes ||
-        x->fp16_bytes != y->fp16_bytes || a->live != b->live || a->n != b->n)
-        return 0;
-    for (int i = 0; i < a->n; i++)
-        for (int j = 0; j < NL * NKV; j++) {
-            size_t len = a->len[i][j];
-            if (len != b->len[i][j] ||
-                memcmp(a->k[i][j], b->k[i][j], len * HD * 4) ||
-                memcmp(a->v[i][j], b->v[i][j], len * HD * 4) ||
-                memcmp(a->pos[i][j], b->pos[i][j], len * 4))
-                return 0;
-        }
-    return 1;
+    CHECK_OK(kv_test_snap_take(S, track, (uint32_t)n_track, kv_mem_live_bytes(), sn));
 }
 
 /* A valid append of one token to USE at layer 0, then a decode of it. USE
@@ -138,10 +88,10 @@ static void usable(int line)
 
 /* rc must be want (or want2 when the header allows both; pass want twice
  * otherwise); the store must be unchanged and, if probe, still usable. */
-static void expect_rc(int rc, int want, int want2, const snap_t *before,
+static void expect_rc(int rc, int want, int want2, const kv_test_snap_t *before,
                       const char *call, int line, int probe)
 {
-    snap_t after;
+    kv_test_snap_t after;
     if (rc == want || rc == want2) {
         kv_test_pass_++;
     } else {
@@ -150,11 +100,11 @@ static void expect_rc(int rc, int want, int want2, const snap_t *before,
                 call, rc, kv_strerror(rc), want, kv_strerror(want));
     }
     snap_take(&after);
-    if (!snap_same(before, &after)) {
+    if (kv_test_snap_diff(before, &after)) {
         kv_test_fail_++;
         fprintf(stderr, "line %d: %s changed the store\n", line, call);
     }
-    snap_free(&after);
+    kv_test_snap_free(&after);
     CHECK_OK(kv_store_check(S));
     if (probe)
         usable(line);
@@ -162,21 +112,21 @@ static void expect_rc(int rc, int want, int want2, const snap_t *before,
 
 #define EXPECT2(want, want2, call)                                \
     do {                                                          \
-        snap_t b_;                                                \
+        kv_test_snap_t b_;                                        \
         snap_take(&b_);                                           \
         int rc_ = (call);                                         \
         expect_rc(rc_, want, want2, &b_, #call, __LINE__, 1);     \
-        snap_free(&b_);                                           \
+        kv_test_snap_free(&b_);                                   \
     } while (0)
 #define EXPECT(want, call) EXPECT2(want, want, call)
 /* Same, without the usability probe (the pool is full). */
 #define EXPECT_NOPROBE(want, call)                                \
     do {                                                          \
-        snap_t b_;                                                \
+        kv_test_snap_t b_;                                        \
         snap_take(&b_);                                           \
         int rc_ = (call);                                         \
         expect_rc(rc_, want, want, &b_, #call, __LINE__, 0);      \
-        snap_free(&b_);                                           \
+        kv_test_snap_free(&b_);                                   \
     } while (0)
 
 static kv_config_t good_config(void)

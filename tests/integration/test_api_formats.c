@@ -45,6 +45,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_snap.h"
 #include "kv_test_attn.h"
 
 #define NL 4
@@ -451,40 +452,13 @@ static void prefill_check(kv_seq_id_t sq, uint32_t n_new, uint32_t row0)
     }
 }
 
-/* Tokens of every list of q, bit for bit (for "unchanged" checks). */
-typedef struct shot {
-    float *k[NL][NKV], *v[NL][NKV];
-    int32_t *pos[NL][NKV];
-    uint32_t n[NL][NKV];
-} shot_t;
+/* Tokens of every list of q, bit for bit (for "unchanged" checks;
+ * kv_test_snap.h); SL: list (l, g) of a snapshot. */
+#define SL(s, l, g) kv_test_seq_list(&(s), (l), (g))
 
-static void shot_take(kv_seq_id_t q, shot_t *s)
+static void shot_take(kv_seq_id_t q, kv_test_seq_t *s)
 {
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t g = 0; g < NKV; g++)
-            s->n[l][g] = read_list(q, l, g, &s->k[l][g], &s->v[l][g],
-                                   &s->pos[l][g]);
-}
-
-static int shot_same(const shot_t *a, const shot_t *b)
-{
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t g = 0; g < NKV; g++) {
-            uint32_t n = a->n[l][g];
-            if (n != b->n[l][g] ||
-                memcmp(a->k[l][g], b->k[l][g], (size_t)n * HD * 4) ||
-                memcmp(a->v[l][g], b->v[l][g], (size_t)n * HD * 4) ||
-                memcmp(a->pos[l][g], b->pos[l][g], (size_t)n * 4))
-                return 0;
-        }
-    return 1;
-}
-
-static void shot_free(shot_t *s)
-{
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t g = 0; g < NKV; g++)
-            free(s->k[l][g]), free(s->v[l][g]), free(s->pos[l][g]);
+    CHECK_OK(kv_test_seq_take(S, q, s));
 }
 
 static double vnorm(const float *x)
@@ -546,7 +520,7 @@ static void test_attention(void)
     decode_check(ids, 3, "mixed");
 
     /* decode steps: one token per layer per sequence, merge as we go */
-    shot_t before, after;
+    kv_test_seq_t before, after;
     for (int step = 0; step < 40; step++) {
         for (int i = 0; i < 3; i++) {
             append_rand(S, ids[i], 0, 1, NKV);
@@ -558,8 +532,8 @@ static void test_attention(void)
             o = kv_merge_opts_default();
             CHECK_OK(kv_seq_merge_layers(S, ids[0], 3, &o)); /* parent only */
             shot_take(ids[2], &after);
-            CHECK(shot_same(&before, &after)); /* the fork is untouched */
-            shot_free(&before), shot_free(&after);
+            CHECK(kv_test_seq_same(&before, &after)); /* the fork is untouched */
+            kv_test_seq_free(&before), kv_test_seq_free(&after);
         }
         if (step % 13 == 0)
             decode_check(ids, 3, "steps");
@@ -591,8 +565,8 @@ static void test_attention(void)
         free(keep);
     }
     shot_take(ids[0], &after);
-    CHECK(shot_same(&before, &after));
-    shot_free(&before), shot_free(&after);
+    CHECK(kv_test_seq_same(&before, &after));
+    kv_test_seq_free(&before), kv_test_seq_free(&after);
     CHECK_OK(kv_store_check(S));
     decode_check(ids, 3, "after compaction");
 
@@ -633,7 +607,7 @@ static void test_merge_api(void)
     CHECK_OK(kv_seq_create(S, &q));
     append_pair(S, q, 0, 100, NKV);
     append_pair(S, q, 2, 100, NKV);
-    shot_t orig;
+    kv_test_seq_t orig;
     shot_take(q, &orig);
     kv_merge_opts_t o = kv_merge_opts_default();
     o.gamma = 0.0f; /* merge everything */
@@ -648,20 +622,20 @@ static void test_merge_api(void)
     CHECK_OK(kv_seq_merge_layers(S, q, 3, &o));
     CHECK_OK(kv_store_stats(S, &st));
     CHECK(st.pages_by_format[KV_FMT_MERGED] <= 14 + 2);
-    shot_t now;
+    kv_test_seq_t now;
     shot_take(q, &now);
     int norms = 1, exact = 0;
     for (uint32_t l = 0; l < NL; l++)
         for (uint32_t g = 0; g < NKV; g++)
-            for (uint32_t i = 0; i < now.n[l][g]; i++) {
+            for (uint32_t i = 0; i < SL(now, l, g)->n; i++) {
                 /* token with the same position in the original */
-                int32_t p = now.pos[l][g][i];
-                const float *a = orig.k[l][g] + (size_t)p * HD;
-                const float *b = now.k[l][g] + (size_t)i * HD;
+                int32_t p = SL(now, l, g)->pos[i];
+                const float *a = SL(orig, l, g)->k + (size_t)p * HD;
+                const float *b = SL(now, l, g)->k + (size_t)i * HD;
                 double na = vnorm(a), nb = vnorm(b);
                 norms &= fabs(na - nb) <= 1e-5 * na;
-                na = vnorm(orig.v[l][g] + (size_t)p * HD);
-                nb = vnorm(now.v[l][g] + (size_t)i * HD);
+                na = vnorm(SL(orig, l, g)->v + (size_t)p * HD);
+                nb = vnorm(SL(now, l, g)->v + (size_t)i * HD);
                 norms &= fabs(na - nb) <= 1e-5 * na;
                 if (l >= 2)
                     exact += memcmp(a, b, HD * 4) == 0;
@@ -670,7 +644,7 @@ static void test_merge_api(void)
     /* gamma 1: all but at most one token per head retained, bit-exact */
     CHECK(exact >= 2 * NKV * (100 - 1));
     CHECK_OK(kv_store_check(S));
-    shot_free(&orig), shot_free(&now);
+    kv_test_seq_free(&orig), kv_test_seq_free(&now);
     kv_store_destroy(S);
     S = NULL;
 }
@@ -725,7 +699,7 @@ static void test_merge_pack(void)
     CHECK_OK(kv_seq_prefill_end(S, q));
     CHECK_OK(kv_store_check(S));
     CHECK_OK(kv_seq_fork(S, q, &f));
-    shot_t fork0, fork1, now;
+    kv_test_seq_t fork0, fork1, now;
     shot_take(f, &fork0);
     int bad = 0;
     for (uint32_t st = 0; st < PK_STEPS; st++) {
@@ -735,24 +709,24 @@ static void test_merge_pack(void)
     }
     CHECK_EQ(bad, 0);
     shot_take(f, &fork1);
-    CHECK(shot_same(&fork0, &fork1));
+    CHECK(kv_test_seq_same(&fork0, &fork1));
     /* shallower layers of each pair: every retained token is its original;
      * (FP16-rounded); at most one merged token per head and merge */
     shot_take(q, &now);
     uint32_t exact = 0, total = 0;
     for (uint32_t l = 0; l < NL; l += 2)
         for (uint32_t g = 0; g < NKV; g++)
-            for (uint32_t i = 0; i < now.n[l][g]; i++) {
-                int32_t p = now.pos[l][g][i];
+            for (uint32_t i = 0; i < SL(now, l, g)->n; i++) {
+                int32_t p = SL(now, l, g)->pos[i];
                 const float *a = ok + ((size_t)l * PK_N + p) * row + g * HD;
                 const float *b = ov + ((size_t)l * PK_N + p) * row + g * HD;
                 total++;
-                exact += fp16_of(a, now.k[l][g] + (size_t)i * HD) &&
-                         fp16_of(b, now.v[l][g] + (size_t)i * HD);
+                exact += fp16_of(a, SL(now, l, g)->k + (size_t)i * HD) &&
+                         fp16_of(b, SL(now, l, g)->v + (size_t)i * HD);
             }
     CHECK_EQ(total, (NL / 2) * NKV * PK_N);
     CHECK(exact + 2u * (NL / 2) * NKV >= total);
-    shot_free(&fork0), shot_free(&fork1), shot_free(&now);
+    kv_test_seq_free(&fork0), kv_test_seq_free(&fork1), kv_test_seq_free(&now);
     free(ok), free(ov);
     kv_policy_destroy(pol);
     kv_store_destroy(S);
@@ -815,7 +789,7 @@ static void test_merge_pack_heads(void)
         pk_append_rot(q, parts[r], t0, 0);
         int rc = KV_ENOMEM, fails = 0;
         for (uint64_t f = 1; rc == KV_ENOMEM && f < 100; f++) {
-            shot_t before, after;
+            kv_test_seq_t before, after;
             shot_take(q, &before);
             uint64_t live = kv_mem_live_bytes();
             kv_fault_arm(r ? f : 0); /* the repacking merge: failures */
@@ -824,11 +798,11 @@ static void test_merge_pack_heads(void)
             if (rc == KV_ENOMEM) { /* changed nothing */
                 fails++;
                 shot_take(q, &after);
-                CHECK(shot_same(&before, &after));
+                CHECK(kv_test_seq_same(&before, &after));
                 CHECK_EQ(kv_mem_live_bytes(), live);
-                shot_free(&after);
+                kv_test_seq_free(&after);
             }
-            shot_free(&before);
+            kv_test_seq_free(&before);
         }
         CHECK_OK(rc);
         CHECK(r == 0 || fails >= 2);
@@ -867,7 +841,7 @@ static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
     o.dir_format = KV_FMT_INT4; /* 36 slots a page: the two calls' 16 fit one */
     const uint32_t parts[2] = {p0, p1}, N = p0 + p1;
     CHECK(N <= 48);
-    shot_t fork0, fork1, now;
+    kv_test_seq_t fork0, fork1, now;
     for (uint32_t r = 0, t0 = 0; r < 2; t0 += parts[r++]) {
         pk_append_rot(q, parts[r], t0, 1);
         CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
@@ -878,12 +852,12 @@ static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
         }
     }
     shot_take(f, &fork1);
-    CHECK(shot_same(&fork0, &fork1));
+    CHECK(kv_test_seq_same(&fork0, &fork1));
     shot_take(q, &now);
     uint32_t seen[2][48] = {{0}}, exact = 0, zero = 0;
     for (uint32_t g = 0; g < NKV; g++)
-        for (uint32_t i = 0; i < now.n[1][g]; i++) {
-            int32_t p = now.pos[1][g][i];
+        for (uint32_t i = 0; i < SL(now, 1, g)->n; i++) {
+            int32_t p = SL(now, 1, g)->pos[i];
             if (p < 0 || p >= (int32_t)N)
                 continue;
             seen[g][p]++;
@@ -892,7 +866,8 @@ static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
             float ek[HD], ev[HD];
             pk_rot(ek, 0.1 + 0.02 * t, merged ? 0.0f : 2.0f);
             pk_rot(ev, 0.1 + 0.02 * t, merged ? 0.0f : 0.7f);
-            const float *k = now.k[1][g] + (size_t)i * HD, *v = now.v[1][g] + (size_t)i * HD;
+            const float *k = SL(now, 1, g)->k + (size_t)i * HD;
+            const float *v = SL(now, 1, g)->v + (size_t)i * HD;
             if (merged)
                 zero += vnorm(k) < 1e-6 && vnorm(v) < 1e-6;
             else
@@ -905,7 +880,7 @@ static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
     CHECK_EQ(once, NKV * N);
     CHECK_EQ(exact, NKV * (N - 16));
     CHECK_EQ(zero, NKV * 16);
-    shot_free(&fork0), shot_free(&fork1), shot_free(&now);
+    kv_test_seq_free(&fork0), kv_test_seq_free(&fork1), kv_test_seq_free(&now);
     CHECK_OK(kv_seq_free(S, f));
     kv_stats_t st;
     CHECK_OK(kv_store_stats(S, &st));
@@ -932,7 +907,7 @@ static void test_faults(void)
     CHECK(!kv_fault_fired());
     kv_fault_arm(0);
     CHECK_OK(kv_seq_set_format(S, q, 1, KV_FMT_INT4));
-    shot_t before, after;
+    kv_test_seq_t before, after;
     kv_stats_t s0, s1;
     int fails = 0, ops = 0;
     for (int op = 0; op < 3; op++) {
@@ -954,7 +929,7 @@ static void test_faults(void)
             kv_fault_arm(0);
             if (rc == 0) {
                 CHECK(!fired);
-                shot_free(&before);
+                kv_test_seq_free(&before);
                 ops++;
                 break;
             }
@@ -962,11 +937,11 @@ static void test_faults(void)
             CHECK_EQ(rc, KV_ENOMEM);
             shot_take(q, &after);
             CHECK_OK(kv_store_stats(S, &s1));
-            CHECK(shot_same(&before, &after));
+            CHECK(kv_test_seq_same(&before, &after));
             CHECK_EQ(s0.pages_used, s1.pages_used);
             CHECK_EQ(s0.meta_bytes, s1.meta_bytes);
             CHECK_EQ(kv_mem_live_bytes(), live);
-            shot_free(&before), shot_free(&after);
+            kv_test_seq_free(&before), kv_test_seq_free(&after);
         }
     }
     CHECK_EQ(ops, 3);
@@ -991,9 +966,9 @@ static void test_faults(void)
         if (rc == 0) {
             uint32_t len;
             CHECK_OK(kv_seq_len(S, q, 0, 0, &len));
-            CHECK_EQ(len, before.n[0][0] + 40);
+            CHECK_EQ(len, SL(before, 0, 0)->n + 40);
             CHECK_OK(kv_store_check(S));
-            shot_free(&before);
+            kv_test_seq_free(&before);
             if (!fired)
                 break;
             deferred++; /* the conversion failed: deferred, append stands */
@@ -1002,9 +977,9 @@ static void test_faults(void)
         rng = r0;
         CHECK_EQ(rc, KV_ENOMEM);
         shot_take(q, &after);
-        CHECK(shot_same(&before, &after));
+        CHECK(kv_test_seq_same(&before, &after));
         CHECK_EQ(kv_mem_live_bytes(), live);
-        shot_free(&before), shot_free(&after);
+        kv_test_seq_free(&before), kv_test_seq_free(&after);
     }
     CHECK(deferred >= 1);
     CHECK_OK(kv_store_check(S));

@@ -14,29 +14,12 @@
 
 #include "alloc/kv_mem.h"
 #include "../unit/test_policy_env.h"
+#include "kv_test_snap.h"
 
-#define SNAP_MAX (2u * 2u * 256u)
-
-typedef struct snap {
-    uint32_t n[2][2];
-    int32_t pos[2][2][256];
-    float k[2][2][256 * PE_D], v[2][2][256 * PE_D];
-} snap_t;
-
-static void take(const pe_t *e, kv_seq_id_t s, snap_t *sn)
+/* A sequence's lists, bit for bit (kv_test_snap.h). */
+static void take(const pe_t *e, kv_seq_id_t s, kv_test_seq_t *sn)
 {
-    memset(sn, 0, sizeof *sn);
-    for (uint32_t l = 0; l < e->L; l++)
-        for (uint32_t h = 0; h < e->H; h++) {
-            uint32_t n = pe_len(e, s, l, h);
-            sn->n[l][h] = n;
-            CHECK_OK(kv_read(e->s, s, l, h, 0, n, sn->k[l][h], sn->v[l][h], sn->pos[l][h]));
-        }
-}
-
-static int same(const snap_t *a, const snap_t *b)
-{
-    return memcmp(a, b, sizeof *a) == 0;
+    CHECK_OK(kv_test_seq_take(e->s, s, sn));
 }
 
 static const char *const specs[] = {
@@ -55,7 +38,7 @@ static void setup(pe_t *e)
 }
 
 /* Reference run of spec: prompt 64, prefill end, 3 steps. */
-static void reference(const char *spec, snap_t *ref)
+static void reference(const char *spec, kv_test_seq_t *ref)
 {
     pe_t e;
     setup(&e);
@@ -93,7 +76,7 @@ static int faulty(pe_t *e, kv_seq_id_t s, int is_step, uint64_t n)
 
 static void test_faults(const char *spec)
 {
-    static snap_t ref, got;
+    kv_test_seq_t ref, got;
     reference(spec, &ref);
     for (int which = 0; which < 2; which++) {
         int done = 0;
@@ -116,15 +99,17 @@ static void test_faults(const char *spec)
                     CHECK_OK(kv_seq_step_end(e.s, s));
             }
             take(&e, s, &got);
-            if (!same(&ref, &got))
+            if (!kv_test_seq_same(&ref, &got))
                 fprintf(stderr, "  %s: fault %llu in %s: state differs\n", spec,
                         (unsigned long long)n, which ? "step_end" : "prefill_end");
-            CHECK(same(&ref, &got));
+            CHECK(kv_test_seq_same(&ref, &got));
+            kv_test_seq_free(&got);
             kv_store_destroy(e.s);
             CHECK_EQ(kv_mem_live_bytes(), live0);
         }
         CHECK(done);
     }
+    kv_test_seq_free(&ref);
 }
 
 static void test_fork(void)
@@ -145,10 +130,12 @@ static void test_fork(void)
         CHECK_OK(pe_step(&e, c, 64 + i));
         CHECK_OK(pe_step(&e, solo, 64 + i));
     }
-    static snap_t a, b;
+    kv_test_seq_t a, b;
     take(&e, c, &a);
     take(&e, solo, &b);
-    CHECK(same(&a, &b));
+    CHECK(kv_test_seq_same(&a, &b));
+    kv_test_seq_free(&a);
+    kv_test_seq_free(&b);
     CHECK_EQ(pe_len(&e, p, 0, 0), 16); /* parent untouched by the child's steps */
     CHECK(pe_has(&e, p, 0, 0, 64) && !pe_has(&e, p, 0, 0, 65));
     CHECK_OK(kv_seq_free(e.s, p));

@@ -45,6 +45,7 @@
 #include "alloc/kv_mem.h"
 #include "store/kv_store_int.h" /* list targets and entry formats */
 #include "kv_test.h"
+#include "kv_test_snap.h"
 
 #define NL 2
 #define NKV 2
@@ -127,53 +128,12 @@ static uint32_t target(const kv_store_t *s, kv_seq_id_t q, uint32_t l)
 
 /* ---- snapshots -------------------------------------------------------------------- */
 
-typedef struct lsnap {
-    uint32_t n;
-    float *k, *v;  /* [n][HD] */
-    int32_t *pos;  /* [n]     */
-} lsnap_t;
+/* A sequence's lists, bit for bit (kv_test_snap.h); LS: list (l, h). */
+#define LS(q, l, h) kv_test_seq_list(&(q), (l), (h))
 
-typedef struct ssnap {
-    lsnap_t l[NL][NKV];
-} ssnap_t;
-
-static void take(const kv_store_t *s, kv_seq_id_t q, ssnap_t *o)
+static void take(const kv_store_t *s, kv_seq_id_t q, kv_test_seq_t *o)
 {
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t h = 0; h < NKV; h++) {
-            lsnap_t *x = &o->l[l][h];
-            CHECK_OK(kv_seq_len(s, q, l, h, &x->n));
-            x->k = xmalloc((size_t)x->n * HD * 4);
-            x->v = xmalloc((size_t)x->n * HD * 4);
-            x->pos = xmalloc((size_t)x->n * 4);
-            if (x->n)
-                CHECK_OK(kv_read(s, q, l, h, 0, x->n, x->k, x->v, x->pos));
-        }
-}
-
-static void drop(ssnap_t *o)
-{
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t h = 0; h < NKV; h++)
-            free(o->l[l][h].k), free(o->l[l][h].v), free(o->l[l][h].pos);
-    memset(o, 0, sizeof *o);
-}
-
-static int same_list(const lsnap_t *a, const lsnap_t *b)
-{
-    return a->n == b->n &&
-           (a->n == 0 || (!memcmp(a->k, b->k, (size_t)a->n * HD * 4) &&
-                          !memcmp(a->v, b->v, (size_t)a->n * HD * 4) &&
-                          !memcmp(a->pos, b->pos, (size_t)a->n * 4)));
-}
-
-static int same_seq(const ssnap_t *a, const ssnap_t *b)
-{
-    int ok = 1;
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t h = 0; h < NKV; h++)
-            ok &= same_list(&a->l[l][h], &b->l[l][h]);
-    return ok;
+    CHECK_OK(kv_test_seq_take(s, q, o));
 }
 
 /* Half a quantization step of 16 values x[j * stride] at `levels` levels,
@@ -192,7 +152,8 @@ static double half_step(const float *x, size_t stride, double levels)
  * from token 0, or equal: same length and positions, every element within
  * half a step of its group (keys: a channel over 16 tokens; values: 16
  * channels of a token). *changed counts elements that differ. */
-static int within(const lsnap_t *ref, const lsnap_t *got, double levels, long *changed)
+static int within(const kv_test_list_t *ref, const kv_test_list_t *got, double levels,
+                  long *changed)
 {
     if (ref->n != got->n || (ref->n && memcmp(ref->pos, got->pos, (size_t)ref->n * 4)))
         return 0;
@@ -224,13 +185,13 @@ static int within(const lsnap_t *ref, const lsnap_t *got, double levels, long *c
 
 /* got is ref with only tokens [0, sink) and [n - recent, n) kept, values
  * within the INT4 bound of ref (levels 0: bit-exact). */
-static int evicted_to(const lsnap_t *ref, const lsnap_t *got, uint32_t sink,
+static int evicted_to(const kv_test_list_t *ref, const kv_test_list_t *got, uint32_t sink,
                       uint32_t recent, double levels)
 {
     if (got->n != sink + recent || ref->n < got->n)
         return 0;
     int ok = 1;
-    lsnap_t sub = {.n = got->n};
+    kv_test_list_t sub = {.n = got->n};
     sub.k = xmalloc((size_t)got->n * HD * 4);
     sub.v = xmalloc((size_t)got->n * HD * 4);
     sub.pos = xmalloc((size_t)got->n * 4);
@@ -242,7 +203,7 @@ static int evicted_to(const lsnap_t *ref, const lsnap_t *got, uint32_t sink,
         ok &= got->pos[i] == (int32_t)t;
     }
     if (levels == 0)
-        ok &= same_list(&sub, got);
+        ok &= kv_test_list_same(&sub, got, HD);
     else /* kept tokens read as their INT4 decodes: check token-wise */
         for (uint32_t i = 0; i < got->n; i++)
             for (uint32_t c = 0; c < HD; c++) {
@@ -305,7 +266,7 @@ static void test_off(void)
 {
     fix_t f;
     CHECK_OK(fixture(&f, 44, NULL, 0, 0)); /* A 32 pages, B 8: 4 free */
-    ssnap_t a0, b0, a1, b1;
+    kv_test_seq_t a0, b0, a1, b1;
     take(f.s, f.a, &a0);
     take(f.s, f.b, &b0);
     kv_stats_t s0 = stats(f.s);
@@ -314,7 +275,7 @@ static void test_off(void)
     take(f.s, f.a, &a1);
     take(f.s, f.b, &b1);
     kv_stats_t s1 = stats(f.s);
-    CHECK(same_seq(&a0, &a1) && same_seq(&b0, &b1));
+    CHECK(kv_test_seq_same(&a0, &a1) && kv_test_seq_same(&b0, &b1));
     CHECK_EQ(s1.pages_used, s0.pages_used);
     CHECK_EQ(s1.tokens, s0.tokens);
     CHECK_EQ(s1.alloc_failures, s0.alloc_failures + 1);
@@ -323,7 +284,8 @@ static void test_off(void)
     CHECK_OK(kv_store_config(f.s, &c));
     CHECK(c.pressure == NULL && c.pressure_reserve == 0);
     CHECK_OK(kv_store_check(f.s));
-    drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 }
 
@@ -331,7 +293,7 @@ static void test_int4_rescue(void)
 {
     fix_t f;
     CHECK_OK(fixture(&f, 44, "int4", 0, 0));
-    ssnap_t a0, b0, a1, b1;
+    kv_test_seq_t a0, b0, a1, b1;
     take(f.s, f.a, &a0);
     take(f.s, f.b, &b0);
     float *k;
@@ -339,12 +301,14 @@ static void test_int4_rescue(void)
     take(f.s, f.a, &a1);
     take(f.s, f.b, &b1);
     /* B: layer 0 as before, layer 1 the appended keys, all FP16 */
-    CHECK(same_list(&b0.l[0][0], &b1.l[0][0]) && same_list(&b0.l[0][1], &b1.l[0][1]));
+    CHECK(kv_test_list_same(LS(b0, 0, 0), LS(b1, 0, 0), HD) &&
+          kv_test_list_same(LS(b0, 0, 1), LS(b1, 0, 1), HD));
     int exact = 1;
     for (uint32_t h = 0; h < NKV; h++) {
-        CHECK_EQ(b1.l[1][h].n, 64);
-        for (uint32_t t = 0; t < 64 && b1.l[1][h].n == 64; t++)
-            exact &= !memcmp(b1.l[1][h].k + (size_t)t * HD, k + ((size_t)t * NKV + h) * HD, HD * 4);
+        CHECK_EQ(LS(b1, 1, h)->n, 64);
+        for (uint32_t t = 0; t < 64 && LS(b1, 1, h)->n == 64; t++)
+            exact &= !memcmp(LS(b1, 1, h)->k + (size_t)t * HD,
+                             k + ((size_t)t * NKV + h) * HD, HD * 4);
         for (uint32_t l = 0; l < NL; l++)
             CHECK_EQ(formats(f.s, f.b, l, h), 1u << KV_FMT_FP16);
     }
@@ -354,9 +318,9 @@ static void test_int4_rescue(void)
     /* A: layer 0 half converted (64 tokens per head), layer 1 untouched */
     long changed = 0;
     for (uint32_t h = 0; h < NKV; h++) {
-        CHECK(within(&a0.l[0][h], &a1.l[0][h], 15.0, &changed));
-        CHECK(!memcmp(a1.l[0][h].k + 64 * HD, a0.l[0][h].k + 64 * HD, 64 * HD * 4));
-        CHECK(same_list(&a0.l[1][h], &a1.l[1][h]));
+        CHECK(within(LS(a0, 0, h), LS(a1, 0, h), 15.0, &changed));
+        CHECK(!memcmp(LS(a1, 0, h)->k + 64 * HD, LS(a0, 0, h)->k + 64 * HD, 64 * HD * 4));
+        CHECK(kv_test_list_same(LS(a0, 1, h), LS(a1, 1, h), HD));
         CHECK_EQ(formats(f.s, f.a, 0, h), (1u << KV_FMT_FP16) | (1u << KV_FMT_INT4));
         CHECK_EQ(formats(f.s, f.a, 1, h), 1u << KV_FMT_FP16);
     }
@@ -369,7 +333,8 @@ static void test_int4_rescue(void)
     CHECK_EQ(st.pages_free, 0);
     CHECK_OK(kv_store_check(f.s));
     report("int4, 4 pages free, needs 8:", f.s);
-    drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 }
 
@@ -378,17 +343,18 @@ static void test_cannot(void)
     /* no page free: a conversion cannot start */
     fix_t f;
     CHECK_OK(fixture(&f, 40, "int4", 0, 0));
-    ssnap_t a0, b0, a1, b1;
+    kv_test_seq_t a0, b0, a1, b1;
     take(f.s, f.a, &a0);
     take(f.s, f.b, &b0);
     CHECK_EQ(append_n(f.s, f.b, 1, 64, NULL), KV_ENOMEM);
     take(f.s, f.a, &a1);
     take(f.s, f.b, &b1);
-    CHECK(same_seq(&a0, &a1) && same_seq(&b0, &b1));
+    CHECK(kv_test_seq_same(&a0, &a1) && kv_test_seq_same(&b0, &b1));
     expect_counters(f.s, 1, 0, 0, 0, 0);
     CHECK_EQ(target(f.s, f.a, 0), KV_FMT_FP16); /* nothing converted: target kept */
     CHECK_OK(kv_store_check(f.s));
-    drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 
     /* converting all of A frees 16 pages; the append needs 64 */
@@ -398,18 +364,19 @@ static void test_cannot(void)
     CHECK_EQ(append_n(f.s, f.b, 1, 512, NULL), KV_ENOMEM);
     take(f.s, f.a, &a1);
     take(f.s, f.b, &b1);
-    CHECK(same_seq(&b0, &b1));
+    CHECK(kv_test_seq_same(&b0, &b1));
     long changed = 0;
     for (uint32_t l = 0; l < NL; l++)
         for (uint32_t h = 0; h < NKV; h++) {
-            CHECK(within(&a0.l[l][h], &a1.l[l][h], 15.0, &changed));
+            CHECK(within(LS(a0, l, h), LS(a1, l, h), 15.0, &changed));
             CHECK_EQ(formats(f.s, f.a, l, h), 1u << KV_FMT_INT4);
         }
     expect_counters(f.s, 1, 0, 16, NL * NKV * LA, 0);
     CHECK_EQ(stats(f.s).pages_free, 20);
     CHECK_OK(kv_store_check(f.s));
     report("int4, needs 64, can free 16:", f.s);
-    drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 }
 
@@ -417,22 +384,23 @@ static void test_evict(void)
 {
     fix_t f;
     CHECK_OK(fixture(&f, 40, "evict:sink=4,recent=16", 0, 0)); /* 0 free */
-    ssnap_t a0, b0, a1, b1;
+    kv_test_seq_t a0, b0, a1, b1;
     take(f.s, f.a, &a0);
     take(f.s, f.b, &b0);
     CHECK_OK(append_n(f.s, f.b, 1, 64, NULL));
     take(f.s, f.a, &a1);
     take(f.s, f.b, &b1);
     for (uint32_t h = 0; h < NKV; h++) {
-        CHECK(evicted_to(&a0.l[0][h], &a1.l[0][h], 4, 16, 0));
-        CHECK(same_list(&a0.l[1][h], &a1.l[1][h]));
-        CHECK(same_list(&b0.l[0][h], &b1.l[0][h]));
-        CHECK_EQ(b1.l[1][h].n, 64);
+        CHECK(evicted_to(LS(a0, 0, h), LS(a1, 0, h), 4, 16, 0));
+        CHECK(kv_test_list_same(LS(a0, 1, h), LS(a1, 1, h), HD));
+        CHECK(kv_test_list_same(LS(b0, 0, h), LS(b1, 0, h), HD));
+        CHECK_EQ(LS(b1, 1, h)->n, 64);
     }
     expect_counters(f.s, 1, 1, 12, 0, NKV * (LA - 20)); /* 8 pages -> 2 per list */
     CHECK_OK(kv_store_check(f.s));
     report("evict, 0 free, needs 8:", f.s);
-    drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 }
 
@@ -443,7 +411,7 @@ static void test_ladder_order(void)
      * A's INT4 lists (4 pages -> 2 fresh FP16) frees 4 per layer. */
     fix_t f;
     CHECK_OK(fixture(&f, 74, "int4,int2,evict:sink=4,recent=16", 0, 1));
-    ssnap_t a0, c0, b0, a1, c1, b1;
+    kv_test_seq_t a0, c0, b0, a1, c1, b1;
     take(f.s, f.a, &a0);
     take(f.s, f.c, &c0);
     take(f.s, f.b, &b0);
@@ -454,16 +422,17 @@ static void test_ladder_order(void)
     long changed = 0;
     for (uint32_t l = 0; l < NL; l++)
         for (uint32_t h = 0; h < NKV; h++) {
-            CHECK(evicted_to(&a0.l[l][h], &a1.l[l][h], 4, 16, 15.0));
-            CHECK(within(&c0.l[l][h], &c1.l[l][h], 15.0, &changed));
+            CHECK(evicted_to(LS(a0, l, h), LS(a1, l, h), 4, 16, 15.0));
+            CHECK(within(LS(c0, l, h), LS(c1, l, h), 15.0, &changed));
             CHECK_EQ(formats(f.s, f.c, l, h), 1u << KV_FMT_INT4);
         }
     CHECK(changed > 1000);
-    CHECK(same_list(&b0.l[0][0], &b1.l[0][0]) && b1.l[1][1].n == 320);
+    CHECK(kv_test_list_same(LS(b0, 0, 0), LS(b1, 0, 0), HD) && LS(b1, 1, 1)->n == 320);
     expect_counters(f.s, 1, 1, 40, 2 * NL * NKV * LA, NL * NKV * (LA - 20));
     CHECK_OK(kv_store_check(f.s));
     report("int4,int2,evict, needs 40:", f.s);
-    drop(&a0), drop(&c0), drop(&b0), drop(&a1), drop(&c1), drop(&b1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&c0), kv_test_seq_free(&b0);
+    kv_test_seq_free(&a1), kv_test_seq_free(&c1), kv_test_seq_free(&b1);
     kv_store_destroy(f.s);
 }
 
@@ -517,7 +486,7 @@ static void test_reserve(void)
 
     CHECK_OK(open_store(37, "int4", 4, &s));
     a = new_seq(s, LA);
-    ssnap_t a0, a1;
+    kv_test_seq_t a0, a1;
     take(s, a, &a0); /* before B: nothing converted yet */
     b = new_seq(s, 16);
     CHECK_EQ(decode_run(s, b, 48), 48);
@@ -529,14 +498,14 @@ static void test_reserve(void)
     long changed = 0;
     for (uint32_t l = 0; l < NL; l++)
         for (uint32_t h = 0; h < NKV; h++)
-            CHECK(within(&a0.l[l][h], &a1.l[l][h], 15.0, &changed));
+            CHECK(within(LS(a0, l, h), LS(a1, l, h), 15.0, &changed));
     CHECK(changed > 0);
     uint32_t n;
     CHECK_OK(kv_seq_len(s, b, 1, 1, &n));
     CHECK_EQ(n, 16 + 48);
     CHECK_OK(kv_store_check(s));
     report("reserve 4, 48 decode steps:", s);
-    drop(&a0), drop(&a1);
+    kv_test_seq_free(&a0), kv_test_seq_free(&a1);
     kv_store_destroy(s);
 }
 
@@ -547,14 +516,14 @@ static void test_compact(void)
         CHECK_OK(open_store(48, on ? "evict:sink=0,recent=16" : NULL, 0, &s));
         kv_seq_id_t a = new_seq(s, LA), b = new_seq(s, 64), b2; /* 0 free */
         CHECK_OK(kv_seq_fork(s, b, &b2));
-        ssnap_t f0, f1;
+        kv_test_seq_t f0, f1;
         take(s, b2, &f0);
         uint32_t keep[32];
         for (uint32_t i = 0; i < 32; i++)
             keep[i] = 2 * i + 1; /* misaligned: 2 fresh pages (B's are shared) */
         int rc = kv_compact(s, b, 0, 0, keep, 32);
         take(s, b2, &f1);
-        CHECK(same_seq(&f0, &f1));
+        CHECK(kv_test_seq_same(&f0, &f1));
         uint32_t n;
         CHECK_OK(kv_seq_len(s, b, 0, 0, &n));
         if (!on) {
@@ -568,7 +537,7 @@ static void test_compact(void)
             CHECK_EQ(stats(s).pressure_rescued, 1);
         }
         CHECK_OK(kv_store_check(s));
-        drop(&f0), drop(&f1);
+        kv_test_seq_free(&f0), kv_test_seq_free(&f1);
         kv_store_destroy(s);
     }
 }
@@ -582,7 +551,7 @@ static void test_faults(const char *ladder, uint64_t pages, uint32_t n_new)
     for (uint64_t N = 1; N < 10000; N++) {
         fix_t f;
         CHECK_OK(fixture(&f, pages, ladder, 0, 0));
-        ssnap_t a0, b0, a1, b1;
+        kv_test_seq_t a0, b0, a1, b1;
         take(f.s, f.a, &a0);
         take(f.s, f.b, &b0);
         kv_fault_arm(N);
@@ -595,23 +564,24 @@ static void test_faults(const char *ladder, uint64_t pages, uint32_t n_new)
         CHECK(rc == 0 || rc == KV_ENOMEM);
         CHECK_OK(kv_store_check(f.s));
         for (uint32_t h = 0; h < NKV; h++) {
-            CHECK(same_list(&b0.l[0][h], &b1.l[0][h]));
-            CHECK_EQ(b1.l[1][h].n, rc == 0 ? n_new : 0);
+            CHECK(kv_test_list_same(LS(b0, 0, h), LS(b1, 0, h), HD));
+            CHECK_EQ(LS(b1, 1, h)->n, rc == 0 ? n_new : 0);
             for (uint32_t l = 0; l < NL; l++) {
                 long changed = 0;
                 int evict = ladder[0] == 'e';
-                CHECK(evict ? same_list(&a0.l[l][h], &a1.l[l][h]) ||
-                                  evicted_to(&a0.l[l][h], &a1.l[l][h], 4, 16, 0)
-                            : within(&a0.l[l][h], &a1.l[l][h], 15.0, &changed));
+                CHECK(evict ? kv_test_list_same(LS(a0, l, h), LS(a1, l, h), HD) ||
+                                  evicted_to(LS(a0, l, h), LS(a1, l, h), 4, 16, 0)
+                            : within(LS(a0, l, h), LS(a1, l, h), 15.0, &changed));
             }
         }
         if (rc == KV_ENOMEM && st.pressure_runs == 0) {
             meta_only++; /* a metadata failure: no ladder, nothing changed */
-            CHECK(same_seq(&a0, &a1));
+            CHECK(kv_test_seq_same(&a0, &a1));
         }
         ok_fired += fired && rc == 0;
         fail_fired += fired && rc != 0;
-        drop(&a0), drop(&b0), drop(&a1), drop(&b1);
+        kv_test_seq_free(&a0), kv_test_seq_free(&b0);
+        kv_test_seq_free(&a1), kv_test_seq_free(&b1);
         kv_store_destroy(f.s);
         CHECK_EQ(kv_mem_live_bytes(), base);
         if (!fired) {
@@ -697,7 +667,7 @@ static void test_hooked(void)
             CHECK_OK(kv_seq_create(s, &f)); /* fills the pool; warmer than A */
             while (stats(s).pages_free >= 2)
                 CHECK_OK(append_n(s, f, 0, 16, NULL));
-            ssnap_t a0, a1;
+            kv_test_seq_t a0, a1;
             take(s, a, &a0);
             int rc = cases[i].call(s, b);
             take(s, a, &a1);
@@ -706,13 +676,13 @@ static void test_hooked(void)
                 if (rc != KV_ENOMEM)
                     fprintf(stderr, "  %s in a full pool: %d\n", cases[i].name, rc);
                 CHECK_EQ(rc, KV_ENOMEM);
-                CHECK(same_seq(&a0, &a1));
+                CHECK(kv_test_seq_same(&a0, &a1));
             } else {
                 CHECK_OK(rc);
                 CHECK_EQ(st.pressure_runs, 1);
                 CHECK_EQ(st.pressure_rescued, 1);
                 for (uint32_t h = 0; h < NKV; h++) {
-                    CHECK(evicted_to(&a0.l[0][h], &a1.l[0][h], 4, 16, 0));
+                    CHECK(evicted_to(LS(a0, 0, h), LS(a1, 0, h), 4, 16, 0));
                     if (cases[i].fmt == KV_FMT_INT4)
                         CHECK(formats(s, b, 0, h) & (1u << KV_FMT_INT4));
                     else
@@ -724,7 +694,7 @@ static void test_hooked(void)
                 report(what, s);
             }
             CHECK_OK(kv_store_check(s));
-            drop(&a0), drop(&a1);
+            kv_test_seq_free(&a0), kv_test_seq_free(&a1);
             kv_store_destroy(s);
         }
 }

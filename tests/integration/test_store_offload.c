@@ -99,7 +99,7 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     CHECK_OK(kv_store_create(&c, &st));
     enum { N = KVS_KINDS + 1 };
     kv_seq_id_t seq[N];
-    kvs_snap_t ref[N];
+    kv_test_seq_t ref[N];
     float (*att)[KVS_ATTN_N] = malloc(sizeof(float) * N * KVS_ATTN_N);
     float out[KVS_ATTN_N];
     for (int i = 0; i < KVS_KINDS; i++) {
@@ -108,7 +108,7 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     }
     CHECK_OK(kv_seq_fork(st, seq[KVS_FP16], &seq[KVS_KINDS])); /* shares pages */
     for (int i = 0; i < N; i++) {
-        CHECK_OK(kvs_snap(st, seq[i], &ref[i]));
+        CHECK_OK(kv_test_seq_take(st, seq[i], &ref[i]));
         CHECK_OK(kvs_attn(st, seq[i], att[i]));
     }
 
@@ -172,10 +172,10 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
         CHECK_OK(kv_seq_wait(st, seq[i]));
         kv_residency_t r = kvs_res(st, seq[i]);
         CHECK(r.resident == r.pages && r.on_file == 0 && r.in_flight == 0);
-        kvs_snap_t now;
-        CHECK_OK(kvs_snap(st, seq[i], &now));
-        CHECK(kvs_snap_same(&ref[i], &now));
-        kvs_snap_free(&now);
+        kv_test_seq_t now;
+        CHECK_OK(kv_test_seq_take(st, seq[i], &now));
+        CHECK(kv_test_seq_same(&ref[i], &now));
+        kv_test_seq_free(&now);
         CHECK_OK(kvs_attn(st, seq[i], out));
         CHECK(memcmp(out, att[i], sizeof out) == 0);
     }
@@ -191,8 +191,8 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
 
     /* prefetch right after offload (its writes unseen yet): everything back;
      * offload right after prefetch: everything out */
-    kvs_snap_t before, now;
-    CHECK_OK(kvs_snap(st, seq[KVS_INT4], &before));
+    kv_test_seq_t before, now;
+    CHECK_OK(kv_test_seq_take(st, seq[KVS_INT4], &before));
     CHECK_OK(kv_seq_offload(st, seq[KVS_INT4]));
     CHECK_OK(kv_seq_prefetch(st, seq[KVS_INT4]));
     CHECK_OK(kv_seq_wait(st, seq[KVS_INT4]));
@@ -206,10 +206,10 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     CHECK_EQ(kvs_res(st, seq[KVS_INT4]).on_file, rr.pages);
     CHECK_OK(kv_seq_prefetch(st, seq[KVS_INT4]));
     CHECK_OK(kv_seq_wait(st, seq[KVS_INT4]));
-    CHECK_OK(kvs_snap(st, seq[KVS_INT4], &now));
-    CHECK(kvs_snap_same(&before, &now));
-    kvs_snap_free(&before);
-    kvs_snap_free(&now);
+    CHECK_OK(kv_test_seq_take(st, seq[KVS_INT4], &now));
+    CHECK(kv_test_seq_same(&before, &now));
+    kv_test_seq_free(&before);
+    kv_test_seq_free(&now);
 
     /* free with writes in flight, then with reads in flight */
     CHECK_OK(kv_seq_offload(st, seq[KVS_INT2]));
@@ -234,7 +234,7 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     printf("engine %s: %llu pages out, %llu in\n", fs.ioq,
            (unsigned long long)s4.pages_out, (unsigned long long)s4.pages_in);
     for (int i = 0; i < N; i++)
-        kvs_snap_free(&ref[i]);
+        kv_test_seq_free(&ref[i]);
     free(att);
     kv_store_destroy(st);
     CHECK_OK(kv_offload_unlink(p));
@@ -256,10 +256,10 @@ static void test_fault_knob(const kvt_dir_t *d)
         CHECK_OK(kv_store_config(st, &back));
         CHECK_EQ(back.offload_fault_ppm, c.offload_fault_ppm);
         kv_seq_id_t q;
-        kvs_snap_t before, after;
+        kv_test_seq_t before, after;
         CHECK_OK(kv_seq_create(st, &q));
         CHECK_OK(kvs_fill(st, q, 200, 3, KVS_FP16));
-        CHECK_OK(kvs_snap(st, q, &before));
+        CHECK_OK(kv_test_seq_take(st, q, &before));
         CHECK_OK(kv_seq_offload(st, q));
         int wrc = kv_seq_wait(st, q);
         kv_residency_t r = kvs_res(st, q);
@@ -272,18 +272,18 @@ static void test_fault_knob(const kvt_dir_t *d)
         if (on) {
             CHECK(s.offload_faults > 0 && s.io_errors > 0);
             CHECK(r.lost > 0 && rrc != 0); /* reported, never silent */
-            CHECK_EQ(kvs_snap(st, q, &after), KV_ENOTRES);
+            CHECK_EQ(kv_test_seq_take(st, q, &after), KV_ENOTRES);
         } else {
             CHECK(s.offload_faults == 0 && s.io_errors == 0 && rrc == 0 && r.on_file == 0);
-            CHECK_OK(kvs_snap(st, q, &after));
-            CHECK(kvs_snap_same(&before, &after));
+            CHECK_OK(kv_test_seq_take(st, q, &after));
+            CHECK(kv_test_seq_same(&before, &after));
         }
         CHECK_OK(kv_store_check(st));
         CHECK_OK(kv_seq_free(st, q));
         s = kvs_stats(st);
         CHECK(s.offload_slots_used == 0 && s.pages_used == 0 && s.pages_lost == 0);
-        kvs_snap_free(&before);
-        kvs_snap_free(&after);
+        kv_test_seq_free(&before);
+        kv_test_seq_free(&after);
         kv_store_destroy(st);
         CHECK_OK(kv_offload_unlink(p));
     }

@@ -74,12 +74,12 @@ int main(void)
     kv_store_t *st;
     CHECK_OK(kv_store_create(&c, &st));
     kv_seq_id_t q[3];
-    kvs_snap_t ref[3];
+    kv_test_seq_t ref[3];
     float att[3][KVS_ATTN_N], out[KVS_ATTN_N];
     for (int i = 0; i < 3; i++) {
         CHECK_OK(kv_seq_create(st, &q[i]));
         CHECK_OK(kvs_fill(st, q[i], 70, 7 + (uint64_t)i, i == 1 ? KVS_INT4 : KVS_FP16));
-        CHECK_OK(kvs_snap(st, q[i], &ref[i]));
+        CHECK_OK(kv_test_seq_take(st, q[i], &ref[i]));
         CHECK_OK(kvs_attn(st, q[i], att[i]));
     }
 
@@ -90,10 +90,10 @@ int main(void)
     CHECK_EQ(kvs_stats(st).offload_slots_used, kvs_stats(st).pages_on_file + 1);
     int f3 = inject(st, q[0], OP_PREFETCH);
     CHECK_OK(kv_seq_wait(st, q[0]));
-    kvs_snap_t now;
-    CHECK_OK(kvs_snap(st, q[0], &now));
-    CHECK(kvs_snap_same(&now, &ref[0]));
-    kvs_snap_free(&now);
+    kv_test_seq_t now;
+    CHECK_OK(kv_test_seq_take(st, q[0], &now));
+    CHECK(kv_test_seq_same(&now, &ref[0]));
+    kv_test_seq_free(&now);
     printf("failures injected: offload %d, sync %d, prefetch %d\n", f1, f2, f3);
     CHECK(f1 >= 2 && f2 >= 2 && f3 >= 2);
 
@@ -130,15 +130,15 @@ int main(void)
             CHECK_OK(kv_store_check(st));
             uint32_t len;
             CHECK_OK(kv_seq_len(st, q[2], 1, 0, &len));
-            CHECK_EQ(len, ref[2].len[KVS_KVH]);
+            CHECK_EQ(len, ref[2].l[KVS_KVH].n);
         }
     }
     CHECK_OK(rc);
     CHECK(fa >= 1 && fb >= 1);
-    CHECK_OK(kvs_snap(st, q[2], &now));
-    CHECK(!memcmp(now.k[0], ref[2].k[0], sizeof(float) * ref[2].len[0] * KVS_D));
-    CHECK_EQ(now.len[KVS_KVH], ref[2].len[KVS_KVH] + 1);
-    kvs_snap_free(&now);
+    CHECK_OK(kv_test_seq_take(st, q[2], &now));
+    CHECK(!memcmp(now.l[0].k, ref[2].l[0].k, sizeof(float) * ref[2].l[0].n * KVS_D));
+    CHECK_EQ(now.l[KVS_KVH].n, ref[2].l[KVS_KVH].n + 1);
+    kv_test_seq_free(&now);
 
     /* balance under injection: consistent, nothing leaked */
     kv_seq_id_t hog;
@@ -162,7 +162,7 @@ int main(void)
     CHECK_OK(kv_store_check(st));
 
     for (int i = 0; i < 3; i++)
-        kvs_snap_free(&ref[i]);
+        kv_test_seq_free(&ref[i]);
     kv_store_destroy(st);
     CHECK_OK(kv_offload_unlink(p));
     CHECK_EQ(kv_mem_live_bytes(), live0);

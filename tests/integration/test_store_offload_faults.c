@@ -35,7 +35,7 @@ typedef struct tally {
 
 typedef struct fleet {
     kv_seq_id_t seq[NSEQ];
-    kvs_snap_t ref[NSEQ];
+    kv_test_seq_t ref[NSEQ];
     float att[NSEQ][KVS_ATTN_N];
     int lost_rounds[NSEQ];
     uint64_t gen;
@@ -47,7 +47,7 @@ static void build(kv_store_t *st, fleet_t *f, int i)
     CHECK_OK(kvs_fill(st, f->seq[i], 40 + 9 * (uint32_t)(f->gen % 5), 1000 + f->gen,
                       i % KVS_KINDS));
     f->gen++;
-    CHECK_OK(kvs_snap(st, f->seq[i], &f->ref[i]));
+    CHECK_OK(kv_test_seq_take(st, f->seq[i], &f->ref[i]));
     CHECK_OK(kvs_attn(st, f->seq[i], f->att[i]));
     f->lost_rounds[i] = 0;
 }
@@ -58,7 +58,7 @@ static void build(kv_store_t *st, fleet_t *f, int i)
 static uint32_t verify_seq(kv_store_t *st, fleet_t *f, int i, int wait_rc, int prefetched,
                            tally_t *t)
 {
-    const kvs_snap_t *ref = &f->ref[i];
+    const kv_test_seq_t *ref = &f->ref[i];
     float k[16 * 4 * KVS_D], v[16 * 4 * KVS_D];
     int32_t pos[16 * 4];
     uint32_t lost = 0;
@@ -71,9 +71,10 @@ static uint32_t verify_seq(kv_store_t *st, fleet_t *f, int i, int wait_rc, int p
             int rc = kv_read(st, f->seq[i], li / KVS_KVH, li % KVS_KVH, t0, n, k, v, pos);
             t->pages_checked++;
             if (rc == 0) {
-                if (memcmp(k, ref->k[li] + (size_t)t0 * KVS_D, sizeof(float) * n * KVS_D) ||
-                    memcmp(v, ref->v[li] + (size_t)t0 * KVS_D, sizeof(float) * n * KVS_D) ||
-                    memcmp(pos, ref->pos[li] + t0, sizeof(int32_t) * n))
+                const kv_test_list_t *rl = &ref->l[li];
+                if (memcmp(k, rl->k + (size_t)t0 * KVS_D, sizeof(float) * n * KVS_D) ||
+                    memcmp(v, rl->v + (size_t)t0 * KVS_D, sizeof(float) * n * KVS_D) ||
+                    memcmp(pos, rl->pos + t0, sizeof(int32_t) * n))
                     t->corrupt++;
             } else if (rc == KV_ENOTRES) {
                 uint8_t fl = l->ents[e].flags;
@@ -165,7 +166,7 @@ static void run(const kvt_dir_t *d, uint32_t flags, uint64_t min_faults, uint64_
                 f->lost_rounds[i] = 0;
             else if (++f->lost_rounds[i] >= RETRIES) { /* damaged on disk */
                 CHECK_OK(kv_seq_free(st, f->seq[i]));
-                kvs_snap_free(&f->ref[i]);
+                kv_test_seq_free(&f->ref[i]);
                 build(st, f, i);
                 t.replaced++;
             }
@@ -191,7 +192,7 @@ static void run(const kvt_dir_t *d, uint32_t flags, uint64_t min_faults, uint64_
     CHECK_OK(kv_store_check(st));
     for (int i = 0; i < NSEQ; i++) {
         CHECK_OK(kv_seq_free(st, f->seq[i]));
-        kvs_snap_free(&f->ref[i]);
+        kv_test_seq_free(&f->ref[i]);
     }
     kv_stats_t e = kvs_stats(st);
     kv_offload_stats_t fs;

@@ -88,17 +88,17 @@ static kv_seq_id_t make(kv_store_t *st, uint64_t seed)
 }
 
 /* Read seq back (prefetch + wait) and compare it with ref. */
-static int back_exact(kv_store_t *st, kv_seq_id_t q, const kvs_snap_t *ref)
+static int back_exact(kv_store_t *st, kv_seq_id_t q, const kv_test_seq_t *ref)
 {
-    kvs_snap_t now;
+    kv_test_seq_t now;
     memset(&now, 0, sizeof now);
     int rc = kv_seq_prefetch(st, q);
     if (!rc)
         rc = kv_seq_wait(st, q);
     if (!rc)
-        rc = kvs_snap(st, q, &now);
-    int ok = rc == 0 && kvs_snap_same(ref, &now) && kvs_res(st, q).on_file == 0;
-    kvs_snap_free(&now);
+        rc = kv_test_seq_take(st, q, &now);
+    int ok = rc == 0 && kv_test_seq_same(ref, &now) && kvs_res(st, q).on_file == 0;
+    kv_test_seq_free(&now);
     return ok;
 }
 
@@ -122,10 +122,10 @@ static void test_lru(const kvt_dir_t *d)
     char p[4096];
     kv_store_t *st = open_st(d, p, "offload", 0, 256, 4 * PAGES, 0);
     kv_seq_id_t a = make(st, 1), c = make(st, 2), dd = make(st, 3), b = make(st, 4);
-    kvs_snap_t sa, sc, sd;
-    CHECK_OK(kvs_snap(st, a, &sa));
-    CHECK_OK(kvs_snap(st, c, &sc));
-    CHECK_OK(kvs_snap(st, dd, &sd));
+    kv_test_seq_t sa, sc, sd;
+    CHECK_OK(kv_test_seq_take(st, a, &sa));
+    CHECK_OK(kv_test_seq_take(st, c, &sc));
+    CHECK_OK(kv_test_seq_take(st, dd, &sd));
     float out[KVS_ATTN_N];
     CHECK_OK(kvs_attn(st, a, out)); /* A used last: C, D, B, A */
     CHECK_EQ(kvs_stats(st).pages_free, 0);
@@ -163,7 +163,7 @@ static void test_lru(const kvt_dir_t *d)
     CHECK(back_exact(st, c, &sc));
     CHECK(back_exact(st, dd, &sd));
     CHECK(back_exact(st, a, &sa));
-    kvs_snap_free(&sa), kvs_snap_free(&sc), kvs_snap_free(&sd);
+    kv_test_seq_free(&sa), kv_test_seq_free(&sc), kv_test_seq_free(&sd);
     close_st(st, p);
 }
 
@@ -182,34 +182,34 @@ static void test_enospc(const kvt_dir_t *d)
         CHECK_OK(kv_seq_wait(st, x));
         CHECK_OK(app(st, b, 0, 256, 50)); /* fills what X left: 32 pages */
         CHECK_EQ(kvs_stats(st).pages_free, 2 * (uint64_t)with_int4);
-        kvs_snap_t sc, sd, sb, nc, nd, nb;
-        CHECK_OK(kvs_snap(st, c, &sc));
-        CHECK_OK(kvs_snap(st, dd, &sd));
-        CHECK_OK(kvs_snap(st, b, &sb));
+        kv_test_seq_t sc, sd, sb, nc, nd, nb;
+        CHECK_OK(kv_test_seq_take(st, c, &sc));
+        CHECK_OK(kv_test_seq_take(st, dd, &sd));
+        CHECK_OK(kv_test_seq_take(st, b, &sb));
         int rc = app(st, b, 1, 48, 51); /* 6 pages */
         kv_stats_t s = kvs_stats(st);
-        CHECK_OK(kvs_snap(st, c, &nc));
-        CHECK_OK(kvs_snap(st, dd, &nd));
-        CHECK_OK(kvs_snap(st, b, &nb));
+        CHECK_OK(kv_test_seq_take(st, c, &nc));
+        CHECK_OK(kv_test_seq_take(st, dd, &nd));
+        CHECK_OK(kv_test_seq_take(st, b, &nb));
         CHECK_EQ(s.pressure_runs, 1);
         CHECK_EQ(s.pressure_offloaded_pages, 0);
         CHECK_EQ(s.pages_on_file, PAGES); /* X only */
         CHECK_EQ(s.offload_slots_used, PAGES);
-        CHECK(kvs_snap_same(&sd, &nd)); /* C is colder and enough */
+        CHECK(kv_test_seq_same(&sd, &nd)); /* C is colder and enough */
         if (!with_int4) {
             CHECK_EQ(rc, KV_ENOMEM);
-            CHECK(kvs_snap_same(&sc, &nc) && kvs_snap_same(&sb, &nb));
+            CHECK(kv_test_seq_same(&sc, &nc) && kv_test_seq_same(&sb, &nb));
             CHECK_EQ(s.pages_free, 0);
         } else {
             CHECK_OK(rc);
             CHECK(s.pressure_converted_tokens > 0);
-            CHECK(!kvs_snap_same(&sc, &nc)); /* converted: within INT4's bound */
+            CHECK(!kv_test_seq_same(&sc, &nc)); /* converted: within INT4's bound */
             CHECK_EQ(kv_page_list_get(st->pt, c, 0, 0)->target, KV_FMT_INT4);
-            CHECK_EQ(nb.len[1 * KVS_KVH], TOK + 48);
+            CHECK_EQ(nb.l[1 * KVS_KVH].n, TOK + 48);
             report("offload,int4 on a full file:", st);
         }
-        kvs_snap_free(&sc), kvs_snap_free(&sd), kvs_snap_free(&sb);
-        kvs_snap_free(&nc), kvs_snap_free(&nd), kvs_snap_free(&nb);
+        kv_test_seq_free(&sc), kv_test_seq_free(&sd), kv_test_seq_free(&sb);
+        kv_test_seq_free(&nc), kv_test_seq_free(&nd), kv_test_seq_free(&nb);
         close_st(st, p);
     }
 }
@@ -224,27 +224,28 @@ static void test_faults(const kvt_dir_t *d)
         char p[4096];
         kv_store_t *st = open_st(d, p, "offload", 0, 256, 3 * PAGES, 0);
         kv_seq_id_t a = make(st, 1), c = make(st, 2), b = make(st, 3);
-        kvs_snap_t sa, sc, sb, nb;
-        CHECK_OK(kvs_snap(st, a, &sa));
-        CHECK_OK(kvs_snap(st, c, &sc));
-        CHECK_OK(kvs_snap(st, b, &sb));
+        kv_test_seq_t sa, sc, sb, nb;
+        CHECK_OK(kv_test_seq_take(st, a, &sa));
+        CHECK_OK(kv_test_seq_take(st, c, &sc));
+        CHECK_OK(kv_test_seq_take(st, b, &sb));
         kv_fault_arm(N);
         int rc = app(st, b, 0, 16, 60);
         int fired = kv_fault_fired();
         kv_fault_arm(0);
         CHECK(rc == 0 || rc == KV_ENOMEM);
         CHECK_OK(kv_store_check(st));
-        CHECK_OK(kvs_snap(st, b, &nb));
-        CHECK_EQ(nb.len[0], TOK + (rc == 0 ? 16u : 0u));
+        CHECK_OK(kv_test_seq_take(st, b, &nb));
+        CHECK_EQ(nb.l[0].n, TOK + (rc == 0 ? 16u : 0u));
         if (rc) /* B unchanged */
-            CHECK(kvs_snap_same(&sb, &nb));
+            CHECK(kv_test_seq_same(&sb, &nb));
         offloaded += kvs_stats(st).pressure_offloaded_pages > 0;
         CHECK_OK(kv_seq_free(st, b)); /* room to read everything back */
         CHECK(back_exact(st, a, &sa));
         CHECK(back_exact(st, c, &sc));
         ok_fired += fired && rc == 0;
         fail_fired += fired && rc != 0;
-        kvs_snap_free(&sa), kvs_snap_free(&sc), kvs_snap_free(&sb), kvs_snap_free(&nb);
+        kv_test_seq_free(&sa), kv_test_seq_free(&sc);
+        kv_test_seq_free(&sb), kv_test_seq_free(&nb);
         close_st(st, p);
         CHECK_EQ(kv_mem_live_bytes(), base);
         if (!fired) {
@@ -409,9 +410,9 @@ static void test_hooked(const kvt_dir_t *d)
             CHECK_OK(kv_seq_create(st, &f));
             for (uint64_t t = 0; kvs_stats(st).pages_free >= 2; t++)
                 CHECK_OK(app(st, f, (uint32_t)(t % KVS_LAYERS), 16, 90 + t));
-            kvs_snap_t sa, sb, nb;
-            CHECK_OK(kvs_snap(st, a, &sa));
-            CHECK_OK(kvs_snap(st, b, &sb));
+            kv_test_seq_t sa, sb, nb;
+            CHECK_OK(kv_test_seq_take(st, a, &sa));
+            CHECK_OK(kv_test_seq_take(st, b, &sb));
             int rc = h->call(st, b);
             kv_stats_t s = kvs_stats(st);
             if (!on) {
@@ -422,9 +423,9 @@ static void test_hooked(const kvt_dir_t *d)
             } else {
                 CHECK_OK(rc);
                 CHECK(h->done(st, b));
-                CHECK_OK(kvs_snap(st, b, &nb));
-                CHECK(!kvs_snap_same(&sb, &nb)); /* converted or merged */
-                kvs_snap_free(&nb);
+                CHECK_OK(kv_test_seq_take(st, b, &nb));
+                CHECK(!kv_test_seq_same(&sb, &nb)); /* converted or merged */
+                kv_test_seq_free(&nb);
                 CHECK_EQ(kvs_res(st, a).on_file, PAGES);
                 CHECK_EQ(kvs_res(st, f).on_file, 0);
                 CHECK_EQ(kvs_res(st, b).on_file, 0); /* never the call's own */
@@ -437,7 +438,7 @@ static void test_hooked(const kvt_dir_t *d)
                 CHECK_OK(kv_seq_free(st, f)); /* room to read A back */
                 CHECK(back_exact(st, a, &sa));
             }
-            kvs_snap_free(&sa), kvs_snap_free(&sb);
+            kv_test_seq_free(&sa), kv_test_seq_free(&sb);
             close_st(st, p);
         }
     }
@@ -458,8 +459,8 @@ static void test_wait(const kvt_dir_t *d)
             CHECK_OK(kv_seq_wait(st, o));
             uint64_t on_file = kvs_res(st, o).on_file;
             CHECK(on_file > 0);
-            kvs_snap_t st0, so;
-            CHECK_OK(kvs_snap(st, t, &st0));
+            kv_test_seq_t st0, so;
+            CHECK_OK(kv_test_seq_take(st, t, &st0));
             int rc = h->call(st, o);
             if (!wait) {
                 CHECK_EQ(rc, KV_ENOTRES);
@@ -472,13 +473,13 @@ static void test_wait(const kvt_dir_t *d)
                 CHECK_EQ(kvs_res(st, o).on_file, 0);
                 CHECK_OK(h->call(st, t));
                 CHECK(h->done(st, o));
-                kvs_snap_t stt;
-                CHECK_OK(kvs_snap(st, t, &stt));
-                CHECK_OK(kvs_snap(st, o, &so));
-                CHECK(kvs_snap_same(&stt, &so)); /* as on the resident twin */
-                kvs_snap_free(&stt), kvs_snap_free(&so);
+                kv_test_seq_t stt;
+                CHECK_OK(kv_test_seq_take(st, t, &stt));
+                CHECK_OK(kv_test_seq_take(st, o, &so));
+                CHECK(kv_test_seq_same(&stt, &so)); /* as on the resident twin */
+                kv_test_seq_free(&stt), kv_test_seq_free(&so);
             }
-            kvs_snap_free(&st0);
+            kv_test_seq_free(&st0);
             close_st(st, p);
         }
     }
@@ -491,8 +492,8 @@ static void test_wait_pagein(const kvt_dir_t *d)
     char p[4096];
     kv_store_t *st = open_st(d, p, "offload", 0, 256, 3 * PAGES, KV_OFFLOAD_WAIT);
     kv_seq_id_t a = make(st, 1), c = make(st, 2), dd = make(st, 3);
-    kvs_snap_t sa, na;
-    CHECK_OK(kvs_snap(st, a, &sa));
+    kv_test_seq_t sa, na;
+    CHECK_OK(kv_test_seq_take(st, a, &sa));
     CHECK_OK(kv_seq_offload(st, a));
     CHECK_OK(kv_seq_wait(st, a));
     kv_seq_id_t e = make(st, 4); /* the pool is full again */
@@ -506,15 +507,15 @@ static void test_wait_pagein(const kvt_dir_t *d)
     CHECK_EQ(s.pressure_runs, 2);
     CHECK_EQ(s.pressure_rescued, 2);
     CHECK_EQ(s.pressure_offloaded_pages, 2 * PAGES);
-    CHECK_OK(kvs_snap(st, a, &na));
-    int ok = na.len[0] == TOK + 16 && na.len[1] == TOK + 16 && na.len[KVS_KVH] == TOK;
+    CHECK_OK(kv_test_seq_take(st, a, &na));
+    int ok = na.l[0].n == TOK + 16 && na.l[1].n == TOK + 16 && na.l[KVS_KVH].n == TOK;
     for (uint32_t i = 0; i < KVS_LISTS && ok; i++) /* the old tokens exact */
-        ok = !memcmp(sa.k[i], na.k[i], sizeof(float) * TOK * KVS_D) &&
-             !memcmp(sa.v[i], na.v[i], sizeof(float) * TOK * KVS_D) &&
-             !memcmp(sa.pos[i], na.pos[i], sizeof(int32_t) * TOK);
+        ok = !memcmp(sa.l[i].k, na.l[i].k, sizeof(float) * TOK * KVS_D) &&
+             !memcmp(sa.l[i].v, na.l[i].v, sizeof(float) * TOK * KVS_D) &&
+             !memcmp(sa.l[i].pos, na.l[i].pos, sizeof(int32_t) * TOK);
     CHECK(ok);
     report("WAIT page-in, full pool:", st);
-    kvs_snap_free(&sa), kvs_snap_free(&na);
+    kv_test_seq_free(&sa), kv_test_seq_free(&na);
     close_st(st, p);
 }
 

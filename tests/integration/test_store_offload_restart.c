@@ -25,7 +25,7 @@ enum { NK = 6 }; /* FP16, INT4, INT2, MERGED, COMPACT, resident FP16 */
 
 typedef struct world {
     kv_seq_id_t seq[NK];
-    kvs_snap_t ref[NK];
+    kv_test_seq_t ref[NK];
     float att[NK][KVS_ATTN_N];
 } world_t;
 
@@ -49,7 +49,7 @@ static void build(const char *p, world_t *w)
         CHECK_OK(kv_seq_create(st, &w->seq[i]));
         CHECK_OK(kvs_fill(st, w->seq[i], 50 + 11 * (uint32_t)i, 40 + (uint64_t)i,
                           i < KVS_KINDS ? i : KVS_FP16));
-        CHECK_OK(kvs_snap(st, w->seq[i], &w->ref[i]));
+        CHECK_OK(kv_test_seq_take(st, w->seq[i], &w->ref[i]));
         CHECK_OK(kvs_attn(st, w->seq[i], w->att[i]));
     }
     CHECK_OK(kv_seq_free(st, pad));
@@ -87,25 +87,24 @@ static void verify(kv_store_t *st, const world_t *w, int damaged_page)
             CHECK_EQ(rc, KV_ECORRUPT);
             r = kvs_res(st, q);
             CHECK(r.lost == 1 && r.on_file == 1 && r.resident == r.pages - 1);
-            kvs_snap_t now;
-            CHECK_EQ(kvs_snap(st, q, &now), KV_ENOTRES); /* never as data */
-            kvs_snap_free(&now);
+            kv_test_seq_t now;
+            CHECK_EQ(kv_test_seq_take(st, q, &now), KV_ENOTRES); /* never as data */
+            kv_test_seq_free(&now);
             for (uint32_t li = 0; li < KVS_LISTS; li++) { /* the rest is exact */
-                float *k = malloc(sizeof(float) * (w->ref[want[j]].len[li] + 1) * KVS_D);
-                int rr = kv_read(st, q, li / KVS_KVH, li % KVS_KVH, 0,
-                                 w->ref[want[j]].len[li], k, NULL, NULL);
+                const kv_test_list_t *rl = &w->ref[want[j]].l[li];
+                float *k = malloc(sizeof(float) * (rl->n + 1) * KVS_D);
+                int rr = kv_read(st, q, li / KVS_KVH, li % KVS_KVH, 0, rl->n, k, NULL, NULL);
                 CHECK(rr == KV_ENOTRES ||
-                      (rr == 0 && !memcmp(k, w->ref[want[j]].k[li],
-                                          sizeof(float) * w->ref[want[j]].len[li] * KVS_D)));
+                      (rr == 0 && !memcmp(k, rl->k, sizeof(float) * rl->n * KVS_D)));
                 free(k);
             }
             continue;
         }
         CHECK_OK(rc);
-        kvs_snap_t now;
-        CHECK_OK(kvs_snap(st, q, &now));
-        CHECK(kvs_snap_same(&now, &w->ref[want[j]]));
-        kvs_snap_free(&now);
+        kv_test_seq_t now;
+        CHECK_OK(kv_test_seq_take(st, q, &now));
+        CHECK(kv_test_seq_same(&now, &w->ref[want[j]]));
+        kv_test_seq_free(&now);
         CHECK_OK(kvs_attn(st, q, out));
         CHECK(memcmp(out, w->att[want[j]], sizeof out) == 0);
     }
@@ -190,7 +189,7 @@ int main(void)
 
     /* again, with the damage */
     for (int i = 0; i < NK; i++)
-        kvs_snap_free(&w->ref[i]);
+        kv_test_seq_free(&w->ref[i]);
     build(p, w);
     st = open_store(p, &rc);
     CHECK_OK(rc);
@@ -224,7 +223,7 @@ int main(void)
     uint32_t t1 = l->ents[0].n_tokens;
     CHECK_EQ(kv_read(st, ids[2], 1, 0, t1, 1, out, NULL, NULL), KV_ENOTRES);
     CHECK_OK(kv_read(st, ids[2], 1, 0, t1 - 1, 1, out, NULL, NULL));
-    CHECK(memcmp(out, w->ref[KVS_COMPACT].k[KVS_KVH] + (size_t)(t1 - 1) * KVS_D,
+    CHECK(memcmp(out, w->ref[KVS_COMPACT].l[KVS_KVH].k + (size_t)(t1 - 1) * KVS_D,
                  sizeof(float) * KVS_D) == 0);
     CHECK_OK(kv_store_check(st));
     CHECK_OK(kv_seq_free(st, ids[2]));
@@ -234,7 +233,7 @@ int main(void)
     CHECK_OK(kv_offload_unlink(p));
 
     for (int i = 0; i < NK; i++)
-        kvs_snap_free(&w->ref[i]);
+        kv_test_seq_free(&w->ref[i]);
     free(w);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     kvt_dir_remove(&d);

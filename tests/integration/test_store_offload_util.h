@@ -1,9 +1,9 @@
 /*
  * test_store_offload_util.h — helpers shared by the test_store_offload*.c
  * programs: a store with a page file in a scratch directory, sequences of
- * every format filled with reproducible data, snapshots of everything a
- * sequence holds (kv_read of every list) and of decode attention over it,
- * compared bit for bit.
+ * every format filled with reproducible data, snapshots of decode attention
+ * over a sequence, compared bit for bit (of what it holds: kv_test_seq_t,
+ * kv_test_snap.h).
  *
  * Scratch directory: as in test_offload_util.h ($KV_OFFLOAD_TEST_DIR or
  * the current directory, a mkdtemp() directory removed at the end).
@@ -15,6 +15,7 @@
 
 #include "alloc/kv_mem.h"
 #include "store/kv_store_int.h"
+#include "kv_test_snap.h"
 #include "test_offload_util.h"
 
 #define KVS_LAYERS 4u
@@ -93,54 +94,6 @@ static inline int kvs_fill(kv_store_t *st, kv_seq_id_t seq, uint32_t n, uint64_t
         free(keep);
     }
     return rc;
-}
-
-/* Everything a sequence holds, decoded. */
-typedef struct kvs_snap {
-    uint32_t len[KVS_LISTS];
-    float *k[KVS_LISTS], *v[KVS_LISTS];
-    int32_t *pos[KVS_LISTS];
-} kvs_snap_t;
-
-static inline void kvs_snap_free(kvs_snap_t *s)
-{
-    for (uint32_t i = 0; i < KVS_LISTS; i++) {
-        free(s->k[i]);
-        free(s->v[i]);
-        free(s->pos[i]);
-    }
-    memset(s, 0, sizeof *s);
-}
-
-/* Read every list of seq; 0 or the first error. */
-static inline int kvs_snap(const kv_store_t *st, kv_seq_id_t seq, kvs_snap_t *s)
-{
-    memset(s, 0, sizeof *s);
-    for (uint32_t i = 0; i < KVS_LISTS; i++) {
-        uint32_t l = i / KVS_KVH, h = i % KVS_KVH, n;
-        int rc = kv_seq_len(st, seq, l, h, &n);
-        if (rc)
-            return rc;
-        s->len[i] = n;
-        s->k[i] = malloc(sizeof(float) * (n + 1) * KVS_D);
-        s->v[i] = malloc(sizeof(float) * (n + 1) * KVS_D);
-        s->pos[i] = malloc(sizeof(int32_t) * (n + 1));
-        if ((rc = kv_read(st, seq, l, h, 0, n, s->k[i], s->v[i], s->pos[i])))
-            return rc;
-    }
-    return 0;
-}
-
-/* 1 if a and b hold the same bits. */
-static inline int kvs_snap_same(const kvs_snap_t *a, const kvs_snap_t *b)
-{
-    for (uint32_t i = 0; i < KVS_LISTS; i++)
-        if (a->len[i] != b->len[i] ||
-            memcmp(a->k[i], b->k[i], sizeof(float) * a->len[i] * KVS_D) ||
-            memcmp(a->v[i], b->v[i], sizeof(float) * a->len[i] * KVS_D) ||
-            memcmp(a->pos[i], b->pos[i], sizeof(int32_t) * a->len[i]))
-            return 0;
-    return 1;
 }
 
 /* Decode attention of seq at every layer with a fixed query, into

@@ -48,14 +48,14 @@ static void *attn_loop(void *arg)
     return NULL;
 }
 
-static void fill_all(kv_store_t *st, kv_seq_id_t *seq, kvs_snap_t *ref,
+static void fill_all(kv_store_t *st, kv_seq_id_t *seq, kv_test_seq_t *ref,
                      float (*att)[KVS_ATTN_N], int n)
 {
     for (int i = 0; i < n; i++) {
         CHECK_OK(kv_seq_create(st, &seq[i]));
         CHECK_OK(kvs_fill(st, seq[i], 60 + 7 * (uint32_t)i, 100 + (uint64_t)i,
                           i % 3 == 0 ? KVS_FP16 : i % 3 == 1 ? KVS_INT4 : KVS_INT2));
-        CHECK_OK(kvs_snap(st, seq[i], &ref[i]));
+        CHECK_OK(kv_test_seq_take(st, seq[i], &ref[i]));
         CHECK_OK(kvs_attn(st, seq[i], att[i]));
     }
 }
@@ -78,7 +78,7 @@ static void test_nowait(const kvt_dir_t *d)
     kv_store_t *st;
     CHECK_OK(kv_store_create(&c, &st));
     kv_seq_id_t seq[1];
-    kvs_snap_t ref[1];
+    kv_test_seq_t ref[1];
     float att[1][KVS_ATTN_N], out[KVS_ATTN_N];
     fill_all(st, seq, ref, att, 1);
     out_all(st, seq, 1);
@@ -91,7 +91,7 @@ static void test_nowait(const kvt_dir_t *d)
     CHECK(memcmp(out, att[0], sizeof out) == 0);
     CHECK_EQ(kvs_res(st, seq[0]).resident, kvs_res(st, seq[0]).pages);
     CHECK_OK(kv_store_check(st));
-    kvs_snap_free(&ref[0]);
+    kv_test_seq_free(&ref[0]);
     kv_store_destroy(st);
     CHECK_OK(kv_offload_unlink(p));
 }
@@ -104,7 +104,7 @@ static void test_wait(const kvt_dir_t *d)
     kv_store_t *st;
     CHECK_OK(kv_store_create(&c, &st));
     kv_seq_id_t seq[NS];
-    kvs_snap_t ref[NS];
+    kv_test_seq_t ref[NS];
     float (*att)[KVS_ATTN_N] = malloc(sizeof(float) * NS * KVS_ATTN_N);
     float out[KVS_ATTN_N];
     fill_all(st, seq, ref, att, NS);
@@ -117,17 +117,17 @@ static void test_wait(const kvt_dir_t *d)
     /* kv_read too */
     float k[KVS_D];
     CHECK_OK(kv_read(st, seq[1], 3, 1, 5, 1, k, NULL, NULL));
-    CHECK(memcmp(k, ref[1].k[3 * KVS_KVH + 1] + 5 * KVS_D, sizeof k) == 0);
+    CHECK(memcmp(k, ref[1].l[3 * KVS_KVH + 1].k + 5 * KVS_D, sizeof k) == 0);
     /* kv_append: pages in, then appends */
     float kv[KVS_KVH * KVS_D];
     for (uint32_t i = 0; i < KVS_KVH * KVS_D; i++)
         kv[i] = 0.25f * (float)(i % 7);
     CHECK_OK(kv_append(st, seq[2], 0, 1, KV_DTYPE_F32, kv, kv, NULL));
-    kvs_snap_t now;
-    CHECK_OK(kvs_snap(st, seq[2], &now));
-    CHECK_EQ(now.len[0], ref[2].len[0] + 1);
-    CHECK(memcmp(now.k[1], ref[2].k[1], sizeof(float) * ref[2].len[1] * KVS_D) == 0);
-    kvs_snap_free(&now);
+    kv_test_seq_t now;
+    CHECK_OK(kv_test_seq_take(st, seq[2], &now));
+    CHECK_EQ(now.l[0].n, ref[2].l[0].n + 1);
+    CHECK(memcmp(now.l[1].k, ref[2].l[1].k, sizeof(float) * ref[2].l[1].n * KVS_D) == 0);
+    kv_test_seq_free(&now);
     CHECK_OK(kv_store_check(st));
 
     /* several threads, same offloaded sequences, all at once */
@@ -188,13 +188,13 @@ static void test_wait(const kvt_dir_t *d)
     CHECK(memcmp(out, att[0], sizeof out) == 0);
     CHECK_OK(kv_seq_wait(st, seq[0]));
     CHECK_EQ(kvs_stats(st).pages_lost, 0);
-    CHECK_OK(kvs_snap(st, seq[0], &now));
-    CHECK(kvs_snap_same(&now, &ref[0]));
-    kvs_snap_free(&now);
+    CHECK_OK(kv_test_seq_take(st, seq[0], &now));
+    CHECK(kv_test_seq_same(&now, &ref[0]));
+    kv_test_seq_free(&now);
     CHECK_OK(kv_store_check(st));
 
     for (int i = 0; i < NS; i++)
-        kvs_snap_free(&ref[i]);
+        kv_test_seq_free(&ref[i]);
     free(att);
     kv_store_destroy(st);
     CHECK_OK(kv_offload_unlink(p));
@@ -210,7 +210,7 @@ static void test_prefetch_beside_attention(const kvt_dir_t *d)
     CHECK_OK(kv_store_create(&c, &st));
     enum { N = 6 };
     kv_seq_id_t seq[N];
-    kvs_snap_t ref[N];
+    kv_test_seq_t ref[N];
     float (*att)[KVS_ATTN_N] = malloc(sizeof(float) * N * KVS_ATTN_N);
     fill_all(st, seq, ref, att, N);
     enum { T = 2 };
@@ -232,10 +232,10 @@ static void test_prefetch_beside_attention(const kvt_dir_t *d)
             CHECK_OK(kv_seq_prefetch(st, seq[i]));
         for (int i = 2; i < N; i++) {
             CHECK_OK(kv_seq_wait(st, seq[i]));
-            kvs_snap_t now;
-            CHECK_OK(kvs_snap(st, seq[i], &now));
-            same += kvs_snap_same(&now, &ref[i]);
-            kvs_snap_free(&now);
+            kv_test_seq_t now;
+            CHECK_OK(kv_test_seq_take(st, seq[i], &now));
+            same += kv_test_seq_same(&now, &ref[i]);
+            kv_test_seq_free(&now);
         }
     }
     __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
@@ -252,7 +252,7 @@ static void test_prefetch_beside_attention(const kvt_dir_t *d)
            rounds, N - 2, done);
     CHECK_OK(kv_store_check(st));
     for (int i = 0; i < N; i++)
-        kvs_snap_free(&ref[i]);
+        kv_test_seq_free(&ref[i]);
     free(att);
     kv_store_destroy(st);
     CHECK_OK(kv_offload_unlink(p));

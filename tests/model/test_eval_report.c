@@ -1,6 +1,6 @@
 /*
  * test_eval_report.c — the ratio columns of `kvpage eval`'s report
- * (tools/kvpage/eval_report.c, compiled into this program with the task
+ * (tools/kvpage/eval_report.c, from the kvtool library with the task
  * module it names tasks with). Needs no model file.
  *
  * A synthetic report: fp16, an evicting policy (h2o: 4x fewer bytes, all
@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "tools/kvpage/kv_cli_json.c"
-#include "tools/kvpage/eval_report.c"
-#include "tools/kvpage/eval_task.c"
+#include "tools/kvpage/kv_cli.h"
+#include "tools/kvpage/eval_report.h"
+#include "tools/kvpage/eval_task.h"
 
 static const char *const POLICIES[] = {"fp16", "h2o", "kivi2"};
 
@@ -71,11 +71,11 @@ int main(void)
                        .texts = texts, .n_texts = 2, .results = res};
     r.n_results = fill(res);
 
-    CHECK(ratio_vs_fp16(&r, &res[0]) == 1.0);
+    CHECK(eval_report_ratio(&r, &res[0]) == 1.0);
     for (uint32_t i = 4; i < 12; i++)
-        CHECK(ratio_vs_fp16(&r, &res[i]) == 4.0);
-    CHECK(ratio_held(&res[4]) == 1.0 && ratio_held(&res[8]) == 4.0);
-    CHECK(ratio_vs_fp16(&r, &res[12]) == 0.0);
+        CHECK(eval_report_ratio(&r, &res[i]) == 4.0);
+    CHECK(eval_report_ratio_held(&res[4]) == 1.0 && eval_report_ratio_held(&res[8]) == 4.0);
+    CHECK(eval_report_ratio(&r, &res[12]) == 0.0);
 
     char *js = render(eval_report_json, &r);
     CHECK(strstr(js, "\"policy\":\"h2o\",\"task\":\"ppl\",\"ctx\":1152,\"value\":11,"

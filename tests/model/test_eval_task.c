@@ -1,6 +1,6 @@
 /*
  * test_eval_task.c — the retrieval items of `kvpage eval` (tools/kvpage/
- * eval_task.c, compiled into this program): seeded determinism, needle
+ * eval_task.c, from the kvtool library): seeded determinism, needle
  * placement by depth, the variable chain's order, fitting to a token budget
  * with a stand-in token counter, exact-match scoring, bad input. Needs no
  * model file.
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "tools/kvpage/eval_task.c"
+#include "tools/kvpage/eval_task.h"
 
 /* Stand-in tokenizer: one token per space-separated word of user + prime,
  * plus a fixed template overhead. */

@@ -1,6 +1,6 @@
 /*
  * test_stress_cli.c — the pieces of `kvpage stress` (tools/kvpage/stress_*.c,
- * compiled into this program): the length distributions and generators, the
+ * from the kvtool library): the length distributions and generators, the
  * policy mix and the checks it derives, the verifier against planted
  * corruption (a shadow altered after append, a wrong position, a changed
  * value, a lossy format checked as exact, an evicting list checked as
@@ -12,13 +12,11 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "tools/kvpage/stress_driver.c"
-#include "tools/kvpage/stress_step.c"
-#include "tools/kvpage/stress_gen.c"
-#include "tools/kvpage/stress_mix.c"
-#include "tools/kvpage/stress_offload.c"
-#include "tools/kvpage/stress_shadow.c"
-#include "tools/kvpage/stress_verify.c"
+#include "tools/kvpage/stress_driver.h"
+#include "tools/kvpage/stress_gen.h"
+#include "tools/kvpage/stress_mix.h"
+#include "tools/kvpage/stress_shadow.h"
+#include "tools/kvpage/stress_verify.h"
 #include "test_stress_util.h"
 
 #define NL 2
@@ -115,10 +113,15 @@ static void test_mix(void)
     CHECK(stress_check_merged(&m.pol[3].chk, 3) && !stress_check_merged(&m.pol[3].chk, 1));
     stress_mix_destroy(&m);
     stress_check_t c;
-    stress_check_derive("minicache:from=0.25,t=0.6", 5, &c); /* S = 1: pairs (1,2), (3,4) */
+    kv_policy_t *mc[2] = {NULL, NULL};
+    CHECK_OK(kv_policy_parse("minicache:from=0.25,t=0.6", &mc[0], NULL, 0));
+    CHECK_OK(kv_policy_parse("minicache:from=0.5", &mc[1], NULL, 0));
+    stress_check_derive(mc[0], 5, &c); /* S = 1: pairs (1,2), (3,4) */
     CHECK(c.merge_lo == 1 && c.merge_hi == 5);
-    stress_check_derive("minicache:from=0.5", 5, &c); /* S = 2: pair (2,3), layer 4 alone */
+    stress_check_derive(mc[1], 5, &c); /* S = 2: pair (2,3), layer 4 alone */
     CHECK(c.merge_lo == 2 && c.merge_hi == 4);
+    kv_policy_destroy(mc[0]);
+    kv_policy_destroy(mc[1]);
     const char *bad[] = {"", "none||kivi2", "bogus", "kivi2|", "h2o:hh=2.5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(stress_mix_parse(bad[i], 4, &m, err, sizeof err) == -1);

@@ -34,6 +34,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_snap.h"
 
 /* Store shape: tiny, so that a million ops are fast and the pool is small
  * enough that running out of pages is routine. */
@@ -350,17 +351,6 @@ static kv_stats_t get_stats(void)
     return st;
 }
 
-/* Statistics that an unchanged store must reproduce exactly. */
-static int stats_same(const kv_stats_t *a, const kv_stats_t *b)
-{
-    return a->pages_used == b->pages_used && a->pages_free == b->pages_free &&
-           a->n_seqs == b->n_seqs && a->tokens == b->tokens &&
-           a->kv_bytes == b->kv_bytes && a->fp16_bytes == b->fp16_bytes &&
-           a->meta_bytes == b->meta_bytes &&
-           memcmp(a->pages_by_format, b->pages_by_format,
-                  sizeof a->pages_by_format) == 0;
-}
-
 /* Statistics consistent with the model. */
 static void verify_stats(void)
 {
@@ -393,7 +383,7 @@ static void verify_all(void)
 static void verify_unchanged(const kv_stats_t *before, const mseq_t *s)
 {
     kv_stats_t after = get_stats();
-    SCHECK(stats_same(before, &after));
+    SCHECK(kv_test_stats_same(before, &after)); /* kv_test_snap.h */
     if (s)
         verify_seq(s);
     SCHECK_RC(API(kv_store_check(R.store)), 0);
@@ -898,7 +888,7 @@ static void op_decode(void)
         }
     }
     kv_stats_t after = get_stats();
-    SCHECK(stats_same(&before, &after));
+    SCHECK(kv_test_stats_same(&before, &after));
     for (uint32_t i = 0; i < MAXB; i++)
         free(stats[i]);
 }
@@ -950,7 +940,7 @@ static void op_prefill(void)
         }
     }
     kv_stats_t after = get_stats();
-    SCHECK(stats_same(&before, &after));
+    SCHECK(kv_test_stats_same(&before, &after));
     free(q);
     free(out);
     free(st);

@@ -1,7 +1,7 @@
 /*
  * test_stress_offload.c — `kvpage stress` with a page file (tools/kvpage/
- * stress_offload.c and the offload parts of the verifier, compiled into this
- * program):
+ * stress_offload.c and the offload parts of the verifier, from the kvtool
+ * library):
  *   - the verifier on a real store with a page file: a sequence on the file
  *     reads as KV_ENOTRES (accepted only where the shadow says so, and at
  *     least one list must); planted: a shadow that claims resident pages
@@ -25,13 +25,11 @@
 
 #include "integration/test_offload_util.h"
 #include "kv_test.h"
-#include "tools/kvpage/stress_driver.c"
-#include "tools/kvpage/stress_step.c"
-#include "tools/kvpage/stress_gen.c"
-#include "tools/kvpage/stress_mix.c"
-#include "tools/kvpage/stress_offload.c"
-#include "tools/kvpage/stress_shadow.c"
-#include "tools/kvpage/stress_verify.c"
+#include "tools/kvpage/stress_driver.h"
+#include "tools/kvpage/stress_gen.h"
+#include "tools/kvpage/stress_mix.h"
+#include "tools/kvpage/stress_shadow.h"
+#include "tools/kvpage/stress_verify.h"
 #include "test_stress_util.h"
 
 #define NL 2
@@ -272,9 +270,9 @@ static void test_driver_planted(void)
         d.slots[i].sh.res = STRESS_RES_ON_FILE;
         uint64_t v0 = d.vf.violations;
         d.slots[i].sh.lineage[0].origin += 1000; /* shadow altered while on the file */
-        off_prefetch_slot(&d, i);
+        stress_off_prefetch_slot(&d, i);
         CHECK_EQ(d.slots[i].sh.res, STRESS_RES_READING);
-        off_settle(&d, i); /* back: the read-back check sees the difference */
+        stress_off_settle(&d, i); /* back: the read-back check sees the difference */
         CHECK(d.vf.violations > v0);
         CHECK(d.off.read_back > 0);
     }

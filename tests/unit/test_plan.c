@@ -1,29 +1,28 @@
 /*
- * test_plan.c — `kvpage plan` (tools/kvpage/plan_*.c, compiled into this
- * program with the workload generator and policy parser it uses):
+ * test_plan.c — `kvpage plan` (tools/kvpage/plan_*.c, from the kvtool
+ * library with the workload generator and policy parser it uses):
  * hand-computed footprints (Llama-2-7B FP16 = 524,288 B/token, SmolLM2-135M
  * FP16 = 23,040), an INT2 list against the formats' 4 bits/element + FP16
  * residual, max_seqs for a hand-computed pool, the exactness the plan
  * relies on (kv heads scale pages exactly, head_dim does not change page
  * counts), the synthetic data steering SimLayerKV's lazy layers and
  * MiniCache's retention, the extrapolated max context against the exact
- * one, canonical-spec queries, the eval report scanner, the renderings,
- * and bad input.
+ * one, what the plan asks the library about a policy, the eval report
+ * scanner, the renderings, and bad input.
  */
 #include <string.h>
 
 #include "kv_test.h"
-#include "tools/kvpage/eval_policy.c"
-#include "tools/kvpage/stress_gen.c"
-#include "tools/kvpage/plan_preset.c"
-#include "tools/kvpage/plan_spec.c"
-#include "tools/kvpage/plan_sim.c"
-#include "tools/kvpage/plan_closed.c"
-#include "tools/kvpage/plan_evalq.c"
-#include "tools/kvpage/plan_calc.c"
-#include "tools/kvpage/kv_cli_json.c"
-#include "tools/kvpage/plan_report.c"
-#include "tools/kvpage/plan_html.c"
+#include "tools/kvpage/eval_policy.h"
+#include "tools/kvpage/stress_gen.h"
+#include "tools/kvpage/plan_preset.h"
+#include "tools/kvpage/plan_spec.h"
+#include "tools/kvpage/plan_sim.h"
+#include "tools/kvpage/plan_closed.h"
+#include "tools/kvpage/plan_evalq.h"
+#include "tools/kvpage/plan_calc.h"
+#include "tools/kvpage/kv_cli.h"
+#include "tools/kvpage/plan_report.h"
 
 static plan_spec_t spec(const char *s)
 {
@@ -38,7 +37,7 @@ static plan_sim_cfg_t cfg(const plan_spec_t *sp, uint32_t layers, uint32_t q_per
                           uint32_t head_dim)
 {
     return (plan_sim_cfg_t){.layers = layers, .q_per_kv = q_per_kv, .head_dim = head_dim,
-                            .policy = sp->ep.policy, .canon = sp->ep.spec, .chunk = 512,
+                            .policy = sp->ep.policy, .chunk = 512,
                             .lazy_frac = 0.55, .retain_frac = 0.05};
 }
 
@@ -50,13 +49,13 @@ static void test_fp16_bytes_per_token(void)
     if (!ll || !sm)
         return;
     /* 32 layers x 32 kv heads x 128 x (K, V) x 2 bytes = 512 KiB */
+    plan_spec_t sp = spec("fp16");
     plan_closed_in_t ci = {ll->layers, ll->kv_heads, ll->head_dim, 0.55, 0.05};
-    CHECK(plan_closed_bytes(&ci, "fp16", 160, 0) / 160 == 524288.0);
+    CHECK(plan_closed_bytes(&ci, sp.ep.policy, 160, 0) / 160 == 524288.0);
     /* 30 x 3 x 64 x 2 x 2 */
     ci = (plan_closed_in_t){sm->layers, sm->kv_heads, sm->head_dim, 0.55, 0.05};
-    CHECK(plan_closed_bytes(&ci, "fp16", 100, 60) / 160 == 23040.0);
+    CHECK(plan_closed_bytes(&ci, sp.ep.policy, 100, 60) / 160 == 23040.0);
     /* measured: 160 tokens fill 10 pages of every list exactly */
-    plan_spec_t sp = spec("fp16");
     plan_foot_t f;
     plan_sim_cfg_t c = cfg(&sp, sm->layers, sm->q_heads / sm->kv_heads, sm->head_dim);
     CHECK_OK(plan_sim_run(&c, sm->kv_heads, 100, 60, &f));
@@ -95,7 +94,7 @@ static void test_int2_list(void)
     CHECK_EQ(f.tokens, 300);
     plan_closed_in_t ci = {1, 1, 64, 0, 0};
     /* 256 x 128 elements x 4 bits + 44 x 128 x 16 bits */
-    CHECK(plan_closed_bytes(&ci, sp.ep.spec, 300, 0) == 256 * 128 * 4 / 8 + 44 * 128 * 2);
+    CHECK(plan_closed_bytes(&ci, sp.ep.policy, 300, 0) == 256 * 128 * 4 / 8 + 44 * 128 * 2);
     /* as decode steps: the same conversions */
     CHECK_OK(plan_sim_run(&c, 1, 100, 200, &f));
     CHECK_EQ(f.pages, 7);
@@ -134,7 +133,7 @@ static void test_max_seqs(void)
     CHECK(r.meta_bytes_per_token > 0 && r.bytes_per_token > r.kv_bytes_per_token);
     CHECK(!r.quality.have); /* no eval_dir */
     /* metadata: scaled from 1 and 2 heads, the same as a run with all 3 */
-    plan_sim_cfg_t c = sim_cfg(&p, &sp);
+    plan_sim_cfg_t c = plan_sim_cfg(&p, &sp);
     plan_foot_t f3;
     CHECK_OK(plan_sim_run(&c, 3, 161, 338, &f3));
     CHECK(fabs(r.meta_bytes_per_token * 499 - (double)f3.meta_bytes) < 1e-6);
@@ -165,7 +164,7 @@ static void test_scaling(void)
         CHECK_EQ(f3.pages, 3 * f1.pages);
         CHECK_EQ(f3.peak_pages, 3 * f1.peak_pages);
         CHECK_EQ(f3.meta_bytes, f1.meta_bytes + 2 * (f2.meta_bytes - f1.meta_bytes));
-        if (!plan_spec_has(sp.ep.spec, "minicache")) {
+        if (!(plan_spec_methods(sp.ep.policy) & KV_POLICY_MINICACHE)) {
             plan_foot_t g;
             c.head_dim = 16;
             CHECK_OK(plan_sim_run(&c, 3, 200, 20, &g));
@@ -238,7 +237,7 @@ static void test_max_ctx(void)
          * per list, at INT2's 64 tokens per page at most */
         CHECK(re.max_ctx - rx.max_ctx <= 3 * 64);
         /* the exact answer fits and one more prompt token does not */
-        plan_sim_cfg_t c = sim_cfg(&pe, &sp);
+        plan_sim_cfg_t c = plan_sim_cfg(&pe, &sp);
         plan_foot_t f;
         uint32_t P = (uint32_t)(re.max_ctx - pe.ctx_out);
         CHECK_OK(plan_sim_run(&c, 1, P, pe.ctx_out, &f));
@@ -260,18 +259,28 @@ static void test_max_ctx(void)
     plan_spec_destroy(&sp);
 }
 
+/* What the plan asks the library about a policy (plan_spec_methods,
+ * plan_spec_value). */
 static void test_spec(void)
 {
-    CHECK(plan_spec_num("minikv:hh=0.25,rw=0.5,pyramid=7", "minikv", "rw", -1) == 0.5);
-    CHECK(plan_spec_num("minikv:hh=0.25,rw=0.5,pyramid=7", "minikv", "pyramid", -1) == 7);
-    CHECK(plan_spec_num("minikv:hh=0.25", "minikv", "h", -1) == -1);
-    CHECK(plan_spec_num("minikv:hh=0.25", "h2o", "hh", -1) == -1);
-    CHECK(plan_spec_num("simlayerkv:mode=decode", "simlayerkv", "mode", -1) == -1);
-    CHECK(plan_spec_has("simlayerkv:w=1+int4:r=128", "int4"));
-    CHECK(!plan_spec_has("simlayerkv:w=1+int4:r=128", "int2"));
-    CHECK(!plan_spec_has("minikv:hh=0.25", "minik"));
-    CHECK(!strcmp(plan_spec_format("minicache:from=0.5+int4:r=64"), "int4"));
-    CHECK(plan_spec_format("fp16") == NULL);
+    plan_spec_t a = spec("minikv:hh=0.25,rw=0.5,pyramid=7"), b = spec("minikv:hh=0.25");
+    plan_spec_t c = spec("simlayerkv:mode=decode"), d = spec("simlayerkv:w=1+int4:r=128");
+    plan_spec_t e = spec("minicache:from=0.5+int4:r=64"), f = spec("fp16");
+    CHECK(plan_spec_value(a.ep.policy, "minikv", "rw", -1) == 0.5);
+    CHECK(plan_spec_value(a.ep.policy, "minikv", "pyramid", -1) == 7);
+    CHECK(plan_spec_value(b.ep.policy, "minikv", "h", -1) == -1);  /* no such key */
+    CHECK(plan_spec_value(b.ep.policy, "h2o", "hh", -1) == -1);    /* not in it */
+    CHECK(plan_spec_value(b.ep.policy, "minik", "hh", -1) == -1);  /* no such method */
+    CHECK(plan_spec_value(b.ep.policy, "minikv", "rw", -1) == 0.25); /* the default */
+    CHECK(plan_spec_value(c.ep.policy, "simlayerkv", "mode", -1) == 0); /* decode */
+    CHECK(plan_spec_methods(d.ep.policy) == (KV_POLICY_SIMLAYERKV | KV_POLICY_INT4));
+    CHECK(plan_spec_methods(e.ep.policy) == (KV_POLICY_MINICACHE | KV_POLICY_INT4));
+    CHECK(plan_spec_methods(f.ep.policy) == KV_POLICY_FP16);
+    CHECK(plan_spec_methods(NULL) == 0);
+    CHECK(plan_spec_value(NULL, "minikv", "rw", -1) == -1);
+    plan_spec_t *all[] = {&a, &b, &c, &d, &e, &f};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        plan_spec_destroy(all[i]);
     plan_spec_t sp = spec("kivi2:r=64");
     CHECK(!strcmp(sp.given, "kivi2:r=64") && !strcmp(sp.ep.spec, "kivi2:r=64"));
     plan_spec_destroy(&sp);

@@ -27,7 +27,7 @@ typedef struct pe {
     uint32_t chunk;      /* prefill rows per kv_attn_prefill call            */
 } pe_t;
 
-static float pe_rand(uint32_t a, uint32_t b, uint32_t c)
+static inline float pe_rand(uint32_t a, uint32_t b, uint32_t c)
 {
     uint32_t x = a * 2654435761u ^ (b + 0x9e3779b9u) * 40503u ^ c * 2246822519u;
     x ^= x >> 15;
@@ -36,7 +36,7 @@ static float pe_rand(uint32_t a, uint32_t b, uint32_t c)
     return (float)(x % 2001u) / 1000.0f - 1.0f; /* [-1, 1] */
 }
 
-static int pe_open(pe_t *e, uint32_t L, uint32_t H, uint32_t G, uint32_t residual,
+static inline int pe_open(pe_t *e, uint32_t L, uint32_t H, uint32_t G, uint32_t residual,
                    uint64_t pages)
 {
     memset(e, 0, sizeof *e);
@@ -48,7 +48,7 @@ static int pe_open(pe_t *e, uint32_t L, uint32_t H, uint32_t G, uint32_t residua
     return kv_store_create(&c, &e->s);
 }
 
-static int pe_is_hot(const pe_t *e, uint32_t layer, int32_t pos)
+static inline int pe_is_hot(const pe_t *e, uint32_t layer, int32_t pos)
 {
     for (int i = 0; i < 8 && e->hot[layer % 8][i] >= 0; i++)
         if (e->hot[layer % 8][i] == pos)
@@ -57,7 +57,7 @@ static int pe_is_hot(const pe_t *e, uint32_t layer, int32_t pos)
 }
 
 /* K/V rows of one token at position pos of a layer: [H][D] each. */
-static void pe_token(const pe_t *e, uint32_t layer, int32_t pos, float *k, float *v)
+static inline void pe_token(const pe_t *e, uint32_t layer, int32_t pos, float *k, float *v)
 {
     for (uint32_t h = 0; h < e->H; h++)
         for (uint32_t d = 0; d < PE_D; d++) {
@@ -69,7 +69,7 @@ static void pe_token(const pe_t *e, uint32_t layer, int32_t pos, float *k, float
         }
 }
 
-static void pe_query(const pe_t *e, uint32_t layer, int32_t pos, float *q)
+static inline void pe_query(const pe_t *e, uint32_t layer, int32_t pos, float *q)
 {
     for (uint32_t h = 0; h < e->Hq; h++)
         for (uint32_t d = 0; d < PE_D; d++)
@@ -78,7 +78,7 @@ static void pe_query(const pe_t *e, uint32_t layer, int32_t pos, float *q)
 }
 
 /* Append and prefill T prompt tokens on every layer. */
-static int pe_prefill(pe_t *e, kv_seq_id_t seq, uint32_t T)
+static inline int pe_prefill(pe_t *e, kv_seq_id_t seq, uint32_t T)
 {
     static float k[PE_MAX_T * 8 * PE_D], v[PE_MAX_T * 8 * PE_D];
     static float q[PE_MAX_T * 32 * PE_D], out[PE_MAX_T * 32 * PE_D];
@@ -103,7 +103,7 @@ static int pe_prefill(pe_t *e, kv_seq_id_t seq, uint32_t T)
 }
 
 /* One decode step at position pos on every layer (no kv_seq_step_end). */
-static int pe_decode(pe_t *e, kv_seq_id_t seq, int32_t pos)
+static inline int pe_decode(pe_t *e, kv_seq_id_t seq, int32_t pos)
 {
     float k[8 * PE_D], v[8 * PE_D], q[32 * PE_D], out[32 * PE_D];
     for (uint32_t l = 0; l < e->L; l++) {
@@ -120,13 +120,13 @@ static int pe_decode(pe_t *e, kv_seq_id_t seq, int32_t pos)
 }
 
 /* pe_decode, then kv_seq_step_end. */
-static int pe_step(pe_t *e, kv_seq_id_t seq, int32_t pos)
+static inline int pe_step(pe_t *e, kv_seq_id_t seq, int32_t pos)
 {
     int rc = pe_decode(e, seq, pos);
     return rc ? rc : kv_seq_step_end(e->s, seq);
 }
 
-static uint32_t pe_len(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h)
+static inline uint32_t pe_len(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h)
 {
     uint32_t n = 0;
     kv_seq_len(e->s, seq, l, h, &n);
@@ -134,7 +134,7 @@ static uint32_t pe_len(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h)
 }
 
 /* 1 if (seq, l, h) holds position p. */
-static int pe_has(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h, int32_t p)
+static inline int pe_has(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h, int32_t p)
 {
     static int32_t pos[PE_MAX_T];
     uint32_t n = pe_len(e, seq, l, h);
@@ -147,7 +147,7 @@ static int pe_has(const pe_t *e, kv_seq_id_t seq, uint32_t l, uint32_t h, int32_
 }
 
 /* A new sequence with policy spec. */
-static int pe_seq(pe_t *e, const char *spec, kv_seq_id_t *seq)
+static inline int pe_seq(pe_t *e, const char *spec, kv_seq_id_t *seq)
 {
     kv_policy_t *p;
     char err[256];

@@ -91,6 +91,9 @@ int main(void)
     bad("minicache+int2", "minicache");
     bad("h2o+", "empty");
     bad("h2o:", "h2o");
+    bad("h2o:hh=0.1,hh=0.2", "'hh' given twice"); /* a key at most once */
+    bad("snapkv:w=8,k=3,w=8", "'w' given twice");
+    bad("h2o:hh=0.1,rw=0.1,", "h2o");
     CHECK_EQ(kv_policy_parse(NULL, NULL, NULL, 0), KV_EINVAL);
 
     /* Defaults land where docs/policies.md puts them. */

@@ -8,6 +8,10 @@
  * (greedy unless --temp > 0) and streams each token to stdout as it comes,
  * stopping at a control token (<|im_end|>) or --max-new. Then prints the
  * memory and speed table (or, with --json, one JSON object and no stream).
+ * Its compression ratio is against an unpaged FP16 cache of every token the
+ * sequence has seen (prompt + decoded), so a policy that evicts tokens gets
+ * credit for them; ratio_held is against the tokens still held (formats and
+ * page packing only).
  * Progress and errors go to stderr. Exit codes: 0 ok, 1 failure (model
  * missing or damaged included), 2 usage.
  */
@@ -52,6 +56,11 @@ static const kv_cli_opt_t run_opts[] = {
      "minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)"},
     {"--json", KV_CLI_FLAG, offsetof(run_opts_t, json), 0, 0, 0, 0, NULL,
      "one JSON object on stdout instead of the stream and table"},
+    /* short names, as llama.cpp users type them */
+    {"-m", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--model", NULL},
+    {"-p", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--prompt", NULL},
+    {"-n", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--max-new", NULL},
+    {"-t", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--threads", NULL},
 };
 
 /* 0 ok, 1 help printed, 2 usage error. */
@@ -125,6 +134,7 @@ typedef struct run_out {
     const char *text;
     size_t text_len;
     uint32_t n_lists;          /* layers x kv heads */
+    uint32_t head_dim;
 } run_out_t;
 
 static void run_report(const run_out_t *r)
@@ -133,7 +143,12 @@ static void run_report(const run_out_t *r)
     const kv_model_gen_result_t *g = r->g;
     double pf = g->prefill_s > 0 ? g->n_prompt / g->prefill_s : 0;
     double dc = g->decode_s > 0 ? g->n_decoded / g->decode_s : 0;
-    double ratio = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
+    /* every token whose K/V went into the store: the prompt and each token
+     * fed back by a decode step; K and V, FP16, of every list */
+    uint64_t seen = (uint64_t)g->n_prompt + g->n_decoded;
+    uint64_t fp16_seen = seen * r->n_lists * 2u * r->head_dim * 2u;
+    double ratio = st->kv_bytes ? (double)fp16_seen / (double)st->kv_bytes : 0;
+    double ratio_held = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
     const char *stop = r->stopped_control ? "eos" : "max_new";
     if (r->o->json) {
         printf("{\"command\":\"run\",\"model\":");
@@ -143,12 +158,14 @@ static void run_report(const run_out_t *r)
                r->o->policy, r->threads, r->o->temp, (unsigned long long)r->o->seed,
                g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop);
         kv_cli_json_strn(stdout, r->text, r->text_len);
-        printf(",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"ratio\":%.4f,\"page_bytes\":%u,"
+        printf(",\"tokens_seen\":%llu,\"fp16_seen_bytes\":%llu,\"kv_bytes\":%llu,"
+               "\"fp16_bytes\":%llu,\"ratio\":%.4f,\"ratio_held\":%.4f,\"page_bytes\":%u,"
                "\"pages_used\":%llu,\"pages_capacity\":%llu,\"tier\":\"host\","
                "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
                "\"prefill_s\":%.3f,\"decode_s\":%.3f}\n",
+               (unsigned long long)seen, (unsigned long long)fp16_seen,
                (unsigned long long)st->kv_bytes, (unsigned long long)st->fp16_bytes, ratio,
-               st->page_bytes, (unsigned long long)st->pages_used,
+               ratio_held, st->page_bytes, (unsigned long long)st->pages_used,
                (unsigned long long)st->pages_capacity, pf, dc, g->prefill_s, g->decode_s);
         return;
     }
@@ -158,9 +175,11 @@ static void run_report(const run_out_t *r)
            r->threads);
     printf("  %-36s %16s\n", "metric", "value");
     printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
-    printf("  %-36s %16llu\n", "FP16-equivalent bytes (unpaged)",
+    printf("  %-36s %16llu\n", "FP16 bytes of all tokens seen", (unsigned long long)fp16_seen);
+    printf("  %-36s %16llu\n", "FP16 bytes of the tokens held",
            (unsigned long long)st->fp16_bytes);
-    printf("  %-36s %16.3f\n", "compression ratio (FP16 / held)", ratio);
+    printf("  %-36s %16.3f\n", "compression ratio (seen / held)", ratio);
+    printf("  %-36s %16.3f\n", "held ratio (FP16 of held / held)", ratio_held);
     printf("  %-36s %16u\n", "page bytes", st->page_bytes);
     printf("  %-36s %9llu / %llu\n", "pages used / capacity (tier host)",
            (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
@@ -268,7 +287,7 @@ int kv_cmd_run(int argc, char **argv)
     kv_store_stats(store, &st);
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,
-                    .n_lists = hp->n_layers * hp->n_kv_heads};
+                    .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim};
     run_report(&ro);
     ret = 0;
 done:

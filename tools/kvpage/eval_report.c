@@ -27,15 +27,12 @@ static const char *task_label(int task)
     return task == EVAL_RES_PPL ? "ppl" : eval_task_name((eval_task_kind_t)task);
 }
 
-/* fp16_bytes / kv_bytes of the cell (0: no bytes). */
-static double ratio_held(const eval_result_t *r)
+double eval_report_ratio_held(const eval_result_t *r)
 {
     return r->kv_bytes ? (double)r->fp16_bytes / (double)r->kv_bytes : 0;
 }
 
-/* KV bytes of the fp16 policy (index 0) for x's task, ctx (and text) over
- * x's KV bytes; 0 when there is no such cell or no bytes. */
-static double ratio_vs_fp16(const eval_report_t *r, const eval_result_t *x)
+double eval_report_ratio(const eval_report_t *r, const eval_result_t *x)
 {
     for (uint32_t i = 0; i < r->n_results; i++) {
         const eval_result_t *y = &r->results[i];
@@ -97,7 +94,7 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         fprintf(f, ",\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"meta_bytes\":%llu,\"ratio\":%.4f,"
                    "\"ratio_held\":%.4f,\"formats\":[",
                 (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes,
-                (unsigned long long)x->meta_bytes, ratio_vs_fp16(r, x), ratio_held(x));
+                (unsigned long long)x->meta_bytes, eval_report_ratio(r, x), eval_report_ratio_held(x));
         const char *sep = "";
         for (unsigned fm = 0; fm < KV_FMT_COUNT; fm++)
             if (x->formats >> fm & 1u) {
@@ -213,9 +210,9 @@ int eval_report_md(FILE *f, const eval_report_t *r)
         fprintf(f, "| %s | ", r->policies[p]);
         if (s.size) {
             fprintf(f, "%llu | ", (unsigned long long)s.size->kv_bytes);
-            put_ratio(f, ratio_vs_fp16(r, s.size));
+            put_ratio(f, eval_report_ratio(r, s.size));
             fputs(" | ", f);
-            put_ratio(f, ratio_held(s.size));
+            put_ratio(f, eval_report_ratio_held(s.size));
             fputs(" (", f);
             notes(f, s.size->formats);
             fputs(") |", f);
@@ -246,7 +243,7 @@ int eval_report_md(FILE *f, const eval_report_t *r)
                     r->policies[x->policy], r->texts[x->text].path,
                     r->texts[x->text].sha256, x->value, x->nll,
                     (unsigned long long)x->kv_bytes, (unsigned long long)x->fp16_bytes);
-            put_ratio(f, ratio_vs_fp16(r, x));
+            put_ratio(f, eval_report_ratio(r, x));
             fputs(" |\n", f);
         }
     }
@@ -262,9 +259,9 @@ int eval_report_md(FILE *f, const eval_report_t *r)
         fprintf(f, "| %s | %s | %u | %u / %u | %llu | ", r->policies[x->policy],
                 task_label(x->task), x->ctx, x->n_correct, x->n_items,
                 (unsigned long long)x->kv_bytes);
-        put_ratio(f, ratio_vs_fp16(r, x));
+        put_ratio(f, eval_report_ratio(r, x));
         fputs(" | ", f);
-        put_ratio(f, ratio_held(x));
+        put_ratio(f, eval_report_ratio_held(x));
         fputs(" |\n", f);
     }
     if (r->n_fidelity) {

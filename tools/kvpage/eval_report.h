@@ -81,6 +81,13 @@ typedef struct eval_report {
     uint32_t n_fidelity;
 } eval_report_t;
 
+/* The cell ratios (file comment of eval_report.c): `ratio`, KV bytes of the
+ * fp16 policy (index 0) for x's task, ctx (and text) over x's KV bytes,
+ * and `ratio_held`, fp16_bytes / kv_bytes of the cell; 0 when there is no
+ * such cell or no bytes. */
+double eval_report_ratio(const eval_report_t *r, const eval_result_t *x);
+double eval_report_ratio_held(const eval_result_t *x);
+
 int eval_report_json(FILE *f, const eval_report_t *r);
 int eval_report_md(FILE *f, const eval_report_t *r);
 int eval_report_svg(FILE *f, const eval_report_t *r);

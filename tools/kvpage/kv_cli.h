@@ -36,12 +36,15 @@ void kv_cli_json_str(FILE *f, const char *s);
  * Every subcommand describes its options in one table and parses argv with
  * kv_cli_parse; the same table prints the usage text. Values land in the
  * command's options struct at `off`: int (FLAG: set to 1), uint64_t (UINT),
- * double (DOUBLE), const char * (STR: points into argv). */
+ * double (DOUBLE), const char * (STR: points into argv). An ALIAS entry is a
+ * short name for another entry: {"-m", KV_CLI_ALIAS, .arg = "--model"}
+ * makes "-m FILE" mean "--model FILE"; the usage shows "-m, --model". */
 typedef enum kv_cli_kind {
     KV_CLI_FLAG = 0,   /* no value                                  */
     KV_CLI_UINT = 1,   /* integer in [lo, hi]                       */
     KV_CLI_DOUBLE = 2, /* finite number in [dlo, dhi]               */
     KV_CLI_STR = 3,    /* any string                                */
+    KV_CLI_ALIAS = 4,  /* another name of the entry named by arg    */
 } kv_cli_kind_t;
 
 typedef struct kv_cli_opt {
@@ -50,7 +53,8 @@ typedef struct kv_cli_opt {
     size_t off;         /* offsetof(options struct, field)               */
     uint64_t lo, hi;    /* UINT range                                    */
     double dlo, dhi;    /* DOUBLE range                                  */
-    const char *arg;    /* value name in the usage, e.g. "N", "SPEC"     */
+    const char *arg;    /* value name in the usage, e.g. "N", "SPEC";    */
+                        /* ALIAS: the name of the entry it stands for    */
     const char *help;   /* usage text; may hold '\n' for more lines      */
 } kv_cli_opt_t;
 

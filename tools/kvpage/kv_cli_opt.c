@@ -4,7 +4,8 @@
  * A subcommand describes its options once, in a kv_cli_opt_t table (name,
  * kind, where the value goes, range, help); kv_cli_parse fills the options
  * struct from argv and kv_cli_usage prints the same table as the usage text,
- * so the help can never disagree with the parser. Values are checked against
+ * so the help can never disagree with the parser. Short names ("-m") are
+ * ALIAS entries that stand for a long one ("--model"). Values are checked against
  * their range here, with a message naming the option; semantic checks that
  * span several options stay in the subcommand.
  *
@@ -52,19 +53,33 @@ static int cli_double(const char *opt, const char *val, double lo, double hi,
     return 0;
 }
 
+/* The entry named by the first len bytes of name; an alias gives the entry
+ * it stands for. */
+static const kv_cli_opt_t *cli_lookup(const kv_cli_opt_t *opts, size_t n, const char *name,
+                                      size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(opts[i].name) != len || strncmp(opts[i].name, name, len))
+            continue;
+        if (opts[i].kind != KV_CLI_ALIAS)
+            return &opts[i];
+        for (size_t j = 0; j < n; j++)
+            if (opts[j].kind != KV_CLI_ALIAS && !strcmp(opts[j].name, opts[i].arg))
+                return &opts[j];
+    }
+    return NULL;
+}
+
 /* The table entry named by arg ("--name" or "--name=value"); *val is set to
  * the text after '=' or NULL. */
 static const kv_cli_opt_t *cli_find(const kv_cli_opt_t *opts, size_t n, const char *arg,
                                     const char **val)
 {
     const char *eq = strchr(arg, '=');
-    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-    for (size_t i = 0; i < n; i++)
-        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len)) {
-            *val = eq ? eq + 1 : NULL;
-            return &opts[i];
-        }
-    return NULL;
+    const kv_cli_opt_t *op = cli_lookup(opts, n, arg, eq ? (size_t)(eq - arg) : strlen(arg));
+    if (op)
+        *val = eq ? eq + 1 : NULL;
+    return op;
 }
 
 static int cli_store(const kv_cli_opt_t *op, const char *val, void *o)
@@ -81,6 +96,8 @@ static int cli_store(const kv_cli_opt_t *op, const char *val, void *o)
     case KV_CLI_FLAG:
         *(int *)(void *)dst = 1;
         return 0;
+    case KV_CLI_ALIAS: /* resolved by cli_find */
+        break;
     }
     return -1;
 }
@@ -124,9 +141,15 @@ void kv_cli_usage(FILE *f, const char *cmd, const char *synopsis,
     if (synopsis)
         fprintf(f, "%s\n", synopsis);
     for (size_t i = 0; i < n_opts; i++) {
+        if (opts[i].kind == KV_CLI_ALIAS)
+            continue;
+        const char *alias = "";
+        for (size_t j = 0; j < n_opts; j++)
+            if (opts[j].kind == KV_CLI_ALIAS && !strcmp(opts[j].arg, opts[i].name))
+                alias = opts[j].name;
         char head[64];
-        snprintf(head, sizeof head, "%s%s%s", opts[i].name, opts[i].arg ? " " : "",
-                 opts[i].arg ? opts[i].arg : "");
+        snprintf(head, sizeof head, "%s%s%s%s%s", alias, *alias ? ", " : "", opts[i].name,
+                 opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
         fprintf(f, "  %-20s ", head);
         for (const char *p = opts[i].help ? opts[i].help : ""; *p; p++) {
             fputc(*p, f);

@@ -2,7 +2,9 @@
  * main.c — the `kvpage` command: dispatch to subcommands.
  *
  *   kvpage demo [options]   synthetic engine-like workload, prints a table
- *   kvpage version          library version
+ *   kvpage version          library version, commit, features built in
+ *                           (also --version; kv_build_info.h is generated at
+ *                           build time by cmake/kv_build_info.cmake)
  *   kvpage help             this list
  *
  * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kv_build_info.h"
 #include "kv_cli.h"
 #include "kvpage/kvpage.h"
 
@@ -18,7 +21,8 @@ static int cmd_version(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    printf("kvpage %s\n", kv_version());
+    printf("kvpage %s (commit %s)\nfeatures: %s\n", kv_version(), KV_BUILD_COMMIT,
+           KV_BUILD_FEATURES);
     return 0;
 }
 
@@ -34,7 +38,7 @@ static const struct {
     {"eval", kv_cmd_eval, "compare KV cache policies: perplexity, retrieval, fidelity"},
     {"stress", kv_cmd_stress, "memory-pressure stress: an engine-like workload, verified continuously"},
     {"plan", kv_cmd_plan, "capacity planning: bytes per token, sequences and context per policy"},
-    {"version", cmd_version, "print the library version"},
+    {"version", cmd_version, "print the version, commit and features built in"},
     {"help", cmd_help, "list the commands"},
 };
 

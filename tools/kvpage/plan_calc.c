@@ -56,15 +56,14 @@ int plan_init(const plan_in_t *in, plan_t *p)
     return 0;
 }
 
-/* The simulation config of spec for plan p. */
-static plan_sim_cfg_t sim_cfg(const plan_t *p, const plan_spec_t *spec)
+plan_sim_cfg_t plan_sim_cfg(const plan_t *p, const plan_spec_t *spec)
 {
     const plan_model_t *m = &p->in->model;
-    int merged = plan_spec_has(spec->ep.spec, "minicache");
+    int merged = (plan_spec_methods(spec->ep.policy) & KV_POLICY_MINICACHE) != 0;
     return (plan_sim_cfg_t){.layers = m->layers, .q_per_kv = m->q_heads / m->kv_heads,
                             .head_dim = merged ? m->head_dim : CALC_SIM_HEAD_DIM,
-                            .policy = spec->ep.policy, .canon = spec->ep.spec,
-                            .chunk = p->in->chunk, .lazy_frac = p->in->lazy_frac,
+                            .policy = spec->ep.policy, .chunk = p->in->chunk,
+                            .lazy_frac = p->in->lazy_frac,
                             .retain_frac = p->in->retain_frac};
 }
 
@@ -99,7 +98,7 @@ static int calc_workload(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t
         peak += (double)H * f1.peak_pages;
         meta += (double)f1.meta_bytes + ((double)f2.meta_bytes - f1.meta_bytes) * (H - 1);
         tokens += (double)P + G;
-        closed += plan_closed_bytes(&ci, c->canon, P, G);
+        closed += plan_closed_bytes(&ci, c->policy, P, G);
     }
     r->pages_per_seq = pages / p->n_samples;
     r->peak_pages_per_seq = peak / p->n_samples;
@@ -129,9 +128,10 @@ static int calc_ctx(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t *r)
     const uint32_t C = c->chunk;
     uint64_t P1 = ((uint64_t)p->in->ctx_base + C - 1) / C * C;
     P1 = P1 > 2ull * C ? P1 : 2ull * C;
-    if (plan_spec_has(c->canon, "simlayerkv")) {
-        double win = plan_spec_num(c->canon, "simlayerkv", "sink", 4) +
-                     plan_spec_num(c->canon, "simlayerkv", "w", 1024);
+    kv_policy_info_t pi;
+    if (!kv_policy_info(c->policy, c->layers, 0, &pi) &&
+        (pi.methods & KV_POLICY_SIMLAYERKV)) {
+        double win = pi.lazy_window;
         while (P1 < 2 * win)
             P1 *= 2;
     }
@@ -185,21 +185,21 @@ static int calc_curve(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t *r
         plan_curve_pt_t *pt = &r->curve[r->n_curve++];
         pt->ctx = ctx;
         pt->bytes_per_token = (double)f.pages * H * p->page_bytes / (ctx + 1.0);
-        pt->closed_bytes_per_token = plan_closed_bytes(&ci, c->canon, ctx, 1) / (ctx + 1.0);
+        pt->closed_bytes_per_token = plan_closed_bytes(&ci, c->policy, ctx, 1) / (ctx + 1.0);
     }
     return 0;
 }
 
 static void calc_assumption(const plan_t *p, const plan_spec_t *spec, plan_result_t *r)
 {
-    const char *canon = spec->ep.spec;
-    if (plan_spec_has(canon, "simlayerkv"))
+    const uint32_t methods = plan_spec_methods(spec->ep.policy);
+    if (methods & KV_POLICY_SIMLAYERKV)
         snprintf(r->assumption, sizeof r->assumption,
                  "SimLayerKV: %u of %u layers lazy (--lazy-frac %.2f; the paper measures "
                  "~55%% on Llama-3-8B-Instruct)",
                  (unsigned)llround(p->in->lazy_frac * p->in->model.layers),
                  p->in->model.layers, p->in->lazy_frac);
-    else if (plan_spec_has(canon, "minicache"))
+    else if (methods & KV_POLICY_MINICACHE)
         snprintf(r->assumption, sizeof r->assumption,
                  "MiniCache: %.0f%% of merged tokens retained (--retain-frac %.2f; the "
                  "paper's memory analysis assumes 5%%)",
@@ -211,7 +211,7 @@ int plan_policy(const plan_t *p, const plan_spec_t *spec, plan_result_t *r)
     memset(r, 0, sizeof *r);
     r->spec = spec;
     double t0 = calc_now();
-    plan_sim_cfg_t c = sim_cfg(p, spec);
+    plan_sim_cfg_t c = plan_sim_cfg(p, spec);
     r->sim_head_dim = c.head_dim;
     calc_assumption(p, spec, r);
     int rc = calc_workload(p, &c, r);

@@ -48,6 +48,7 @@
 
 #include "plan_evalq.h"
 #include "plan_preset.h"
+#include "plan_sim.h"
 #include "plan_spec.h"
 #include "stress_gen.h"
 
@@ -125,5 +126,9 @@ int plan_init(const plan_in_t *in, plan_t *p);
 
 /* Everything for one policy into r. */
 int plan_policy(const plan_t *p, const plan_spec_t *spec, plan_result_t *r);
+
+/* The simulation config plan_policy runs spec with (plan_sim.h): the
+ * model's shape, head_dim 16 unless the policy writes MERGED pages. */
+plan_sim_cfg_t plan_sim_cfg(const plan_t *p, const plan_spec_t *spec);
 
 #endif /* PLAN_CALC_H */

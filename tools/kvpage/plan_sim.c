@@ -121,8 +121,8 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
     cfg.max_seqs = 2;
     cfg.n_threads = 1;
     cfg.flags = KV_CONFIG_NO_TCACHE;
-    const char *fmt = plan_spec_format(c->canon);
-    cfg.residual = fmt ? (uint32_t)plan_spec_num(c->canon, fmt, "r", 0) : 0;
+    kv_policy_info_t pi;
+    cfg.residual = kv_policy_info(c->policy, S->L, prompt, &pi) ? 0 : pi.residual;
     int rc = kv_store_create(&cfg, &S->st);
     if (rc)
         return rc;
@@ -155,29 +155,30 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
 /* Attention only where the policy scores tokens, on the rows it reads. */
 static void sim_attention(sim_t *S, uint32_t prompt)
 {
-    const char *cn = S->c->canon;
-    int sim_prefill = S->sim && strstr(cn, "mode=prefill") != NULL;
-    int acc = plan_spec_has(cn, "minikv") || plan_spec_has(cn, "h2o") || plan_spec_has(cn, "cam");
+    const kv_policy_t *p = S->c->policy;
+    const uint32_t m = plan_spec_methods(p);
+    int sim_prefill = S->sim && plan_spec_value(p, "simlayerkv", "mode", 0) == 1; /* prefill */
+    int acc = (m & (KV_POLICY_MINIKV | KV_POLICY_H2O | KV_POLICY_CAM)) != 0;
     double rows = acc ? 1 : 0;
-    rows = fmax(rows, plan_spec_num(cn, "snapkv", "w", 0));
-    rows = fmax(rows, sim_prefill ? plan_spec_num(cn, "simlayerkv", "rows", 0) : 0);
+    rows = fmax(rows, plan_spec_value(p, "snapkv", "w", 0));
+    rows = fmax(rows, sim_prefill ? plan_spec_value(p, "simlayerkv", "rows", 0) : 0);
     S->rows = rows < prompt ? (uint32_t)rows : prompt;
-    S->attn_every = plan_spec_has(cn, "h2o") || plan_spec_has(cn, "cam");
+    S->attn_every = (m & (KV_POLICY_H2O | KV_POLICY_CAM)) != 0;
     S->attn_first = S->sim && !sim_prefill;
 }
 
 int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
                  uint32_t out, plan_foot_t *f)
 {
-    if (!c || !f || !c->policy || !c->canon || !c->layers || !c->q_per_kv || !kv_heads ||
+    if (!c || !f || !c->policy || !c->layers || !c->q_per_kv || !kv_heads ||
         !c->head_dim || !c->chunk || !prompt || !(c->lazy_frac >= 0 && c->lazy_frac <= 1) ||
         !(c->retain_frac >= 0 && c->retain_frac <= 0.5))
         return KV_EINVAL;
     sim_t S = {.c = c, .H = kv_heads, .Hq = kv_heads * c->q_per_kv, .D = c->head_dim,
                .L = c->layers, .n_pos = (uint64_t)prompt + out,
-               .mc = plan_spec_has(c->canon, "minicache"),
-               .sim = plan_spec_has(c->canon, "simlayerkv"),
-               .sink = (uint32_t)plan_spec_num(c->canon, "simlayerkv", "sink", 4),
+               .mc = (plan_spec_methods(c->policy) & KV_POLICY_MINICACHE) != 0,
+               .sim = (plan_spec_methods(c->policy) & KV_POLICY_SIMLAYERKV) != 0,
+               .sink = (uint32_t)plan_spec_value(c->policy, "simlayerkv", "sink", 4),
                .strong = (float)sqrt(SIM_LOGIT * sqrt((double)c->head_dim))};
     sim_attention(&S, prompt);
     size_t qrows = S.rows ? S.rows : 1;

@@ -48,7 +48,6 @@ typedef struct plan_sim_cfg {
     uint32_t q_per_kv;     /* query heads per kv head (the model's group)  */
     uint32_t head_dim;     /* simulated head_dim (a multiple of 16)        */
     const kv_policy_t *policy;
-    const char *canon;     /* its canonical spec (plan_spec.h)             */
     uint32_t chunk;        /* prompt tokens per kv_append, >= 1            */
     double lazy_frac;      /* SimLayerKV: fraction of lazy layers, 0..1    */
     double retain_frac;    /* MiniCache: retained fraction, 0..0.5         */

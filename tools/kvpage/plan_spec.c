@@ -1,11 +1,9 @@
 /*
- * plan_spec.c — canonical-spec queries for `kvpage plan` (see
- * plan_spec.h).
+ * plan_spec.c — the policies of `kvpage plan` (see plan_spec.h).
  */
 #include "plan_spec.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 int plan_spec_parse(const char *given, plan_spec_t *out, char *err, size_t err_len)
@@ -33,54 +31,14 @@ void plan_spec_destroy(plan_spec_t *s)
         eval_policy_destroy(&s->ep);
 }
 
-/* The part of canon whose method is m: *args points after ':' (or at the
- * part's end), *end at the part's end; NULL when absent. */
-static const char *find_part(const char *canon, const char *m, const char **args,
-                             const char **end)
+uint32_t plan_spec_methods(const kv_policy_t *p)
 {
-    size_t ml = strlen(m);
-    for (const char *p = canon; p && *p;) {
-        const char *e = p + strcspn(p, "+");
-        size_t nl = strcspn(p, ":+");
-        if (nl == ml && !strncmp(p, m, ml)) {
-            *args = p + nl + (p[nl] == ':');
-            *end = e;
-            return p;
-        }
-        p = *e ? e + 1 : NULL;
-    }
-    return NULL;
+    kv_policy_info_t pi;
+    return p && !kv_policy_info(p, 1, 0, &pi) ? pi.methods : 0;
 }
 
-int plan_spec_has(const char *canon, const char *m)
+double plan_spec_value(const kv_policy_t *p, const char *m, const char *k, double dflt)
 {
-    const char *a, *e;
-    return canon && m && find_part(canon, m, &a, &e) != NULL;
-}
-
-double plan_spec_num(const char *canon, const char *m, const char *k, double dflt)
-{
-    const char *a, *e;
-    if (!canon || !m || !k || !find_part(canon, m, &a, &e))
-        return dflt;
-    size_t kl = strlen(k);
-    while (a < e) {
-        const char *ke = a + strcspn(a, ",+");
-        if ((size_t)(ke - a) > kl && !strncmp(a, k, kl) && a[kl] == '=') {
-            char *num_end = NULL;
-            double v = strtod(a + kl + 1, &num_end);
-            return num_end == ke ? v : dflt;
-        }
-        a = ke + 1;
-    }
-    return dflt;
-}
-
-const char *plan_spec_format(const char *canon)
-{
-    static const char *const fmts[] = {"kivi2", "kivi4", "int2", "int4"};
-    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++)
-        if (plan_spec_has(canon, fmts[i]))
-            return fmts[i];
-    return NULL;
+    double v;
+    return kv_policy_value(p, m, k, &v) ? dflt : v;
 }

@@ -1,14 +1,12 @@
 /*
- * plan_spec.h — what `kvpage plan` reads from a policy's canonical spec.
- *
- * The canonical spec (kv_policy_describe: "method:key=value,...+method...")
- * is the only view of a policy the tool has (the parsed kv_policy_t is
- * opaque). plan_spec_* read methods and keys from it: which data the
- * simulation must craft (SimLayerKV's lazy layers, MiniCache's retained
- * tokens), when attention statistics are needed, and the closed form.
+ * plan_spec.h — the policies `kvpage plan` compares.
  *
  * A spec is parsed as `kvpage eval` parses its policies (eval_policy.h):
- * the same messages, the same canonical form.
+ * the same messages, the same canonical form (kv_policy_describe), which
+ * the report prints and the quality lookup matches. What the plan needs to
+ * know about a policy (which methods, a key's value, budgets, formats) it
+ * asks the library (kv_policy_info, kv_policy_value); nothing here reads
+ * the spec's text.
  *
  * Ownership: plan_spec_t owns its parsed policy (plan_spec_destroy; a
  * zeroed struct is safe to destroy).
@@ -37,11 +35,10 @@ typedef struct plan_spec {
 int plan_spec_parse(const char *given, plan_spec_t *out, char *err, size_t err_len);
 void plan_spec_destroy(plan_spec_t *s);
 
-/* 1 when the canonical spec has method m ("minicache", "int4", ...). */
-int plan_spec_has(const char *canon, const char *m);
-/* The value of key k of method m, or dflt when the spec has no such key. */
-double plan_spec_num(const char *canon, const char *m, const char *k, double dflt);
-/* The format method of the spec: "kivi2", "kivi4", "int2", "int4", or NULL. */
-const char *plan_spec_format(const char *canon);
+/* The policy's methods (KV_POLICY_* bits of kv_policy_info), 0 for NULL. */
+uint32_t plan_spec_methods(const kv_policy_t *p);
+/* The value of key k of method m (kv_policy_value), or dflt when the policy
+ * does not have m (or m has no key k). */
+double plan_spec_value(const kv_policy_t *p, const char *m, const char *k, double dflt);
 
 #endif /* PLAN_SPEC_H */

@@ -223,6 +223,11 @@ void stress_off_offload(stress_driver_t *d);
 void stress_off_prefetch(stress_driver_t *d);
 void stress_off_balance(stress_driver_t *d);
 void stress_off_sync(stress_driver_t *d);
+/* One slot: start bringing slot i back from the file (READING; on KV_ENOMEM
+ * with nobody left to preempt it stays there); wait for slot i's I/O and
+ * act on where its pages are now. */
+void stress_off_prefetch_slot(stress_driver_t *d, int i);
+void stress_off_settle(stress_driver_t *d, int i);
 
 /* One iteration (stress_step.c). */
 void stress_driver_step(stress_driver_t *d);

@@ -2,10 +2,11 @@
  * stress_mix.c — parse the policy mix of `kvpage stress` and derive what
  * each policy lets the verifier expect (stress_mix.h).
  *
- * Derivation from the canonical spec (docs/policies.md says what each
- * method does):
- *   - kivi2/int2 -> bits 2, kivi4/int4 -> bits 4; minikv alone keeps its
- *     tokens INT2 (bits 2); minicache+int4 makes the unpaired layers KIVI-4.
+ * Derivation from what the library says the policy is (kv_policy_info;
+ * docs/policies.md says what each method does):
+ *   - the format its tokens convert to: INT2 -> bits 2 (kivi2/int2, minikv
+ *     without a format), INT4 -> bits 4 (kivi4/int4; minicache+int4 makes
+ *     the unpaired layers KIVI-4).
  *   - streamingllm, h2o, snapkv, minikv, simlayerkv evict -> select.
  *   - a format with per-step eviction (h2o, streamingllm, simlayerkv):
  *     every eviction decodes the list to FP16 and the policy re-quantizes
@@ -13,8 +14,8 @@
  *     quantization -> drift (finite, FP16 range). snapkv and minikv select
  *     once, at prefill end, before their tokens are quantized.
  *   - cam -> values change (V_j += V_e / m): values finite and in range.
- *   - minicache:from=f -> pairs (S, S+1), (S+2, S+3), ... with
- *     S = floor(L f), as the store forms them.
+ *   - minicache -> pairs (S, S+1), (S+2, S+3), ... from S = floor(L from)
+ *     (merge_first, merge_pairs), as the store forms them.
  *
  * KIVI bound (stress_check_qbound): an appended element x is i/1024 in
  * [-A, A], exact in FP16. The store keeps, per group of 16, min stored as
@@ -28,7 +29,6 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "stress_gen.h"
@@ -58,44 +58,21 @@ double stress_check_vmax(const stress_check_t *c, uint32_t layer, uint32_t head_
     return a;
 }
 
-/* Nonzero if canon has a part whose method is `name`; *keys (if non-NULL)
- * points at the text after "name:". */
-static int mix_has(const char *canon, const char *name, const char **keys)
-{
-    size_t n = strlen(name);
-    for (const char *p = canon; p && *p;) {
-        if (!strncmp(p, name, n) && (p[n] == ':' || p[n] == '+' || p[n] == 0)) {
-            if (keys)
-                *keys = p[n] == ':' ? p + n + 1 : "";
-            return 1;
-        }
-        p = strchr(p, '+');
-        p = p ? p + 1 : NULL;
-    }
-    return 0;
-}
-
-void stress_check_derive(const char *canon, uint32_t n_layers, stress_check_t *c)
+void stress_check_derive(const kv_policy_t *policy, uint32_t n_layers, stress_check_t *c)
 {
     memset(c, 0, sizeof *c);
-    if (mix_has(canon, "kivi2", NULL) || mix_has(canon, "int2", NULL))
-        c->bits = 2;
-    if (mix_has(canon, "kivi4", NULL) || mix_has(canon, "int4", NULL))
-        c->bits = 4;
-    if (mix_has(canon, "minikv", NULL) && c->bits == 0)
-        c->bits = 2;
-    int per_step = mix_has(canon, "h2o", NULL) || mix_has(canon, "streamingllm", NULL) ||
-                   mix_has(canon, "simlayerkv", NULL);
-    c->select = per_step || mix_has(canon, "snapkv", NULL) || mix_has(canon, "minikv", NULL);
+    kv_policy_info_t pi;
+    if (!policy || kv_policy_info(policy, n_layers, 0, &pi))
+        return;
+    const uint32_t m = pi.methods;
+    c->bits = pi.format == KV_FMT_INT2 ? 2 : pi.format == KV_FMT_INT4 ? 4 : 0;
+    int per_step = (m & (KV_POLICY_H2O | KV_POLICY_STREAMINGLLM | KV_POLICY_SIMLAYERKV)) != 0;
+    c->select = per_step || (m & (KV_POLICY_SNAPKV | KV_POLICY_MINIKV));
     c->drift = per_step && c->bits != 0;
-    c->cam = (uint8_t)mix_has(canon, "cam", NULL);
-    const char *keys = NULL;
-    if (mix_has(canon, "minicache", &keys)) {
-        const char *f = strstr(keys, "from=");
-        double from = f ? strtod(f + 5, NULL) : 0.5;
-        uint32_t lo = (uint32_t)(n_layers * from);
-        c->merge_lo = lo;
-        c->merge_hi = lo < n_layers ? lo + 2u * ((n_layers - lo) / 2u) : lo;
+    c->cam = (m & KV_POLICY_CAM) != 0;
+    if (m & KV_POLICY_MINICACHE) {
+        c->merge_lo = pi.merge_first;
+        c->merge_hi = pi.merge_first + 2u * pi.merge_pairs;
     }
 }
 
@@ -136,7 +113,7 @@ int stress_mix_parse(const char *list, uint32_t n_layers, stress_mix_t *m, char 
                 return -1;
             }
         }
-        stress_check_derive(pol->spec, n_layers, &pol->chk);
+        stress_check_derive(pol->policy, n_layers, &pol->chk);
         m->n++;
         if (!bar)
             return 0;

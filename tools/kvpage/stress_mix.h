@@ -61,8 +61,8 @@ int stress_mix_parse(const char *list, uint32_t n_layers, stress_mix_t *m, char 
                      size_t err_len);
 void stress_mix_destroy(stress_mix_t *m);
 
-/* The check a canonical spec implies ("none" and "fp16": all exact). */
-void stress_check_derive(const char *canon, uint32_t n_layers, stress_check_t *c);
+/* The check a policy implies (NULL, "none", and "fp16": all exact). */
+void stress_check_derive(const kv_policy_t *policy, uint32_t n_layers, stress_check_t *c);
 
 /* Largest |read - appended| of one element quantized to `bits` (2 or 4)
  * once, for appended elements in [-A, A] exact in FP16 (stress_gen.h);

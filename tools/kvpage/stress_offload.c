@@ -44,9 +44,7 @@ static int off_call(stress_driver_t *d, stress_op_t op, int slot)
     return stress_call(d, &c);
 }
 
-/* Start bringing slot i back (READING); on KV_ENOMEM with nobody left to
- * preempt it stays on the file. */
-static void off_prefetch_slot(stress_driver_t *d, int i)
+void stress_off_prefetch_slot(stress_driver_t *d, int i)
 {
     if (off_call(d, STRESS_OP_PREFETCH, i))
         return;
@@ -103,8 +101,7 @@ static void off_probe(stress_driver_t *d, int i)
                          "its pages are on the file", id);
 }
 
-/* Wait for slot i's I/O and act on where its pages are now. */
-static void off_settle(stress_driver_t *d, int i)
+void stress_off_settle(stress_driver_t *d, int i)
 {
     stress_slot_t *s = &d->slots[i];
     const stress_res_t was = s->sh.res;
@@ -126,7 +123,7 @@ static void off_settle(stress_driver_t *d, int i)
         stress_verify_seq(&d->vf, &s->sh); /* a lost page never reads as data */
         if (s->lost_tries < STRESS_LOST_TRIES) {
             s->lost_tries++;
-            off_prefetch_slot(d, i); /* a transient error may clear */
+            stress_off_prefetch_slot(d, i); /* a transient error may clear */
         } else {
             d->off.lost_seqs++;
             stress_driver_release(d, i, STRESS_EV_LOST);
@@ -153,7 +150,7 @@ void stress_off_settle_all(stress_driver_t *d)
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++) {
         const stress_slot_t *s = &d->slots[i];
         if (s->used && (s->sh.res == STRESS_RES_WRITING || s->sh.res == STRESS_RES_READING))
-            off_settle(d, (int)i);
+            stress_off_settle(d, (int)i);
     }
 }
 
@@ -170,7 +167,7 @@ void stress_off_offload(stress_driver_t *d)
     d->off.offloads++;
     d->slots[i].sh.res = STRESS_RES_WRITING;
     if (stress_rng_below(&d->rng, 2) == 0)
-        off_settle(d, i);
+        stress_off_settle(d, i);
 }
 
 void stress_off_prefetch(stress_driver_t *d)
@@ -178,9 +175,9 @@ void stress_off_prefetch(stress_driver_t *d)
     int i = stress_driver_pick(d, STRESS_RES_ON_FILE);
     if (i < 0)
         return;
-    off_prefetch_slot(d, i);
+    stress_off_prefetch_slot(d, i);
     if (d->slots[i].sh.res == STRESS_RES_READING && stress_rng_below(&d->rng, 2) == 0)
-        off_settle(d, i);
+        stress_off_settle(d, i);
 }
 
 void stress_off_balance(stress_driver_t *d)
@@ -197,7 +194,7 @@ void stress_off_balance(stress_driver_t *d)
             kv_seq_residency(d->st, s->sh.id, &r) || (r.on_file == 0 && r.in_flight == 0))
             continue;
         s->sh.res = STRESS_RES_WRITING;
-        off_settle(d, (int)i);
+        stress_off_settle(d, (int)i);
     }
 }
 

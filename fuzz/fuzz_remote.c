@@ -1,0 +1,96 @@
+/*
+ * fuzz_remote.c — libFuzzer target for what the remote tier reads from a
+ * server or a user: the value frame check (remote/kv_remote_frame.c) and
+ * the url parser (remote/kv_remote_url.c).
+ *
+ * Input: byte 0 % 3 selects.
+ *   0: the rest is a value read under key hash bytes 1..32 (zero-padded) in
+ *      namespace "kvp"; property: the check never reads outside the value,
+ *      and a value it accepts re-frames (header built from its payload,
+ *      format, key and namespace) to exactly its own bytes.
+ *   1: the rest (up to a NUL) is a url; property: parsing returns 0 with
+ *      1..64 seeds, each with a non-empty host and a port in 1..65535, or
+ *      KV_EINVAL, and never crashes.
+ *   2: bytes 1..2 = a position (little-endian), byte 3 = an xor mask, the
+ *      rest = a payload: a valid value is framed around it and the byte at
+ *      the position (if inside) is xored; property: the check accepts it
+ *      exactly when nothing changed (every single-byte change is caught).
+ * Build and run: fuzz/build.sh (see fuzz/README.md).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/kv_mem.h"
+#include "kvpage/kvpage.h"
+#include "remote/kv_remote.h"
+#include "remote/kv_remote_int.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const uint8_t *p = data + 1;
+    size_t n = size - 1;
+    if (data[0] % 3 == 2) {
+        if (n < 3)
+            return 0;
+        size_t pos = (size_t)p[0] | (size_t)p[1] << 8, len = n - 3, vlen, plen;
+        uint8_t mask = p[2], *v = malloc(KV_REMOTE_HDR_BYTES + len);
+        kv_remote_key_t key;
+        memset(&key, 0x4B, sizeof key);
+        struct iovec io = {(void *)(p + 3), len};
+        memcpy(v + KV_REMOTE_HDR_BYTES, p + 3, len);
+        if (kv_remote_frame_header("kvp", &key, 7, &io, 1, len, v) != 0)
+            abort();
+        vlen = KV_REMOTE_HDR_BYTES + len;
+        int changed = pos < vlen && mask != 0;
+        if (pos < vlen)
+            v[pos] ^= mask;
+        const uint8_t *payload;
+        uint32_t format;
+        int rc = kv_remote_frame_check("kvp", &key, v, vlen, &payload, &plen, &format);
+        if ((rc == 0) == changed || (rc == 0 && (plen != len || format != 7)))
+            abort();
+        free(v);
+        return 0;
+    }
+    if (data[0] % 3 == 0) {
+        kv_remote_key_t key;
+        memset(&key, 0, sizeof key);
+        memcpy(key.hash, p, n < 32 ? n : 32);
+        uint8_t *v = malloc(n ? n : 1); /* exact size: ASan sees any overread */
+        memcpy(v, p, n);
+        const uint8_t *payload;
+        size_t len;
+        uint32_t format;
+        if (kv_remote_frame_check("kvp", &key, v, n, &payload, &len, &format) == 0) {
+            uint8_t hdr[KV_REMOTE_HDR_BYTES];
+            struct iovec io = {(void *)payload, len};
+            if (len + KV_REMOTE_HDR_BYTES != n || payload != v + KV_REMOTE_HDR_BYTES ||
+                kv_remote_frame_header("kvp", &key, format, &io, 1, len, hdr) != 0 ||
+                memcmp(hdr, v, KV_REMOTE_HDR_BYTES) != 0)
+                abort();
+        }
+        free(v);
+        return 0;
+    }
+    char *url = malloc(n + 1);
+    memcpy(url, p, n);
+    url[n] = 0;
+    kv_remote_addr_t *seeds = NULL;
+    uint32_t k = 0;
+    int rc = kv_remote_url_parse(url, &seeds, &k);
+    if (rc == 0) {
+        if (k < 1 || k > KV_REMOTE_MAX_SEEDS)
+            abort();
+        for (uint32_t i = 0; i < k; i++)
+            if (!seeds[i].host[0] || seeds[i].port == 0)
+                abort();
+        kv_mem_free(seeds, k * sizeof *seeds);
+    } else if (rc != KV_EINVAL && rc != KV_ENOMEM) {
+        abort();
+    }
+    free(url);
+    return 0;
+}

@@ -1,0 +1,221 @@
+/*
+ * kv_remote.h — the remote tier: blobs kept in Redis or Valkey (one server,
+ * or a Redis Cluster), shared by every engine process that points at it.
+ *
+ * A blob is named by a 32-byte hash (a content address, e.g. a prefix block
+ * hash from prefix/kv_prefix_hash.h) in the client's namespace: the server
+ * key is "<ns>:<64 lowercase hex digits>". Its value is framed (64-byte
+ * header, then the payload; docs/prefix.md, "The remote tier"):
+ *   magic "KVRM", layout version, header size, the caller's format tag,
+ *   crc32c of the namespace, payload length, the key's hash echoed, a
+ *   reserved word (0), crc32c over the header and the payload.
+ * A value that fails any check (too short, magic, version, sizes, hash,
+ * namespace, reserved word, crc, or a non-string under the key) is counted
+ * corrupt and reported as a miss: its bytes never reach the caller.
+ *
+ * Servers: url "redis://host:port", or several comma-separated seeds for a
+ * cluster ("redis://h1:p1,h2:p2" or "redis://h1:p1,redis://h2:p2"). Whether
+ * the servers form a cluster is found out at the first call (CLUSTER SLOTS:
+ * a slot map, or "cluster support disabled": one server). In a cluster every
+ * key goes to the master of its CRC16 hash slot (hash tags "{...}" honoured,
+ * as in Redis), batches are grouped per node and the nodes are served in
+ * parallel; MOVED is followed (the slot map is patched at once and fetched
+ * again at the next call), ASK is followed with ASKING, each key at most
+ * max_redirects times per call.
+ *
+ * Time: every call returns within timeout_ms of its start (connects, slot
+ * map, redirects and all), whatever the servers do (down, silent, slow):
+ * sockets are non-blocking and every wait is a poll() against the call's
+ * deadline. Each connect is bounded by connect_timeout_ms. A node that
+ * failed (refused, reset, timed out) is not tried again before a backoff
+ * delay (backoff_ms, doubling per consecutive failure up to backoff_max_ms);
+ * meanwhile its keys fail at once (KV_EIO). Host names are resolved with
+ * getaddrinfo (not bounded by the timeout: give IP addresses for a hard
+ * bound). SIGPIPE is never raised (MSG_NOSIGNAL).
+ *
+ * Failures are per key and are misses to the caller: a call returns the
+ * count of keys that succeeded, and each key's status says why one did not;
+ * a negative return is bad input or memory (nothing sent). Never a crash,
+ * never a wrong payload. Counters (kv_remote_stats) record everything.
+ *
+ * Threads: a client is used by one thread at a time (the caller serializes);
+ * kv_remote_stats may be called from any thread. The publisher has a client
+ * and a thread of its own. Memory: the client's own allocations go through
+ * kv_mem (fault injection applies); hiredis's parser allocates its replies
+ * itself. Errors: 0 or a negative KV_E* code, or -errno (-ETIMEDOUT).
+ */
+#ifndef KV_REMOTE_H
+#define KV_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define KV_REMOTE_HASH_BYTES 32u
+#define KV_REMOTE_HDR_BYTES 64u              /* value header                  */
+#define KV_REMOTE_MAX_PAYLOAD (256u << 20)   /* largest payload of one blob   */
+#define KV_REMOTE_MAX_NS 64u                 /* longest namespace             */
+#define KV_REMOTE_MAX_SEEDS 64u              /* seeds in a url                */
+#define KV_REMOTE_MAX_NODES 1024u            /* cluster nodes known at once   */
+#define KV_REMOTE_MAX_BATCH (1u << 20)       /* keys in one call              */
+#define KV_REMOTE_MAX_TIMEOUT_MS 3600000u    /* any time field                */
+
+typedef struct kv_remote_config {
+    const char *url;             /* "redis://host:port[,host:port...]"; copied */
+    const char *ns;              /* key namespace, 1..KV_REMOTE_MAX_NS printable */
+                                 /* non-space ASCII bytes; NULL = "kvp"; copied  */
+    uint32_t timeout_ms;         /* bound of every call; 0 = 1000               */
+    uint32_t connect_timeout_ms; /* bound of one connect; 0 = min(200, timeout) */
+    uint32_t backoff_ms;         /* first retry delay of a failed node; 0 = 50  */
+    uint32_t backoff_max_ms;     /* longest delay; 0 = 5000; >= backoff_ms      */
+    uint32_t ttl_ms;             /* SET ... PX ttl_ms; 0 = no expiry            */
+    uint32_t max_redirects;      /* MOVED/ASK per key and call; 0 = 5, <= 64    */
+} kv_remote_config_t;
+
+typedef struct kv_remote_key {
+    uint8_t hash[KV_REMOTE_HASH_BYTES];
+} kv_remote_key_t;
+
+/* One key of kv_remote_get. In: key, dst, cap. Out: status, len, format. */
+typedef struct kv_remote_get {
+    kv_remote_key_t key;
+    void *dst;          /* payload destination (cap bytes; NULL iff cap 0)     */
+    size_t cap;
+    size_t len;         /* payload bytes (status 0 or KV_ERANGE)               */
+    uint32_t format;    /* the format tag it was stored with (status 0)        */
+    int status;         /* 0 hit (dst[0..len-1] written); KV_ENOENT: no such   */
+                        /* key, or a value that failed its checks (counted     */
+                        /* corrupt); KV_ERANGE: payload longer than cap (len   */
+                        /* set, dst untouched); KV_EIO: node unreachable, in   */
+                        /* backoff, or a server error; -ETIMEDOUT; KV_ENOMEM   */
+                        /* (memory for this key's command ran out mid-call)    */
+} kv_remote_get_t;
+
+/* One key of kv_remote_set: the payload is the concatenation of iov. */
+typedef struct kv_remote_set {
+    kv_remote_key_t key;
+    uint32_t format;             /* caller's format tag, stored in the header  */
+    const struct iovec *iov;     /* payload pieces (NULL iff iovcnt 0)         */
+    int iovcnt;                  /* 0..1024; payload 0..MAX_PAYLOAD bytes       */
+    int status;                  /* out: 0 stored; KV_EIO, -ETIMEDOUT,         */
+                                 /* KV_ENOMEM (as for kv_remote_get)           */
+} kv_remote_set_t;
+
+/* Counters since create (all monotonic). */
+typedef struct kv_remote_stats {
+    uint64_t gets;        /* keys asked for (kv_remote_get, kv_remote_exists)  */
+    uint64_t hits;        /* returned (payload) or found (exists)              */
+    uint64_t misses;      /* not returned, for whatever reason (= gets - hits) */
+    uint64_t corrupt;     /* values that failed a check (misses)               */
+    uint64_t errors;      /* keys failed by a connection or server error, or   */
+                          /* a node in backoff (gets and sets)                 */
+    uint64_t timeouts;    /* keys failed because the call ran out of time      */
+    uint64_t sets;        /* keys given to kv_remote_set                       */
+    uint64_t stored;      /* sets the server acknowledged                      */
+    uint64_t bytes_in;    /* payload bytes returned                            */
+    uint64_t bytes_out;   /* payload bytes stored                              */
+    uint64_t moved;       /* MOVED redirections followed                       */
+    uint64_t asked;       /* ASK redirections followed                         */
+    uint64_t slot_maps;   /* slot maps fetched (CLUSTER SLOTS)                 */
+    uint64_t connects;    /* connections made                                  */
+    uint64_t connect_failures;
+} kv_remote_stats_t;
+
+typedef struct kv_remote kv_remote_t;
+
+/* A client. Nothing is contacted yet (a server that is down does not fail
+ * create). Errors: KV_EINVAL (NULL, a url that does not parse: scheme, host,
+ * port 1..65535, KV_REMOTE_MAX_SEEDS; a bad namespace), KV_ERANGE (a time
+ * field or max_redirects out of range, backoff_max_ms < backoff_ms),
+ * KV_ENOMEM. */
+int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out);
+/* Closes the connections. NULL is a no-op. */
+void kv_remote_destroy(kv_remote_t *r);
+
+/* Fetch n blobs, pipelined (grouped per node). Returns the number of hits,
+ * each item's status says what happened to it; or, with nothing sent and
+ * no status set: KV_EINVAL (NULL r, items NULL with n > 0, dst NULL with
+ * cap > 0), KV_ERANGE (n > KV_REMOTE_MAX_BATCH), KV_ENOMEM. */
+int kv_remote_get(kv_remote_t *r, kv_remote_get_t *items, size_t n);
+
+/* Store n blobs (SET, with PX ttl_ms when set), pipelined. Returns the
+ * number stored; a stored blob replaces any value under its key. Errors as
+ * kv_remote_get, and KV_EINVAL for a bad iov, KV_ERANGE for a payload over
+ * KV_REMOTE_MAX_PAYLOAD. */
+int kv_remote_set(kv_remote_t *r, kv_remote_set_t *items, size_t n);
+
+/* Whether each key exists (EXISTS, pipelined; the value is not read nor
+ * checked). status[i]: 1 present, 0 absent, or KV_EIO / -ETIMEDOUT. Returns
+ * the number present; errors as kv_remote_get. */
+int kv_remote_exists(kv_remote_t *r, const kv_remote_key_t *keys, int *status, size_t n);
+
+/* Counters (any thread). Errors: KV_EINVAL. */
+int kv_remote_stats(const kv_remote_t *r, kv_remote_stats_t *out);
+
+/* The server key of a hash in namespace ns: writes "<ns>:<hex>" and a NUL
+ * into buf when it fits; returns the key's length (without the NUL), or
+ * KV_EINVAL / KV_ERANGE (cap too small). */
+int kv_remote_key_string(const char *ns, const kv_remote_key_t *key, char *buf, size_t cap);
+
+/* The Redis Cluster hash slot (0..16383) of a key: CRC16-CCITT (XMODEM) of
+ * the key, or of the part between the first '{' and the next '}' when that
+ * part is not empty. */
+uint32_t kv_remote_slot(const void *key, size_t len);
+
+/* ---- the value frame (docs/prefix.md), for tests and other writers ------ */
+
+/* The 64-byte header of a payload of len bytes given as iov (crc included).
+ * Errors: KV_EINVAL, KV_ERANGE (len > KV_REMOTE_MAX_PAYLOAD or iov does not
+ * add up to len). */
+int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
+                           const struct iovec *iov, int iovcnt, size_t len,
+                           uint8_t hdr[KV_REMOTE_HDR_BYTES]);
+/* Check a whole value (header + payload, n bytes) against ns and key.
+ * Returns 0 and sets *payload, *len, *format; or KV_ECORRUPT. */
+int kv_remote_frame_check(const char *ns, const kv_remote_key_t *key, const void *value,
+                          size_t n, const uint8_t **payload, size_t *len, uint32_t *format);
+
+/* ---- the publisher: stores blobs in the background, never blocks -------- */
+
+typedef struct kv_remote_pub kv_remote_pub_t;
+
+typedef struct kv_remote_pub_stats {
+    uint64_t queued;          /* blobs accepted by kv_remote_pub_put           */
+    uint64_t dropped;         /* refused: queue full, or no memory for a copy  */
+    uint64_t published;       /* stored by the server                          */
+    uint64_t failed;          /* sent but not stored (error, timeout, backoff) */
+    uint64_t discarded;       /* still queued at destroy                       */
+    uint64_t queue_items;     /* in the queue now                              */
+    uint64_t queue_bytes;     /* payload bytes in the queue now                */
+    kv_remote_stats_t client; /* its client's counters                         */
+} kv_remote_pub_stats_t;
+
+/* A publisher: its own client (cfg as kv_remote_create) and thread, and a
+ * queue bounded by max_items blobs (0 = 1024, <= 2^20) and max_bytes payload
+ * bytes (0 = 256 MiB). The thread sends what is queued, up to batch blobs
+ * per kv_remote_set call (0 = 64). Errors: kv_remote_create's, KV_ERANGE
+ * (limits), KV_ENOMEM (memory or thread). */
+int kv_remote_pub_create(const kv_remote_config_t *cfg, uint32_t max_items,
+                         uint64_t max_bytes, uint32_t batch, kv_remote_pub_t **out);
+
+/* Queue a copy of a blob and return at once (the copy is made here; the
+ * caller's buffers are not kept). Returns 0, or, with nothing queued:
+ * KV_ELIMIT (queue full: dropped and counted), KV_ENOMEM (no memory for the
+ * copy: dropped and counted), KV_EINVAL / KV_ERANGE (bad blob, as
+ * kv_remote_set). Only a short critical section is shared with the thread. */
+int kv_remote_pub_put(kv_remote_pub_t *p, const kv_remote_key_t *key, uint32_t format,
+                      const struct iovec *iov, int iovcnt);
+
+/* Wait until everything queued before the call has been sent (stored or
+ * failed), at most timeout_ms. Returns 0, or -ETIMEDOUT, KV_EINVAL. */
+int kv_remote_pub_flush(kv_remote_pub_t *p, uint32_t timeout_ms);
+
+/* Counters (any thread). Errors: KV_EINVAL. */
+int kv_remote_pub_stats(kv_remote_pub_t *p, kv_remote_pub_stats_t *out);
+
+/* Stops the thread: the batch being sent finishes (within the client's
+ * timeout), what is still queued is discarded (counted), everything is
+ * freed. NULL is a no-op. */
+void kv_remote_pub_destroy(kv_remote_pub_t *p);
+
+#endif /* KV_REMOTE_H */
