@@ -126,7 +126,7 @@ typedef void (*kv_cpu_accum_fn)(const void *page, const kv_page_geom_t *g,
 
 typedef struct kv_cpu_fmt_ops {
     uint32_t read;         /* KV_CPU_READ_*                              */
-    kv_cpu_load_fn load;   /* ROWS: the decoder (NULL: kv_format_load)   */
+    kv_cpu_load_fn load;   /* ROWS: the decoder                          */
     kv_cpu_score_fn score; /* CODES                                      */
     kv_cpu_accum_fn accum; /* CODES                                      */
 } kv_cpu_fmt_ops_t;

@@ -295,10 +295,7 @@ typedef struct chunk {
 KV_CPU_BODY void load_chunk(const kv_page_geom_t *g, const chunk_t *c,
                             float *kt, float *vt)
 {
-    if (c->ops->load)
-        c->ops->load(c->pg->data, g, c->pg->variant, c->off, c->n, kt, vt);
-    else
-        load_chunk(g, c, kt, vt);
+    c->ops->load(c->pg->data, g, c->pg->variant, c->off, c->n, kt, vt);
 }
 
 /* Online-softmax step of the chunk for its rows: logits (the format's score
