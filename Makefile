@@ -55,7 +55,7 @@ fuzz: setup
 test: test-plain test-asan fuzz
 
 bench: build model
-	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release -DKV_WERROR=ON
 	cmake --build $(RELEASE_BUILD) -j $(JOBS) --target kvbench-attn
 	./$(BUILD)/bin/kvbench-alloc --json
 	./$(BUILD)/bin/kvbench-offload --json
