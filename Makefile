@@ -4,12 +4,14 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
-# Other targets: build, model, demo, bench, fuzz, install, clean.
+# Other targets: build, model, demo, bench, fuzz, fuzz-campaign, tsan, install,
+# clean.
 #   make bench  every benchmark in the default build, and kvbench-attn in the
 #               default build and a Release build (build-release/) side by
 #               side (scripts/bench_builds.sh)
 # Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
-# PREFIX (make install: cmake --install build --prefix $(PREFIX)).
+# FUZZ_TARGETS / CAMPAIGN_SECONDS (fuzz-campaign), PREFIX (make install:
+# cmake --install build --prefix $(PREFIX)).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -68,4 +70,30 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) $(TSAN_BUILD) build-fuzz
+
+# A long fuzz campaign (fuzz/README.md): every target of FUZZ_TARGETS for
+# CAMPAIGN_SECONDS each, one after the other, the corpus kept in
+# build-fuzz/corpus/. One target for an hour:
+#   make fuzz-campaign FUZZ_TARGETS=fuzz_restore CAMPAIGN_SECONDS=3600
+FUZZ_TARGETS ?= fuzz_pages fuzz_pagefile fuzz_restore fuzz_spec
+CAMPAIGN_SECONDS ?= 3600
+
+.PHONY: fuzz-campaign
+fuzz-campaign: setup
+	bash fuzz/build.sh $(CAMPAIGN_SECONDS) $(FUZZ_TARGETS)
+
+# ThreadSanitizer over the tests that run threads (the allocator's caches,
+# the metadata allocator, the worker pool, multi-threaded attention, async
+# page-file I/O, attention racing page-ins): build-tsan/, TSan halting on
+# the first report.
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= alloc_threads mem pool attn_cpu offload_async store_offload_wait api_formats
+
+.PHONY: tsan
+tsan: setup
+	cmake -S . -B $(TSAN_BUILD) -DKV_WERROR=ON -DKV_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(addprefix test_,$(TSAN_TESTS))
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) \
+	  -R '^(unit|integration)/($(subst $(eval) ,|,$(TSAN_TESTS)))$$'

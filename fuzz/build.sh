@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # fuzz/build.sh — build the libFuzzer targets with clang and run each one.
 #
-#   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; fuzz_tok fuzz_gguf fuzz_remote)
+#   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; every target:
+#       fuzz_tok fuzz_gguf fuzz_remote fuzz_pages fuzz_pagefile fuzz_restore fuzz_spec)
 #
-# Builds build-fuzz/<target> from fuzz/<target>.c and the model sources it
-# needs (compiled directly: this is not part of the CMake build), writes a
-# few seed inputs into build-fuzz/corpus/<target>/ (kept between runs, so
-# the corpus grows), runs the target for SECONDS with its crash artifacts in
-# build-fuzz/artifacts/, and prints one summary line per target:
+# Builds build-fuzz/<target> from fuzz/<target>.c and the sources it needs
+# (compiled directly: this is not part of the CMake build; the library's
+# objects, for the targets that link it, once into build-fuzz/obj/ and again
+# only when a library source or header changed), puts the seed inputs into
+# build-fuzz/corpus/<target>/ (written here for fuzz_tok and fuzz_gguf,
+# copied from fuzz/corpus/<target>/ for the others; the corpus is kept
+# between runs, so it grows), runs the target for SECONDS with its crash
+# artifacts in build-fuzz/artifacts/, and prints one summary line per target:
 #   fuzz <target>: <runs> runs in <s> s (<execs/s> execs/s), corpus <n>, ok|FAILED
 # Exit status: 0 if every target ran clean, 1 if one crashed or failed a
 # property (the reproducer is in build-fuzz/artifacts/), 2 on a build error.
@@ -19,7 +23,8 @@ set -euo pipefail
 secs=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_tok fuzz_gguf fuzz_remote)
+[ ${#targets[@]} -eq 0 ] &&
+    targets=(fuzz_tok fuzz_gguf fuzz_remote fuzz_pages fuzz_pagefile fuzz_restore fuzz_spec)
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build-fuzz
@@ -30,8 +35,47 @@ cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -I"$root/include" -I"$m" -I"$root")
 
 tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
+lib_dirs=(alloc formats pages kernels kernels/cpu store offload prefix remote)
+libs=(-luring -lcrypto -lhiredis -lpthread)
+
+# The library's objects, instrumented like the targets (metadata through the
+# system allocator, as in the ASan build, so ASan sees it); rebuilt when a
+# source or header of lib_dirs is newer than the stamp.
+lib_objects() {
+    local obj=$out/obj stamp=$out/obj/.stamp
+    mkdir -p "$obj"
+    if [ -f "$stamp" ] && [ -z "$(cd "$root" && find "${lib_dirs[@]}" include/kvpage \
+            -maxdepth 1 \( -name '*.c' -o -name '*.h' \) -newer "$stamp" | head -1)" ]; then
+        return 0
+    fi
+    local lflags=("${cflags[@]/fuzzer,address/fuzzer-no-link,address}" -DKV_MEM_SYSTEM=1
+                  -DKVPAGE_VERSION_STRING='"fuzz"')
+    echo "+ $cc ${lflags[*]} -c <library sources> (build-fuzz/obj)" >&2
+    rm -f "$obj"/*.o
+    local d src o n=0 fail=0 jobs
+    jobs=$(nproc 2>/dev/null || echo 2)
+    for d in "${lib_dirs[@]}"; do
+        for src in "$root/$d"/*.c; do
+            o=$obj/$(echo "${src#"$root"/}" | tr / _)
+            "$cc" "${lflags[@]}" -c "$src" -o "${o%.c}.o" &
+            n=$((n + 1))
+            if [ $n -ge "$jobs" ]; then
+                wait -n || fail=1
+                n=$((n - 1))
+            fi
+        done
+    done
+    while [ $n -gt 0 ]; do
+        wait -n || fail=1
+        n=$((n - 1))
+    done
+    [ $fail -eq 0 ] && touch "$stamp"
+}
+
 sources_for() {
     case $1 in
+    fuzz_pages | fuzz_pagefile | fuzz_restore | fuzz_spec)
+        echo "-DKV_MEM_SYSTEM=1 -I$root/fuzz $out/obj/*.o ${libs[*]}" ;;
     fuzz_tok) echo "${tok_src[@]}" "$m"/kv_model_find.c "$m"/kv_sha256.c ;;
     fuzz_gguf)
         # the dequantization check needs kv_quant*.c to build with this clang
@@ -104,10 +148,37 @@ seed_remote() {
     printf '\x02\x10\x00\x04payload' >"$d/framed-bit"   # header byte 16 ^ 4
 }
 
+# fuzz/corpus/<target>/ (kept in the tree; fuzz/README.md says how it was made)
+seed_tree() {
+    local d=$1 t=$2
+    [ -d "$root/fuzz/corpus/$t" ] && cp -n "$root/fuzz/corpus/$t"/* "$d"/ 2>/dev/null
+    return 0
+}
+seed_pages() { seed_tree "$1" fuzz_pages; }
+seed_pagefile() { seed_tree "$1" fuzz_pagefile; }
+seed_restore() { seed_tree "$1" fuzz_restore; }
+seed_spec() { seed_tree "$1" fuzz_spec; }
+
+# Largest input per target: a page file with its slots needs more than 8 KiB.
+max_len_for() {
+    case $1 in
+    fuzz_pagefile) echo 16384 ;;
+    fuzz_restore) echo 32768 ;;
+    *) echo 8192 ;;
+    esac
+}
+
 # ---- build and run ---------------------------------------------------------
 mkdir -p "$out/artifacts"
 status=0
 for t in "${targets[@]}"; do
+    case $t in
+    fuzz_pages | fuzz_pagefile | fuzz_restore | fuzz_spec)
+        if ! lib_objects; then
+            echo "fuzz $t: library build FAILED" >&2
+            exit 2
+        fi ;;
+    esac
     src=$(sources_for "$t")
     echo "+ $cc ${cflags[*]} fuzz/$t.c <model sources> -o build-fuzz/$t" >&2
     # shellcheck disable=SC2086
@@ -119,9 +190,10 @@ for t in "${targets[@]}"; do
     mkdir -p "$corpus"
     "seed_${t#fuzz_}" "$corpus"
     log=$out/$t.log
-    echo "+ build-fuzz/$t -max_total_time=$secs -print_final_stats=1 build-fuzz/corpus/$t" >&2
+    echo "+ build-fuzz/$t -max_total_time=$secs -print_final_stats=1 -max_len=$(max_len_for "$t") build-fuzz/corpus/$t" >&2
     # shellcheck disable=SC2086
-    if "$out/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -max_len=8192 \
+    if "$out/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
+        -max_len="$(max_len_for "$t")" \
         -artifact_prefix="$out/artifacts/$t-" ${FUZZ_FLAGS:-} "$corpus" >"$log" 2>&1; then
         verdict=ok
     else

@@ -491,7 +491,7 @@ int kv_gguf_open(const char *path, kv_gguf_t **out, char *err, size_t err_len)
             snprintf(err, err_len, "gguf: invalid argument");
         return KV_EINVAL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0) {
         int e = errno;
         if (err && err_len)

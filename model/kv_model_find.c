@@ -5,7 +5,7 @@
  * $KVPAGE_MODEL, $KVPAGE_MODEL_DIR/<file>, ${XDG_CACHE_HOME:-$HOME/.cache}/
  * kvpage/<file>. scripts/fetch_model.sh writes to the same default place.
  * A missing file gets a message listing where we looked and how to fetch
- * it; a file claiming to be ours (default name, or the pinned size) must
+ * it (a directory or FIFO is named as such, never "not found"); a file claiming to be ours (default name, or the pinned size) must
  * have the pinned size and SHA-256 (hashed here unless the record that
  * scripts/fetch_model.sh leaves beside it vouches for it and is newer).
  */
@@ -67,12 +67,21 @@ int kv_model_find(const char *flag, char *out, size_t out_len, int *pinned, char
     if (rc)
         return kv_model_errf(err, err_len, rc, "model: path too long");
     struct stat st;
-    if (stat(out, &st) || !S_ISREG(st.st_mode)) {
-        const char *from = flag && *flag ? "--model" : env && *env ? "KVPAGE_MODEL" : "the cache";
+    const char *from = flag && *flag ? "--model" : env && *env ? "KVPAGE_MODEL" : "the cache";
+    if (stat(out, &st) != 0) {
+        int e = errno;
+        if (e != ENOENT && e != ENOTDIR)
+            return kv_model_errf(err, err_len, -e, "model: cannot use %s (%s): %s", out, from,
+                                 strerror(e));
         return kv_model_errf(err, err_len, KV_ENOENT,
                      "model: %s not found (%s; looked at %s): %s", KV_MODEL_FILE_NAME, from,
                      out, KV_MODEL_FETCH_HINT);
     }
+    if (!S_ISREG(st.st_mode))
+        return kv_model_errf(err, err_len, KV_EINVAL,
+                     "model: %s (%s) is %s, not a .gguf file", out, from,
+                     S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : "not a regular file");
     return 0;
 }
 
@@ -84,7 +93,7 @@ static int recorded_ok(const char *path, const struct stat *st)
     char side[4200], buf[80];
     struct stat ss;
     if (snprintf(side, sizeof side, "%s.sha256", path) >= (int)sizeof side ||
-        stat(side, &ss) || ss.st_mtim.tv_sec < st->st_mtim.tv_sec ||
+        stat(side, &ss) || !S_ISREG(ss.st_mode) || ss.st_mtim.tv_sec < st->st_mtim.tv_sec ||
         (ss.st_mtim.tv_sec == st->st_mtim.tv_sec && ss.st_mtim.tv_nsec < st->st_mtim.tv_nsec))
         return 0;
     FILE *f = fopen(side, "r");
@@ -99,7 +108,7 @@ int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
 {
     if (!path)
         return KV_EINVAL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0) {
         int e = errno;
         return kv_model_errf(err, err_len, -e, "model: cannot open %s: %s", path, strerror(e));

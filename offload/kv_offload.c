@@ -1,9 +1,12 @@
 /*
- * kv_offload.c — a page file's life: create (geometry, superblock, empty
- * index), open (superblock, index, held slots), close/crash, and the
- * slot-level calls (free, info, list, stats, fault settings).
+ * kv_offload.c — a page file's life: create (built under "<path>.new":
+ * geometry, superblock, empty index, then renamed), open (superblock, index,
+ * held slots, a new owner id), close/crash, ownership (the OFD lock held on
+ * lock_fd for the file object's life, the owner id checked before every
+ * index write), and the slot-level calls (free, info, list, stats, fault
+ * settings).
  *
- * Setup order (and teardown in reverse): fd -> pool + slot records ->
+ * Setup order (and teardown in reverse): lock_fd (locked) -> fd -> pool + slot records ->
  * stage (aligned staging memory) -> I/O queue (registers the stage and fd) ->
  * io records. kv_offload_setup() builds the in-memory half for both create
  * and open once the geometry is known.
@@ -54,7 +57,7 @@ static int kv_pow2(uint32_t x)
 static int kv_offload_check_cfg(const kv_offload_config_t *c)
 {
     if (c->ioq > KV_OFFLOAD_IOQ_PREAD ||
-        (c->flags & ~(KV_OFFLOAD_BUFFERED | KV_OFFLOAD_NO_FIXED)))
+        (c->flags & ~(KV_OFFLOAD_BUFFERED | KV_OFFLOAD_NO_FIXED | KV_OFFLOAD_NO_LOCK)))
         return KV_EINVAL;
     if (c->queue_depth > KV_OFFLOAD_MAX_QD || c->ring_entries > KV_OFFLOAD_MAX_QD ||
         (c->align && (!kv_pow2(c->align) || c->align < 512 || c->align > 65536)))
@@ -78,25 +81,32 @@ static uint32_t kv_offload_dio_align(int fd)
     return 0;
 }
 
-/* Open path read-write, with O_DIRECT unless `buffered` or refused (EINVAL:
- * tmpfs and friends); *direct says which. -errno on failure. */
-static int kv_offload_open_fd(const char *path, int buffered, int *direct)
+/* Open path read-write for the engine, with O_DIRECT unless `buffered` or
+ * refused (EINVAL: tmpfs and friends); *direct says which. It must be the
+ * file lock_fd holds (a rename in between: KV_EBUSY). -errno on failure. */
+static int kv_offload_open_fd(const char *path, int lock_fd, int buffered, int *direct)
 {
+    int fd = -1;
+    *direct = 0;
     if (!buffered) {
-        int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
-        if (fd >= 0) {
+        fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+        if (fd >= 0)
             *direct = 1;
-            return fd;
-        }
-        if (errno != EINVAL)
+        else if (errno != EINVAL)
             return -errno;
     }
-    *direct = 0;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    return fd >= 0 ? fd : -errno;
+    if (fd < 0 && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+        return -errno;
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || fstat(lock_fd, &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino) {
+        close(fd);
+        return KV_EBUSY;
+    }
+    return fd;
 }
 
-static uint64_t kv_offload_new_file_id(void)
+static uint64_t kv_offload_new_id(void)
 {
     uint64_t id = 0;
     if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
@@ -105,6 +115,62 @@ static uint64_t kv_offload_new_file_id(void)
         id = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 48);
     }
     return id ? id : 1;
+}
+
+/* ---- ownership ---------------------------------------------------------------- */
+
+/* Take the exclusive owner lock of a page file: an OFD write lock over the
+ * whole file on lock_fd's open file description, held until that
+ * description closes (kv_offload_teardown, or the process's exit). OFD
+ * locks conflict between descriptions, so a second open of the file in
+ * this process is refused like one in another process. A filesystem that
+ * has no such locks (ENOLCK, EINVAL, EOPNOTSUPP) gets none: the owner id
+ * in the superblock and in every slot is the second line there. */
+static int kv_offload_lock(int lock_fd, uint32_t flags)
+{
+    if (flags & KV_OFFLOAD_NO_LOCK)
+        return 0;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(lock_fd, F_OFD_SETLK, &fl) == 0)
+        return 0;
+    if (errno == EAGAIN || errno == EACCES)
+        return KV_EBUSY;
+    if (errno == ENOLCK || errno == EINVAL || errno == EOPNOTSUPP)
+        return 0;
+    return -errno;
+}
+
+/* Write f->sb (with f's owner id) at offset 0 and make it durable. */
+static int kv_offload_sb_write(kv_offload_file_t *f)
+{
+    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    kv_offload_sb_encode(&f->sb, sbuf);
+    errno = 0;
+    if (pwrite(f->lock_fd, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf ||
+        fdatasync(f->lock_fd) != 0)
+        return errno ? -errno : KV_EIO;
+    return 0;
+}
+
+/* Read and check the superblock on disk through lock_fd. */
+static int kv_offload_sb_read(int lock_fd, kv_offload_sb_t *sb)
+{
+    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    ssize_t n = pread(lock_fd, sbuf, sizeof sbuf, 0);
+    if (n < 0)
+        return -errno;
+    if (n != (ssize_t)sizeof sbuf)
+        return KV_ECORRUPT;
+    return kv_offload_sb_decode(sbuf, sb);
+}
+
+int kv_offload_owner_check(kv_offload_file_t *f)
+{
+    kv_offload_sb_t now;
+    int r = kv_offload_sb_read(f->lock_fd, &now);
+    if (r)
+        return r;
+    return now.file_id == f->sb.file_id && now.owner == f->sb.owner ? 0 : KV_EBUSY;
 }
 
 /* ---- in-memory setup / teardown ---------------------------------------------- */
@@ -120,6 +186,8 @@ static void kv_offload_teardown(kv_offload_file_t *f)
     kv_alloc_pool_destroy(f->pool);
     if (f->fd >= 0)
         close(f->fd);
+    if (f->lock_fd >= 0)
+        close(f->lock_fd); /* last: the file stays ours until here */
     kv_mem_free(f->path, f->path_bytes);
     pthread_mutex_destroy(&f->lock);
     kv_mem_free(f, sizeof *f);
@@ -131,6 +199,7 @@ static kv_offload_file_t *kv_offload_file_new(const char *path)
     if (!f)
         return NULL;
     f->fd = -1;
+    f->lock_fd = -1;
     pthread_mutex_init(&f->lock, NULL);
     f->path = kv_offload_path_with(path, "", &f->path_bytes);
     if (!f->path) {
@@ -220,6 +289,77 @@ static int kv_offload_recs_alloc(kv_offload_file_t *f)
 
 /* ---- create / open / close ------------------------------------------------------- */
 
+/* Remove "<path>.idx" and "<path>.idx.tmp" (no allocation). */
+static void kv_offload_unlink_index(const char *path)
+{
+    static const char *const sfx[] = {".idx", ".idx.tmp"};
+    char p[PATH_MAX + 16];
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(p, sizeof p, "%s%s", path, sfx[i]);
+        if (n > 0 && (size_t)n < sizeof p)
+            unlink(p);
+    }
+}
+
+/* Geometry of a new file from cfg and the alignment the fd asks for. */
+static int kv_offload_geometry(kv_offload_file_t *f, const kv_offload_config_t *cfg)
+{
+    uint32_t dio = f->direct ? kv_offload_dio_align(f->fd) : 0;
+    uint32_t a = dio ? dio : 4096u;
+    if (a < 512)
+        a = 512;
+    if (cfg->align > a)
+        a = cfg->align;
+    if (!kv_pow2(a) || a > 65536)
+        return KV_ENOTSUP;
+    f->sb.align = a;
+    f->sb.page_bytes = cfg->page_bytes;
+    f->sb.slot_bytes = (KV_OFFLOAD_HDR_BYTES + cfg->page_bytes + a - 1u) & ~(a - 1u);
+    f->sb.capacity = cfg->capacity;
+    f->sb.data_off = (4096u + a - 1u) & ~(uint64_t)(a - 1u);
+    f->sb.file_id = kv_offload_new_id();
+    f->sb.owner = kv_offload_new_id();
+    return 0;
+}
+
+/* Reserve the whole file and write its superblock (durable). */
+static int kv_offload_format(kv_offload_file_t *f)
+{
+    off_t size = (off_t)(f->sb.data_off + (uint64_t)f->sb.capacity * f->sb.slot_bytes);
+    int r = posix_fallocate(f->lock_fd, 0, size);
+    if (r == EOPNOTSUPP || r == EINVAL)
+        r = ftruncate(f->lock_fd, size) == 0 ? 0 : errno;
+    return r ? -r : kv_offload_sb_write(f);
+}
+
+/* Publish the finished file `tmp` under `path`, never over an existing one
+ * (RENAME_NOREPLACE; link + unlink where the filesystem lacks it), and make
+ * the name durable. */
+static int kv_offload_publish(const char *tmp, const char *path)
+{
+    int r = renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+    if (r == -EINVAL || r == -ENOSYS) {
+        r = link(tmp, path) == 0 ? 0 : -errno;
+        if (r == 0)
+            unlink(tmp);
+    }
+    if (r == 0 && (r = kv_offload_fsync_dir(path)) != 0)
+        unlink(path); /* ours (locked): a failed create leaves nothing */
+    return r;
+}
+
+/* -EISDIR if path is a directory, -EEXIST if it is anything else, 0 if
+ * there is nothing there. */
+static int kv_offload_absent(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST;
+    if (lstat(path, &st) == 0) /* a dangling symlink is something there */
+        return -EEXIST;
+    return errno == ENOENT ? 0 : -errno;
+}
+
 int kv_offload_create(const char *path, const kv_offload_config_t *cfg,
                       kv_offload_file_t **out)
 {
@@ -232,61 +372,61 @@ int kv_offload_create(const char *path, const kv_offload_config_t *cfg,
         cfg->page_bytes > KV_OFFLOAD_MAX_PAGE_BYTES || cfg->capacity == 0 ||
         cfg->capacity > KV_ALLOC_MAX_PAGES)
         return KV_ERANGE;
+    if ((r = kv_offload_absent(path)))
+        return r;
     kv_offload_file_t *f = kv_offload_file_new(path);
     if (!f)
         return KV_ENOMEM;
-    int fd0 = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd0 < 0) {
-        r = -errno;
+    size_t tb = 0;
+    char *tmp = kv_offload_path_with(path, KV_OFFLOAD_NEW_SUFFIX, &tb);
+    if (!tmp) {
         kv_offload_teardown(f);
-        return r;
+        return KV_ENOMEM;
     }
-    f->fd = kv_offload_open_fd(path, cfg->flags & KV_OFFLOAD_BUFFERED, &f->direct);
-    r = f->fd < 0 ? f->fd : 0;
+    /* Built under "<path>.new", locked from the start: a crash leaves only
+     * that name (and maybe "<path>.idx"), which the next create takes over
+     * once its lock is free; a creator at work holds the lock (KV_EBUSY). */
+    int mine = 0, indexed = 0; /* the lock on tmp is ours; "<path>.idx" too */
+    f->lock_fd = open(tmp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    r = f->lock_fd < 0 ? -errno : kv_offload_lock(f->lock_fd, cfg->flags);
     if (r == 0) {
-        uint32_t dio = f->direct ? kv_offload_dio_align(f->fd) : 0;
-        uint32_t a = dio ? dio : 4096u;
-        if (a < 512)
-            a = 512;
-        if (cfg->align > a)
-            a = cfg->align;
-        if (!kv_pow2(a) || a > 65536) {
-            r = KV_ENOTSUP;
-        } else {
-            f->sb.align = a;
-            f->sb.page_bytes = cfg->page_bytes;
-            f->sb.slot_bytes = (KV_OFFLOAD_HDR_BYTES + cfg->page_bytes + a - 1u) & ~(a - 1u);
-            f->sb.capacity = cfg->capacity;
-            f->sb.data_off = (4096u + a - 1u) & ~(uint64_t)(a - 1u);
-            f->sb.file_id = kv_offload_new_file_id();
-        }
+        mine = 1;
+        struct stat st;
+        if (fstat(f->lock_fd, &st) != 0)
+            r = -errno;
+        else if (!S_ISREG(st.st_mode))
+            r = KV_EINVAL;
+        else if ((r = kv_offload_absent(path)) == 0 && ftruncate(f->lock_fd, 0) != 0)
+            r = -errno; /* a half-made file of an earlier crash: replaced */
     }
     if (r == 0) {
-        off_t size = (off_t)(f->sb.data_off + (uint64_t)f->sb.capacity * f->sb.slot_bytes);
-        r = posix_fallocate(fd0, 0, size);
-        if (r == EOPNOTSUPP || r == EINVAL)
-            r = ftruncate(fd0, size) == 0 ? 0 : errno;
-        r = -r;
+        f->fd = kv_offload_open_fd(tmp, f->lock_fd, cfg->flags & KV_OFFLOAD_BUFFERED,
+                                   &f->direct);
+        r = f->fd < 0 ? f->fd : 0;
     }
-    if (r == 0) {
-        uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
-        kv_offload_sb_encode(&f->sb, sbuf);
-        errno = 0;
-        if (pwrite(fd0, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf || fsync(fd0) != 0)
-            r = errno ? -errno : KV_EIO;
-    }
-    close(fd0);
+    if (r == 0)
+        r = kv_offload_geometry(f, cfg);
+    if (r == 0)
+        r = kv_offload_format(f);
     if (r == 0)
         r = kv_offload_recs_alloc(f);
     if (r == 0) {
         f->next_serial = 1;
         r = kv_offload_setup(f, cfg);
     }
+    if (r == 0) {
+        indexed = 1;
+        r = kv_offload_index_write(f); /* "<path>.idx": before the file has its name */
+    }
     if (r == 0)
-        r = kv_offload_index_write(f);
+        r = kv_offload_publish(tmp, path);
+    if (r != 0 && mine)
+        unlink(tmp);
+    if (r != 0 && indexed)
+        kv_offload_unlink_index(path);
+    kv_mem_free(tmp, tb);
     if (r != 0) {
         kv_offload_teardown(f);
-        kv_offload_unlink(path);
         return r;
     }
     *out = f;
@@ -304,29 +444,28 @@ int kv_offload_open(const char *path, const kv_offload_config_t *cfg,
     kv_offload_file_t *f = kv_offload_file_new(path);
     if (!f)
         return KV_ENOMEM;
-    /* the superblock, through a plain descriptor (any alignment works) */
-    int fd0 = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd0 < 0) {
-        r = -errno;
-        kv_offload_teardown(f);
-        return r;
-    }
-    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    /* the lock first, then everything is read through the locked file
+     * (O_NONBLOCK: a FIFO must not block the open) */
     struct stat st;
-    if (pread(fd0, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf)
-        r = KV_ECORRUPT;
-    else if (fstat(fd0, &st) != 0)
+    f->lock_fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (f->lock_fd < 0)
         r = -errno;
+    else if (fstat(f->lock_fd, &st) != 0)
+        r = -errno;
+    else if (!S_ISREG(st.st_mode))
+        r = KV_EINVAL;
     else
-        r = kv_offload_sb_decode(sbuf, &f->sb);
-    close(fd0);
+        r = kv_offload_lock(f->lock_fd, cfg->flags);
+    if (r == 0)
+        r = kv_offload_sb_read(f->lock_fd, &f->sb);
     if (r == 0 && (uint64_t)st.st_size <
                       f->sb.data_off + (uint64_t)f->sb.capacity * f->sb.slot_bytes)
         r = KV_ECORRUPT;
     if (r == 0 && cfg->page_bytes && cfg->page_bytes != f->sb.page_bytes)
         r = KV_ERANGE;
     if (r == 0) {
-        f->fd = kv_offload_open_fd(path, cfg->flags & KV_OFFLOAD_BUFFERED, &f->direct);
+        f->fd = kv_offload_open_fd(path, f->lock_fd, cfg->flags & KV_OFFLOAD_BUFFERED,
+                                   &f->direct);
         r = f->fd < 0 ? f->fd : 0;
     }
     if (r == 0 && f->direct) {
@@ -334,7 +473,7 @@ int kv_offload_open(const char *path, const kv_offload_config_t *cfg,
         uint32_t dio = kv_offload_dio_align(f->fd);
         if (dio > f->sb.align) {
             close(f->fd);
-            f->fd = kv_offload_open_fd(path, 1, &f->direct);
+            f->fd = kv_offload_open_fd(path, f->lock_fd, 1, &f->direct);
             r = f->fd < 0 ? f->fd : 0;
         }
     }
@@ -344,6 +483,11 @@ int kv_offload_open(const char *path, const kv_offload_config_t *cfg,
         r = kv_offload_index_read(f);
     if (r == 0)
         r = kv_offload_setup(f, cfg);
+    if (r == 0) {
+        /* last: a failed open leaves the file as it was */
+        f->sb.owner = kv_offload_new_id();
+        r = kv_offload_sb_write(f);
+    }
     if (r != 0) {
         kv_offload_teardown(f);
         return r;
@@ -388,14 +532,11 @@ int kv_offload_unlink(const char *path)
 {
     if (!path)
         return KV_EINVAL;
-    /* no allocation here: it also cleans up after a failed create */
-    static const char *const sfx[] = {".idx", ".idx.tmp"};
+    kv_offload_unlink_index(path);
     char p[PATH_MAX + 16];
-    for (int i = 0; i < 2; i++) {
-        int n = snprintf(p, sizeof p, "%s%s", path, sfx[i]);
-        if (n > 0 && (size_t)n < sizeof p)
-            unlink(p);
-    }
+    int n = snprintf(p, sizeof p, "%s%s", path, KV_OFFLOAD_NEW_SUFFIX);
+    if (n > 0 && (size_t)n < sizeof p)
+        unlink(p);
     return unlink(path) == 0 ? 0 : -errno;
 }
 
@@ -541,6 +682,7 @@ void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
     out->max_run = f->max_run;
     out->staging_units = f->stage.units;
     out->data_off = f->sb.data_off;
+    out->owner = f->sb.owner;
     out->capacity = f->sb.capacity;
     out->slots_used = as.used;
     out->slots_free = as.free;
@@ -550,6 +692,13 @@ void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
     out->cq_overflows = f->ops->cq_overflows(f->ioq);
     memcpy(out->faults, f->shim.count, sizeof out->faults);
     pthread_mutex_unlock(&f->lock);
+}
+
+uint64_t kv_offload_meta_bytes(uint32_t capacity)
+{
+    return sizeof(kv_offload_file_t) + sizeof(kv_alloc_pool_t) +
+           (uint64_t)capacity * (sizeof(kv_offload_slotrec_t) + sizeof(_Atomic uint32_t) +
+                                 sizeof(kv_page_id_t));
 }
 
 const kv_alloc_pool_t *kv_offload_pool(const kv_offload_file_t *f)

@@ -20,6 +20,22 @@
  *   It is replaced atomically (write "<path>.idx.tmp", fsync, rename, fsync
  *   of the directory) by kv_offload_sync() and kv_offload_close().
  *
+ * One owner: a file object holds an OFD write lock over the whole page file
+ * from create/open until it is freed (close, crash, or the process's end),
+ * so a second create/open of the same file -- in another process or in
+ * this one -- fails with KV_EBUSY instead of allocating the same slots as
+ * the first. Each create/open also draws a random owner id, writes it into
+ * the superblock and stamps it on every slot it writes (recorded in the
+ * index): where the filesystem has no OFD locks, a slot written by another
+ * owner never passes a read's check, and a sync that finds another owner in
+ * the superblock fails with KV_EBUSY instead of replacing that owner's
+ * index. A child of fork() shares the lock until it exits or execs.
+ *
+ * Creation cannot be wedged by a crash: the file is built under
+ * "<path>.new" (locked), reserved, given its superblock and index, then
+ * renamed to <path> (never over an existing file); a crash leaves at most
+ * "<path>.new" and "<path>.idx", which the next create replaces.
+ *
  * A read checks the header against what the file recorded for the slot (key,
  * generation, serial, slot index, format, tokens, bytes, file id) and the
  * crc; a page that fails is reported as KV_ECORRUPT and its bytes are never
@@ -102,6 +118,11 @@ typedef struct kv_offload_fault {
 /* kv_offload_config_t.flags */
 #define KV_OFFLOAD_BUFFERED 0x1u /* do not use O_DIRECT                        */
 #define KV_OFFLOAD_NO_FIXED 0x2u /* io_uring: no registered buffers / file     */
+#define KV_OFFLOAD_NO_LOCK  0x4u /* testing: take no owner lock, as on a       */
+                                 /* filesystem without OFD locks               */
+
+/* The name a page file is built under before kv_offload_create renames it. */
+#define KV_OFFLOAD_NEW_SUFFIX ".new"
 
 typedef struct kv_offload_config {
     uint32_t page_bytes;    /* create: payload bytes per slot, a multiple of  */
@@ -127,21 +148,28 @@ kv_offload_config_t kv_offload_config_default(void);
 
 /* ---- files ------------------------------------------------------------------ */
 
-/* Create a page file at path (it must not exist: -EEXIST) with cfg->capacity
- * slots of cfg->page_bytes, its full size reserved (fallocate), and an empty
- * index. O_DIRECT is used unless the filesystem refuses it (then buffered:
- * stats.direct == 0) or KV_OFFLOAD_BUFFERED is set. On error nothing is left
- * behind. Errors: KV_EINVAL, KV_ERANGE (a config field), KV_ENOTSUP
+/* Create a page file at path (it must not exist: -EEXIST, or -EISDIR for a
+ * directory) with cfg->capacity slots of cfg->page_bytes, its full size
+ * reserved (fallocate), and an empty index; built under "<path>.new" and
+ * renamed (above), the owner lock held from the start. A "<path>.new" left
+ * by a crash is replaced. O_DIRECT is used unless the filesystem refuses it
+ * (then buffered: stats.direct == 0) or KV_OFFLOAD_BUFFERED is set. On
+ * error nothing is left behind. Errors: KV_EINVAL, KV_ERANGE (a config
+ * field), KV_EBUSY (another create of path is at work), KV_ENOTSUP
  * (IOQ_URING without io_uring), KV_ENOMEM, -errno. */
 int kv_offload_create(const char *path, const kv_offload_config_t *cfg,
                       kv_offload_file_t **out);
 
 /* Open an existing page file and its index; every slot named by the index
  * is held (listed by kv_offload_list), every other slot is free. Geometry
- * comes from the file; cfg gives the I/O queue, its depth and the faults.
- * Errors: KV_ECORRUPT (superblock or index fails its checks, index missing,
- * file shorter than its geometry), KV_EINVAL, KV_ERANGE (cfg->page_bytes
- * differs from the file's), KV_ENOTSUP, KV_ENOMEM, -errno. */
+ * comes from the file; cfg gives the I/O queue, its depth and the faults. Takes
+ * the owner lock before reading anything, and writes a new owner id into
+ * the superblock as its last step (a failed open leaves the file as it was).
+ * Errors: KV_EBUSY (another file object, in this process or another, owns
+ * it), KV_ECORRUPT (superblock or index fails its checks, index missing,
+ * file shorter than its geometry), KV_EINVAL (also: not a regular file),
+ * KV_ERANGE (cfg->page_bytes differs from the file's), KV_ENOTSUP,
+ * KV_ENOMEM, -errno (-ENOENT, -EISDIR, ...). */
 int kv_offload_open(const char *path, const kv_offload_config_t *cfg,
                     kv_offload_file_t **out);
 
@@ -158,11 +186,13 @@ void kv_offload_crash(kv_offload_file_t *f);
 
 /* Make every page whose write has completed durable: fdatasync the page
  * file, then replace the index atomically. Pages whose writes are still in
- * flight are not in the new index. Errors: -errno (the old index stays). */
+ * flight are not in the new index. Errors (the old index stays): KV_EBUSY
+ * (the superblock names another owner: the file was taken over),
+ * KV_ECORRUPT (the superblock no longer reads), -errno. */
 int kv_offload_sync(kv_offload_file_t *f);
 
-/* Remove a page file and its index (and a leftover temporary index).
- * Errors: -errno of the page file's unlink. */
+/* Remove a page file and its index (and a leftover temporary index or
+ * "<path>.new"). Errors: -errno of the page file's unlink. */
 int kv_offload_unlink(const char *path);
 
 /* ---- pages -------------------------------------------------------------- */
@@ -268,6 +298,7 @@ typedef struct kv_offload_stats {
     uint32_t max_run;         /* slots per coalesced I/O at most              */
     uint32_t staging_units;   /* staging buffers, slot_bytes each             */
     uint64_t data_off;        /* file offset of slot 0, bytes                 */
+    uint64_t owner;           /* this file object's owner id (superblock)     */
     uint64_t capacity;        /* slots                                        */
     uint64_t slots_used;      /* held slots (incl. being written / freed)     */
     uint64_t slots_free;      /* capacity - slots_used                        */
@@ -290,6 +321,10 @@ typedef struct kv_offload_stats {
 } kv_offload_stats_t;
 
 void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out);
+
+/* Metadata bytes a file of `capacity` slots holds (slot records, slot
+ * pool), staging buffers aside: for estimates before creating one. */
+uint64_t kv_offload_meta_bytes(uint32_t capacity);
 
 /* The file's slot pool (read-only use: stats, id checks). */
 const kv_alloc_pool_t *kv_offload_pool(const kv_offload_file_t *f);

@@ -7,8 +7,10 @@
 
 #include <string.h>
 
+#include "alloc/kv_alloc.h"
 #include "kvpage/kvpage.h"
 #include "offload/kv_crc32c.h"
+#include "offload/kv_offload.h"
 
 static int kv_all_zero(const uint8_t *p, size_t n)
 {
@@ -37,12 +39,19 @@ static void kv_tag_put(uint8_t *hdr, size_t n, uint32_t magic, uint32_t w6)
     kv_offload_put16(hdr + 6, w6);
 }
 
-/* 1 if a 64-byte header has that tag and zero bytes 44..63. */
-static int kv_tag_ok(const uint8_t *hdr, uint32_t magic, uint32_t w6)
+/* 1 if a 64-byte header has that tag and zero bytes 44..47, and 48..63
+ * unless `owner_at_48` (then 56..63 only). */
+static int kv_tag_ok(const uint8_t *hdr, uint32_t magic, uint32_t w6, int owner_at_48)
 {
     return kv_offload_get32(hdr) == magic &&
            kv_offload_get16(hdr + 4) == KV_OFFLOAD_VERSION &&
-           kv_offload_get16(hdr + 6) == w6 && kv_all_zero(hdr + 44, 20);
+           kv_offload_get16(hdr + 6) == w6 && kv_all_zero(hdr + 44, 4) &&
+           kv_all_zero(hdr + 48, owner_at_48 ? 0 : 8) && kv_all_zero(hdr + 56, 8);
+}
+
+static uint64_t kv_round_up(uint64_t x, uint32_t a)
+{
+    return (x + a - 1u) & ~(uint64_t)(a - 1u);
 }
 
 /* ---- superblock ------------------------------------------------------------ */
@@ -56,12 +65,13 @@ void kv_offload_sb_encode(const kv_offload_sb_t *sb, uint8_t out[KV_OFFLOAD_SB_B
     kv_offload_put32(out + 20, sb->align);
     kv_offload_put64(out + 24, sb->data_off);
     kv_offload_put64(out + 32, sb->file_id);
+    kv_offload_put64(out + 48, sb->owner);
     kv_offload_put32(out + 40, kv_crc_skip(out, KV_OFFLOAD_SB_BYTES, 40));
 }
 
 int kv_offload_sb_decode(const uint8_t in[KV_OFFLOAD_SB_BYTES], kv_offload_sb_t *sb)
 {
-    if (!kv_tag_ok(in, KV_OFFLOAD_SB_MAGIC, 64) ||
+    if (!kv_tag_ok(in, KV_OFFLOAD_SB_MAGIC, 64, 1) ||
         kv_offload_get32(in + 40) != kv_crc_skip(in, KV_OFFLOAD_SB_BYTES, 40))
         return KV_ECORRUPT;
     sb->page_bytes = kv_offload_get32(in + 8);
@@ -70,10 +80,15 @@ int kv_offload_sb_decode(const uint8_t in[KV_OFFLOAD_SB_BYTES], kv_offload_sb_t 
     sb->align = kv_offload_get32(in + 20);
     sb->data_off = kv_offload_get64(in + 24);
     sb->file_id = kv_offload_get64(in + 32);
+    sb->owner = kv_offload_get64(in + 48);
+    /* exactly the geometry kv_offload_create writes: nothing a later
+     * allocation or offset computation could overflow on */
     uint32_t a = sb->align;
-    if (a < 512 || (a & (a - 1)) || sb->page_bytes == 0 || sb->capacity == 0 ||
-        sb->slot_bytes % a || sb->slot_bytes < 64ull + sb->page_bytes ||
-        sb->data_off % a || sb->data_off < KV_OFFLOAD_SB_BYTES)
+    if (a < 512 || a > 65536 || (a & (a - 1)) || sb->page_bytes < 64 ||
+        sb->page_bytes % 64 || sb->page_bytes > KV_OFFLOAD_MAX_PAGE_BYTES ||
+        sb->capacity == 0 || sb->capacity > KV_ALLOC_MAX_PAGES ||
+        sb->slot_bytes != kv_round_up(KV_OFFLOAD_HDR_BYTES + (uint64_t)sb->page_bytes, a) ||
+        sb->data_off != kv_round_up(4096, a))
         return KV_ECORRUPT;
     return 0;
 }
@@ -91,6 +106,7 @@ static void kv_offload_hdr_fill(uint8_t *h, const kv_offload_meta_t *m, uint64_t
     kv_offload_put32(h + 36, m->tokens);
     kv_offload_put32(h + 40, m->bytes);
     kv_offload_put64(h + 48, file_id);
+    kv_offload_put64(h + 56, m->owner);
 }
 
 void kv_offload_slot_encode(uint8_t *hdr, const kv_offload_meta_t *m, uint64_t file_id)
@@ -140,6 +156,7 @@ void kv_offload_idx_encode_ent(uint8_t *ent, const kv_offload_meta_t *m)
     kv_offload_put64(ent + 16, m->key);
     kv_offload_put64(ent + 24, m->generation);
     kv_offload_put64(ent + 32, m->serial);
+    kv_offload_put64(ent + 40, m->owner);
 }
 
 void kv_offload_idx_seal(uint8_t *buf, size_t bytes)
@@ -151,7 +168,7 @@ void kv_offload_idx_seal(uint8_t *buf, size_t bytes)
 int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_hdr_t *h)
 {
     if (bytes < KV_OFFLOAD_IDX_HDR_BYTES ||
-        !kv_tag_ok(buf, KV_OFFLOAD_IDX_MAGIC, KV_OFFLOAD_IDX_ENT_BYTES))
+        !kv_tag_ok(buf, KV_OFFLOAD_IDX_MAGIC, KV_OFFLOAD_IDX_ENT_BYTES, 0))
         return KV_ECORRUPT;
     h->file_id = kv_offload_get64(buf + 8);
     h->page_bytes = kv_offload_get32(buf + 16);
@@ -167,7 +184,7 @@ int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_h
 
 int kv_offload_idx_decode_ent(const uint8_t *ent, kv_offload_meta_t *m)
 {
-    if (!kv_all_zero(ent + 13, 3) || !kv_all_zero(ent + 40, 8))
+    if (!kv_all_zero(ent + 13, 3))
         return KV_ECORRUPT;
     m->slot = kv_offload_get32(ent + 0);
     m->tokens = kv_offload_get32(ent + 4);
@@ -176,5 +193,6 @@ int kv_offload_idx_decode_ent(const uint8_t *ent, kv_offload_meta_t *m)
     m->key = kv_offload_get64(ent + 16);
     m->generation = kv_offload_get64(ent + 24);
     m->serial = kv_offload_get64(ent + 32);
+    m->owner = kv_offload_get64(ent + 40);
     return 0;
 }

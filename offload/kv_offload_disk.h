@@ -8,14 +8,20 @@
  *    0 u32 magic "KVPF"      4 u16 version (1)     6 u16 slot header bytes (64)
  *    8 u32 page_bytes       12 u32 slot_bytes     16 u32 capacity (slots)
  *   20 u32 align            24 u64 data_off       32 u64 file id (random)
- *   40 u32 crc32c of bytes 0..63 with this field zero      44..63 zero
+ *   40 u32 crc32c of bytes 0..63 with this field zero      44 u32 zero
+ *   48 u64 owner: a random id drawn by each create/open of the file (the
+ *      store holding it; 0 in files of earlier versions)   56 u64 zero
+ *   The geometry must be exactly what kv_offload_create writes: page_bytes
+ *   a multiple of 64 up to KV_OFFLOAD_MAX_PAGE_BYTES, capacity up to
+ *   KV_ALLOC_MAX_PAGES, align a power of two 512..65536, slot_bytes =
+ *   round_up(64 + page_bytes, align), data_off = round_up(4096, align).
  *
  * Slot header (at data_off + index * slot_bytes; the payload follows it):
  *    0 u32 magic "KVSL"      4 u16 version (1)     6 u8 format   7 u8 zero
  *    8 u64 key              16 u64 generation     24 u64 serial
  *   32 u32 slot index       36 u32 tokens         40 u32 payload bytes
  *   44 u32 crc32c of the header with this field zero, then the payload
- *   48 u64 file id          56 u64 zero
+ *   48 u64 file id          56 u64 owner that wrote the slot (0: none)
  *   Bytes after the payload up to slot_bytes are written as zero, unchecked.
  *
  * Index file (replaced atomically, see kv_offload_index.c):
@@ -27,11 +33,18 @@
  *   then `entries` entries of 48 bytes, slot indices strictly increasing:
  *    0 u32 slot index        4 u32 tokens          8 u32 payload bytes
  *   12 u8 format            13..15 zero           16 u64 key
- *   24 u64 generation       32 u64 serial         40 u64 zero
+ *   24 u64 generation       32 u64 serial         40 u64 owner (as in
+ *                                                         the slot header)
  *
  * serial: a per-file counter stamped on every page write; a reopened file
  * continues 2^40 past the index's value, so no later write can ever carry
  * the serial of a write lost in a crash.
+ *
+ * owner: two stores that opened one file despite its lock (a filesystem
+ * without OFD locks) draw different owner ids, so a slot one of them wrote
+ * never passes the other's check (same key, generation and serial or not),
+ * and the superblock tells a store at its next sync that another one took
+ * the file over (kv_offload.c).
  */
 #ifndef KV_OFFLOAD_DISK_H
 #define KV_OFFLOAD_DISK_H
@@ -55,6 +68,7 @@ typedef struct kv_offload_sb {   /* superblock, decoded                      */
     uint32_t align;
     uint64_t data_off;           /* bytes before slot 0                     */
     uint64_t file_id;
+    uint64_t owner;              /* id of the create/open that holds it     */
 } kv_offload_sb_t;
 
 typedef struct kv_offload_meta { /* one page's identity, as on disk         */
@@ -65,6 +79,7 @@ typedef struct kv_offload_meta { /* one page's identity, as on disk         */
     uint32_t tokens;
     uint32_t bytes;              /* payload bytes                           */
     uint32_t format;             /* 0..255                                  */
+    uint64_t owner;              /* owner id of the writer (0: none)        */
 } kv_offload_meta_t;
 
 typedef struct kv_offload_idx_hdr {
@@ -91,7 +106,7 @@ void kv_offload_idx_encode_ent(uint8_t *ent, const kv_offload_meta_t *m);
 void kv_offload_idx_seal(uint8_t *buf, size_t bytes);
 /* Checks size, magic, version, crc: 0 or KV_ECORRUPT. */
 int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_hdr_t *h);
-/* One entry: 0 or KV_ECORRUPT (zero fields, format > 255). */
+/* One entry: 0 or KV_ECORRUPT (zero fields). */
 int kv_offload_idx_decode_ent(const uint8_t *ent, kv_offload_meta_t *m);
 
 /* Little-endian fields, for these structures and the store's sequence

@@ -83,9 +83,24 @@ static int kv_read_all(int fd, uint8_t *p, size_t n)
     return 0;
 }
 
-/* Write buf to tmp, fsync, rename to dst, fsync dir. */
-static int kv_offload_replace(const char *tmp, const char *dst, const char *dir,
-                              const uint8_t *buf, size_t bytes)
+int kv_offload_fsync_dir(const char *path)
+{
+    size_t db = 0;
+    char *dir = kv_offload_dir_of(path, &db);
+    if (!dir)
+        return KV_ENOMEM;
+    int r = 0, dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0)
+        r = -errno;
+    if (dfd >= 0)
+        close(dfd);
+    kv_mem_free(dir, db);
+    return r;
+}
+
+/* Write buf to tmp, fsync, rename to dst, fsync dst's directory. */
+static int kv_offload_replace(const char *tmp, const char *dst, const uint8_t *buf,
+                              size_t bytes)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -101,30 +116,26 @@ static int kv_offload_replace(const char *tmp, const char *dst, const char *dir,
         unlink(tmp);
         return r;
     }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return -errno;
-    if (fsync(dfd) != 0)
-        r = -errno;
-    close(dfd);
-    return r;
+    return kv_offload_fsync_dir(dst);
 }
 
 int kv_offload_index_write(kv_offload_file_t *f)
 {
+    int own = kv_offload_owner_check(f);
+    if (own)
+        return own; /* the file is not ours any more: never clobber its index */
     if (fdatasync(f->fd) != 0)
         return -errno;
     uint32_t n = 0;
     for (uint32_t i = 0; i < f->sb.capacity; i++)
         n += f->recs[i].state == KV_SLOT_VALID && !f->recs[i].free_pending;
     size_t bytes = KV_OFFLOAD_IDX_HDR_BYTES + (size_t)n * KV_OFFLOAD_IDX_ENT_BYTES;
-    size_t tb = 0, ib = 0, db = 0;
+    size_t tb = 0, ib = 0;
     uint8_t *buf = kv_mem_alloc(bytes);
     char *tmp = kv_offload_path_with(f->path, ".idx.tmp", &tb);
     char *idx = kv_offload_path_with(f->path, ".idx", &ib);
-    char *dir = kv_offload_dir_of(f->path, &db);
     int r = KV_ENOMEM;
-    if (buf && tmp && idx && dir) {
+    if (buf && tmp && idx) {
         kv_offload_idx_hdr_t h = {.file_id = f->sb.file_id, .page_bytes = f->sb.page_bytes,
                                   .slot_bytes = f->sb.slot_bytes,
                                   .capacity = f->sb.capacity, .entries = n,
@@ -135,19 +146,16 @@ int kv_offload_index_write(kv_offload_file_t *f)
             const kv_offload_slotrec_t *rec = &f->recs[i];
             if (rec->state != KV_SLOT_VALID || rec->free_pending)
                 continue;
-            kv_offload_meta_t m = {.key = rec->key, .generation = rec->generation,
-                                   .serial = rec->serial, .slot = i, .tokens = rec->tokens,
-                                   .bytes = rec->bytes, .format = rec->format};
+            kv_offload_meta_t m = kv_offload_rec_meta(f, i);
             kv_offload_idx_encode_ent(e, &m);
             e += KV_OFFLOAD_IDX_ENT_BYTES;
         }
         kv_offload_idx_seal(buf, bytes);
-        r = kv_offload_replace(tmp, idx, dir, buf, bytes);
+        r = kv_offload_replace(tmp, idx, buf, bytes);
     }
     kv_mem_free(buf, bytes);
     kv_mem_free(tmp, tb);
     kv_mem_free(idx, ib);
-    kv_mem_free(dir, db);
     return r;
 }
 
@@ -173,7 +181,7 @@ static int kv_offload_index_apply(kv_offload_file_t *f, const uint8_t *buf, size
         last = m.slot;
         f->recs[m.slot] = (kv_offload_slotrec_t){
             .key = m.key, .generation = m.generation, .serial = m.serial,
-            .bytes = m.bytes, .tokens = m.tokens, .format = (uint8_t)m.format,
+            .owner = m.owner, .bytes = m.bytes, .tokens = m.tokens, .format = (uint8_t)m.format,
             .state = KV_SLOT_VALID};
     }
     f->next_serial = h.next_serial + KV_OFFLOAD_SERIAL_JUMP;

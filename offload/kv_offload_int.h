@@ -43,6 +43,7 @@ typedef struct kv_offload_slotrec {   /* what the file knows of one slot   */
     uint64_t key;
     uint64_t generation;
     uint64_t serial;                  /* stamped by the file at write      */
+    uint64_t owner;                   /* owner id of the writer            */
     uint32_t bytes;                   /* payload bytes                     */
     uint32_t tokens;
     uint32_t readers;                 /* reads in flight                   */
@@ -91,11 +92,13 @@ struct kv_offload_batch {
 
 struct kv_offload_file {
     pthread_mutex_t lock;
-    int fd;                           /* page file                         */
+    int lock_fd;                      /* page file, buffered, holding its  */
+                                      /* OFD write lock for f's whole life */
+    int fd;                           /* page file, for the engine         */
     int direct;                       /* fd has O_DIRECT                   */
     char *path;                       /* page file path (kv_mem)           */
     size_t path_bytes;
-    kv_offload_sb_t sb;               /* geometry, file id                 */
+    kv_offload_sb_t sb;               /* geometry, file id, owner (= ours) */
     kv_alloc_pool_t *pool;            /* slot ids, tier FILE, no tcache    */
     uint32_t id_base;                 /* slot id = id_base | index         */
     kv_offload_slotrec_t *recs;       /* [capacity]                        */
@@ -127,6 +130,16 @@ static inline uint32_t kv_offload_slot_index(kv_offload_slot_t s)
     return kv_alloc_page_index(s);
 }
 
+/* The on-disk identity of slot idx, from its record. */
+static inline kv_offload_meta_t kv_offload_rec_meta(const kv_offload_file_t *f, uint32_t idx)
+{
+    const kv_offload_slotrec_t *rec = &f->recs[idx];
+    return (kv_offload_meta_t){.key = rec->key, .generation = rec->generation,
+                               .serial = rec->serial, .slot = idx, .tokens = rec->tokens,
+                               .bytes = rec->bytes, .format = rec->format,
+                               .owner = rec->owner};
+}
+
 /* kv_offload_io.c */
 int  kv_offload_io_init(kv_offload_file_t *f);   /* ios array, free list */
 void kv_offload_io_fini(kv_offload_file_t *f);
@@ -135,9 +148,16 @@ void kv_offload_io_drain(kv_offload_file_t *f);
 /* Hand a slot back to the pool and clear its record. */
 void kv_offload_slot_release(kv_offload_file_t *f, uint32_t idx);
 
-/* kv_offload_index.c */
+/* kv_offload.c: KV_EBUSY unless the superblock on disk still names f as
+ * its owner (another store took the file over where locks do not work);
+ * KV_ECORRUPT if it no longer reads; -errno. */
+int kv_offload_owner_check(kv_offload_file_t *f);
+
+/* kv_offload_index.c: write checks the owner first (KV_EBUSY). */
 int kv_offload_index_write(kv_offload_file_t *f);
 int kv_offload_index_read(kv_offload_file_t *f);
+/* fsync the directory holding path: 0, -errno, KV_ENOMEM. */
+int kv_offload_fsync_dir(const char *path);
 /* "<path><suffix>" in a kv_mem block of *bytes bytes (NULL: KV_ENOMEM). */
 char *kv_offload_path_with(const char *path, const char *suffix, size_t *bytes);
 

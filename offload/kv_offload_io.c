@@ -125,13 +125,10 @@ static void kv_offload_fill(kv_offload_file_t *f, kv_offload_io_t *io)
         uint64_t o = b->order[io->first + j];
         uint32_t page = (uint32_t)o, idx = (uint32_t)(o >> 32);
         const kv_offload_wpage_t *w = &b->w[page];
-        const kv_offload_slotrec_t *rec = &f->recs[idx];
         uint8_t *s = io->buf + (size_t)j * sb;
         memcpy(s + KV_OFFLOAD_HDR_BYTES, w->data, w->bytes);
         memset(s + KV_OFFLOAD_HDR_BYTES + w->bytes, 0, sb - KV_OFFLOAD_HDR_BYTES - w->bytes);
-        kv_offload_meta_t m = {.key = rec->key, .generation = rec->generation,
-                               .serial = rec->serial, .slot = idx, .tokens = rec->tokens,
-                               .bytes = rec->bytes, .format = rec->format};
+        kv_offload_meta_t m = kv_offload_rec_meta(f, idx);
         kv_offload_slot_encode(s, &m, f->sb.file_id);
     }
 }
@@ -207,10 +204,7 @@ static void kv_offload_finish_io(kv_offload_file_t *f, kv_offload_io_t *io, int 
         } else {
             assert(rec->state == KV_SLOT_VALID && rec->readers > 0);
             if (st == 0) {
-                kv_offload_meta_t m = {.key = rec->key, .generation = rec->generation,
-                                       .serial = rec->serial, .slot = idx,
-                                       .tokens = rec->tokens, .bytes = rec->bytes,
-                                       .format = rec->format};
+                kv_offload_meta_t m = kv_offload_rec_meta(f, idx);
                 st = kv_offload_slot_check(s, &m, f->sb.file_id, f->sb.page_bytes);
                 if (st == 0) {
                     memcpy(b->r[page].data, s + KV_OFFLOAD_HDR_BYTES, rec->bytes);
@@ -413,7 +407,8 @@ int kv_offload_write_submit(kv_offload_file_t *f, const kv_offload_wpage_t *page
         kv_offload_slotrec_t *rec = &f->recs[idx];
         assert(rec->state == KV_SLOT_FREE);
         *rec = (kv_offload_slotrec_t){.key = pages[i].key, .generation = pages[i].generation,
-                                      .serial = f->next_serial++, .bytes = pages[i].bytes,
+                                      .serial = f->next_serial++, .owner = f->sb.owner,
+                                      .bytes = pages[i].bytes,
                                       .tokens = pages[i].tokens,
                                       .format = (uint8_t)pages[i].format,
                                       .state = KV_SLOT_WRITING};

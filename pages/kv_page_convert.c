@@ -302,7 +302,7 @@ int kv_page_convert_residual(kv_page_table_t *pt, uint32_t seq,
     for (uint32_t h = 0; h < H; h++)
         if (plans[h].c)
             write_list(pt, kv_page_list_at(pt, seq, layer, h), &plans[h],
-                       ids + plans[h].id0, src, dst, scratch);
+                       ids ? ids + plans[h].id0 : NULL, src, dst, scratch); /* no pages: NULL */
     kv_page_scratch_put(&ids_s);
     kv_page_scratch_put(&work_s);
     kv_page_scratch_put(&plan_s);

@@ -28,6 +28,7 @@ static const struct {
     {KV_EIO, "I/O error"},
     {KV_ELIMIT, "a fixed limit was reached"},
     {KV_ENOTRES, "page not resident (it is on the page file)"},
+    {KV_EBUSY, "busy: the page file is owned by another store (in this process or another)"},
 };
 
 const char *kv_strerror(int err)

@@ -55,8 +55,7 @@ int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes)
     return 0;
 }
 
-/* Validate cfg and fill in defaults into *out. */
-static int config_resolve(const kv_config_t *cfg, kv_config_t *out)
+int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out)
 {
     if (!cfg)
         return KV_EINVAL;
@@ -110,9 +109,13 @@ int kv_store_create(const kv_config_t *cfg, kv_store_t **out)
     if (!out)
         return KV_EINVAL;
     kv_config_t c;
-    int rc = config_resolve(cfg, &c);
+    int rc = kv_store_config_resolve(cfg, &c);
     if (rc)
         return rc;
+    kv_estimate_t est;
+    kv_store_estimate(&c, &est);
+    if (est.meta_max > est.meta_cap)
+        return KV_ENOMEM; /* before any allocation (kv_store_estimate.c) */
     kv_store_t *s = kv_mem_calloc(1, sizeof *s);
     if (!s)
         return KV_ENOMEM;

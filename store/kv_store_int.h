@@ -40,6 +40,15 @@ struct kv_store {
  * 0 or KV_ERANGE. */
 int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes);
 
+/* kv_store.c: validate cfg and fill in defaults into *out (kv_store_create,
+ * kv_config_estimate). */
+int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out);
+
+/* kv_store_estimate.c: the memory of a resolved config (kv_config_estimate);
+ * the machine's physical memory in bytes (UINT64_MAX if unknown). */
+void kv_store_estimate(const kv_config_t *c, kv_estimate_t *e);
+uint64_t kv_store_phys_bytes(void);
+
 /* Attention without policy statistics (kv_store.c): the public calls
  * validate and run these, or hand sequences with a policy to
  * kv_policy_state.c, which calls these with its own stats buffers. */

@@ -59,6 +59,7 @@ enum {
     KV_EIO         = -1009, /* I/O error                                          */
     KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
     KV_ENOTRES     = -1011, /* page not resident (on the page file, see offload) */
+    KV_EBUSY       = -1012, /* the page file is owned by another store (offload) */
 };
 
 /* A short English description of an error code (never NULL). */
@@ -210,10 +211,38 @@ typedef struct kv_stats {
 
 /* ---- store ------------------------------------------------------------- */
 
+/* Memory a configuration can take, known before a store exists
+ * (kv_config_estimate). Metadata is everything the store allocates besides
+ * pages. */
+typedef struct kv_estimate {
+    uint64_t meta_fixed;    /* bytes kv_store_create allocates: the pool's    */
+                            /* refcounts and free list, sequence tables, a new */
+                            /* page file's slot arrays (a reopened file's:    */
+                            /* ~56 bytes per slot more; staging buffers, up to */
+                            /* 64 MiB, aside)                                  */
+    uint64_t meta_per_seq;  /* bytes each live sequence takes when created:    */
+                            /* n_layers * n_kv_heads list headers              */
+    uint64_t meta_per_page; /* bytes per page reference held by a list         */
+    uint64_t meta_max;      /* meta_fixed + max_seqs * meta_per_seq +          */
+                            /* host_pages * meta_per_page: a full store (forks */
+                            /* and compacted positions, 4 bytes a token, add)  */
+    uint64_t kv_max;        /* host_pages * page_bytes: the pool's pages,      */
+                            /* reserved as address space, touched as used      */
+    uint64_t meta_cap;      /* the cap on meta_max: physical memory           */
+} kv_estimate_t;
+
+/* Validate cfg as kv_store_create does (same errors) and estimate its
+ * memory into *out, allocating nothing. E.g. 4096 layers x 1024 kv heads
+ * take 224 MiB of list headers per sequence: with the default max_seqs
+ * (1024) meta_max is 224 GiB. */
+KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
+
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
  * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
  * (struct_size or version other than this header's), KV_ENOTSUP (backend not built),
- * KV_ENOMEM. */
+ * KV_ENOMEM: memory ran out, or -- before anything is allocated -- the
+ * metadata of a full store (kv_config_estimate: meta_max) exceeds the
+ * machine's physical memory (meta_cap): lower max_seqs or host_pages. */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
 /* Destroy a store and everything in it. NULL is a no-op. With a page file:
@@ -588,11 +617,27 @@ KV_API int kv_pressure_check(const char *ladder, char *err, size_t err_len);
  * a page that fails its check is never returned as data: it is reported
  * lost (below). kv_store_create errors for the tier: KV_EINVAL (offload
  * fields set without offload_path, unknown flag, a reopened file recorded
- * for another model shape), KV_ERANGE (a field out of range, or a reopened
- * file's page size differs), KV_ELIMIT (a recorded sequence id >= max_seqs),
- * KV_ECORRUPT (a reopened file or its index fails its checks), -errno from
- * the OS (e.g. -EEXIST: creating over an existing file, -ENOENT: opening a
- * missing one). A failed create leaves the file as it was.
+ * for another model shape, a path that is not a regular file), KV_ERANGE
+ * (a field out of range, or a reopened file's page size differs), KV_ELIMIT
+ * (a recorded sequence id >= max_seqs), KV_ECORRUPT (a reopened file or its
+ * index fails its checks), KV_EBUSY (another store owns the file, below),
+ * -errno from the OS (e.g. -EEXIST: creating over an existing file,
+ * -ENOENT: opening a missing one, -EISDIR: the path is a directory). A
+ * failed create leaves the file as it was.
+ *
+ * One owner per file: a store holds an exclusive lock on its page file
+ * (an OFD lock: it conflicts between stores of one process as between
+ * processes) from kv_store_create to kv_store_destroy, or to the process's
+ * end, however it ends. A second store on the same file -- KV_OFFLOAD_OPEN
+ * or a create racing with another create -- gets KV_EBUSY and changes
+ * nothing. Each store also writes a random owner id into the file's
+ * superblock and onto every page it writes, so where a filesystem does not
+ * enforce the lock a page written by another store is reported lost, never
+ * returned, and kv_store_offload_sync fails with KV_EBUSY rather than
+ * overwrite the other store's index. A child of fork() shares its parent's
+ * lock until it exits or execs. A new file is built under "<path>.new" and
+ * renamed to <path> when complete: a crash inside kv_store_create leaves no
+ * half-made <path>, and the next create replaces the "<path>.new" left.
  *
  * What goes to the file: pages held by one list only (refcount 1). Pages
  * shared with a fork and MERGED pages always stay resident.
@@ -702,8 +747,9 @@ KV_API int kv_store_offload_balance(kv_store_t *store);
  * atomically (temporary file, rename, fsync of the directory). What a
  * KV_OFFLOAD_OPEN store restores is what the last sync saw. All or nothing:
  * on error no record of this call remains and the old index stays. Errors:
- * KV_ENOTSUP, -ENOSPC (no slot for a record), KV_ENOMEM, -errno, or an I/O
- * error of a record write. */
+ * KV_ENOTSUP, -ENOSPC (no slot for a record), KV_ENOMEM, KV_EBUSY (the
+ * file names another owner: it was taken over where locks do not work),
+ * -errno, or an I/O error of a record write. */
 KV_API int kv_store_offload_sync(kv_store_t *store);
 
 /* The live sequence ids in increasing order: up to cap into ids (ids may be

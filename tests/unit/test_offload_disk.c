@@ -14,7 +14,8 @@
 static void test_superblock(void)
 {
     kv_offload_sb_t sb = {.page_bytes = 4096, .slot_bytes = 4608, .capacity = 1000,
-                          .align = 512, .data_off = 4096, .file_id = 0x1234567890ABCDEFull};
+                          .align = 512, .data_off = 4096, .file_id = 0x1234567890ABCDEFull,
+                          .owner = 0xFEDCBA0987654321ull};
     uint8_t b[KV_OFFLOAD_SB_BYTES];
     kv_offload_sb_encode(&sb, b);
     kv_offload_sb_t d;
@@ -28,10 +29,32 @@ static void test_superblock(void)
         b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     }
     CHECK_EQ(missed, 0);
-    /* consistent crc but impossible geometry */
-    sb.slot_bytes = 4096; /* < 64 + page_bytes */
+    /* consistent crc but impossible geometry: anything create would not
+     * write (sizes a later allocation or offset would overflow on) */
+    const kv_offload_sb_t good = sb;
+    kv_offload_sb_t bad[8];
+    for (int i = 0; i < 8; i++)
+        bad[i] = good;
+    bad[0].slot_bytes = 4096;            /* < 64 + page_bytes */
+    bad[1].slot_bytes = 5120;            /* > round_up(64 + page_bytes, align) */
+    bad[2].capacity = (1u << 26) + 1;    /* > KV_ALLOC_MAX_PAGES */
+    bad[3].page_bytes = 4000;            /* not a multiple of 64 */
+    bad[4].page_bytes = (16u << 20) + 64; bad[4].slot_bytes = (16u << 20) + 512;
+    bad[5].align = 1u << 17; bad[5].data_off = 1u << 17; bad[5].slot_bytes = 1u << 17;
+    bad[6].data_off = 8192;              /* != round_up(4096, align) */
+    bad[7].capacity = 0;
+    for (int i = 0; i < 8; i++) {
+        kv_offload_sb_encode(&bad[i], b);
+        if (kv_offload_sb_decode(b, &d) != KV_ECORRUPT)
+            fprintf(stderr, "bad geometry %d accepted\n", i);
+        CHECK_EQ(kv_offload_sb_decode(b, &d), KV_ECORRUPT);
+    }
+    /* the owner is kept, and 0 (files of earlier versions) is valid */
+    sb = good;
+    sb.owner = 0;
     kv_offload_sb_encode(&sb, b);
-    CHECK_EQ(kv_offload_sb_decode(b, &d), KV_ECORRUPT);
+    CHECK_OK(kv_offload_sb_decode(b, &d));
+    CHECK(d.owner == 0);
 }
 
 static void test_slot(void)
@@ -43,7 +66,7 @@ static void test_slot(void)
     for (int i = 0; i < 200; i++)
         slot[64 + i] = (uint8_t)kv_test_rand(&s);
     kv_offload_meta_t m = {.key = 77, .generation = 5, .serial = 991, .slot = 12,
-                           .tokens = 16, .bytes = 200, .format = 2};
+                           .tokens = 16, .bytes = 200, .format = 2, .owner = 0x5555};
     const uint64_t fid = 42;
     kv_offload_slot_encode(slot, &m, fid);
     CHECK_OK(kv_offload_slot_check(slot, &m, fid, PB));
@@ -81,6 +104,9 @@ static void test_slot(void)
     w = m;
     w.bytes = 199;
     CHECK_EQ(kv_offload_slot_check(slot, &w, fid, PB), KV_ECORRUPT);
+    w = m;
+    w.owner = 1; /* written by another owner */
+    CHECK_EQ(kv_offload_slot_check(slot, &w, fid, PB), KV_ECORRUPT);
     CHECK_EQ(kv_offload_slot_check(slot, &m, fid + 1, PB), KV_ECORRUPT);
     CHECK_EQ(kv_offload_slot_check(slot, &m, fid, 128), KV_ECORRUPT); /* bytes > page */
     /* an all-zero slot (never written) */
@@ -98,7 +124,7 @@ static void test_index(void)
     kv_offload_meta_t e0 = {.key = 1, .generation = 2, .serial = 3, .slot = 4,
                             .tokens = 5, .bytes = 6, .format = 3};
     kv_offload_meta_t e1 = {.key = ~0ull, .generation = 8, .serial = 999, .slot = 99,
-                            .tokens = 16, .bytes = 4096, .format = 0};
+                            .tokens = 16, .bytes = 4096, .format = 0, .owner = 0x77};
     kv_offload_idx_encode_ent(buf + 64, &e0);
     kv_offload_idx_encode_ent(buf + 112, &e1);
     kv_offload_idx_seal(buf, sizeof buf);

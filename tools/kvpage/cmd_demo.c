@@ -207,6 +207,39 @@ static void demo_report(const demo_opts_t *o, const kv_stats_t *st, const demo_t
            "pages / unpaged FP16 < 1 counts that saving)\n");
 }
 
+static double gib(uint64_t b)
+{
+    return (double)b / (double)(1ull << 30);
+}
+
+/* The shape and sizes make a store this machine can hold (every pool page
+ * of the demo gets used): else a message and 1 (a usage error). */
+static int demo_fits(const demo_opts_t *o, const kv_config_t *cfg)
+{
+    kv_estimate_t e;
+    int rc = kv_config_estimate(cfg, &e);
+    if (rc == KV_EINVAL && o->q_heads % o->kv_heads) {
+        fprintf(stderr, "kvpage demo: --q-heads (%llu) must be a multiple of --kv-heads "
+                "(%llu)\n", (unsigned long long)o->q_heads, (unsigned long long)o->kv_heads);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "kvpage demo: no store of this shape: %s; the pool needs %llu pages "
+                "(sequences x layers x kv heads x pages per list; at most %u)\n",
+                kv_strerror(rc), (unsigned long long)cfg->host_pages, 1u << 26);
+        return 1;
+    }
+    if (e.kv_max > e.meta_cap || e.meta_max > e.meta_cap - e.kv_max) {
+        fprintf(stderr, "kvpage demo: this run needs %.1f GiB of pages (%llu pages of %u "
+                "bytes) and %.1f GiB of metadata; this machine has %.1f GiB of memory: "
+                "use fewer --seqs, --prompt, --decode, --layers or --kv-heads, or a smaller "
+                "--head-dim\n", gib(e.kv_max), (unsigned long long)cfg->host_pages,
+                64u * cfg->head_dim, gib(e.meta_max), gib(e.meta_cap));
+        return 1;
+    }
+    return 0;
+}
+
 int kv_cmd_demo(int argc, char **argv)
 {
     demo_opts_t o;
@@ -225,6 +258,8 @@ int kv_cmd_demo(int argc, char **argv)
     cfg.n_threads = (uint32_t)o.threads;
     cfg.max_seqs = n_seqs;
     cfg.host_pages = (uint64_t)n_seqs * o.layers * o.kv_heads * pages_per_list;
+    if (demo_fits(&o, &cfg))
+        return 2;
     kv_store_t *st = NULL;
     int rc = kv_store_create(&cfg, &st);
     if (rc)

@@ -37,6 +37,7 @@
 
 #define EVAL_MAX_LIST 64u /* entries of a comma list */
 #define EVAL_TEXT_DIR "/usr/share/common-licenses/"
+#define EVAL_TEXT_MAX (16u << 20) /* bytes of one --texts file, read whole */
 
 typedef struct eval_opts {
     const char *model, *policies, *texts, *ctx, *depths, *tasks;
@@ -322,28 +323,13 @@ static int load_text(eval_state_t *E, const char *name, eval_text_t *t, int32_t 
 {
     *t = (eval_text_t){.name = name};
     snprintf(t->path, sizeof t->path, "%s%s", strchr(name, '/') ? "" : EVAL_TEXT_DIR, name);
-    FILE *f = fopen(t->path, "rb");
-    if (!f) {
-        fprintf(stderr, "kvpage eval: cannot read text '%s' (%s); --texts takes names under "
-                EVAL_TEXT_DIR " or paths\n", name, t->path);
+    char *buf;
+    size_t len;
+    if (kv_cli_read_file("eval", "text", t->path, EVAL_TEXT_MAX, &buf, &len)) {
+        fprintf(stderr, "kvpage eval: --texts takes names under " EVAL_TEXT_DIR
+                " or paths of regular files up to %u MiB\n", EVAL_TEXT_MAX >> 20);
         return KV_ENOENT;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    do {
-        if (len + 65536 > cap) {
-            char *nb = realloc(buf, cap = len + 65536 * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return KV_ENOMEM;
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got);
-    fclose(f);
     kv_sha256_t h;
     uint8_t d[32];
     kv_sha256_init(&h);
@@ -501,18 +487,14 @@ static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx,
 
 /* ---- the command ---------------------------------------------------------- */
 
-static int write_out(const char *path, int (*fn)(FILE *, const eval_report_t *),
+/* Write a report into f (opened before the work; NULL: not asked for). */
+static int write_out(FILE *f, const char *path, int (*fn)(FILE *, const eval_report_t *),
                      const eval_report_t *r)
 {
-    if (!path)
+    if (!f)
         return 0;
-    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
-    int rc = f ? fn(f, r) : -1;
-    if (f && f != stdout && fclose(f))
-        rc = -1;
-    if (rc)
-        fprintf(stderr, "kvpage eval: cannot write %s\n", path);
-    return rc;
+    int rc = fn(f, r);
+    return kv_cli_out_close("eval", path, f) || rc ? -1 : 0;
 }
 
 /* Parse policies (fp16 first, added if missing) and tasks. */
@@ -534,6 +516,11 @@ static int setup_lists(eval_state_t *E, char *pbuf, int *want)
     char tbuf[256], *tparts[EVAL_MAX_LIST];
     snprintf(tbuf, sizeof tbuf, "%s", E->o->tasks);
     uint32_t nt = split_list(tbuf, tparts);
+    if (nt == 0) {
+        fprintf(stderr, "kvpage eval: --tasks names no task (ppl, passkey, needle, vt, "
+                "fidelity)\n");
+        return -1;
+    }
     for (uint32_t i = 0; i < nt; i++) {
         eval_task_kind_t k;
         if (!strcmp(tparts[i], "ppl"))
@@ -567,6 +554,8 @@ int kv_cmd_eval(int argc, char **argv)
     snprintf(pbuf, sizeof pbuf, "%s", o.policies);
     snprintf(xbuf, sizeof xbuf, "%s", o.texts);
     int want[EVAL_TASK_COUNT + 2] = {0}; /* tasks..., ppl, fidelity */
+    const char *md = o.md ? o.md : (!o.json && !o.svg) ? "-" : NULL;
+    FILE *out_json = NULL, *out_md = NULL, *out_svg = NULL; /* opened before the work */
     char path[4096], err[512] = "";
     int pinned = 0, rc, ret = 1;
     eval_text_t texts[EVAL_MAX_LIST];
@@ -588,6 +577,12 @@ int kv_cmd_eval(int argc, char **argv)
     }
     if (want[EVAL_TASK_COUNT] && !n_texts) {
         fprintf(stderr, "kvpage eval: --texts is empty\n");
+        ret = 2;
+        goto done;
+    }
+    if ((o.json && !(out_json = kv_cli_out_open("eval", "--json", o.json))) ||
+        (md && !(out_md = kv_cli_out_open("eval", "--md", md))) ||
+        (o.svg && !(out_svg = kv_cli_out_open("eval", "--svg", o.svg)))) {
         ret = 2;
         goto done;
     }
@@ -654,12 +649,18 @@ int kv_cmd_eval(int argc, char **argv)
                          .wall_s = kv_cli_now() - E.t0, .texts = texts, .n_texts = n_loaded,
                          .results = E.res, .n_results = E.n_res, .items = E.items,
                          .n_items = E.n_items, .fidelity = E.fid, .n_fidelity = E.n_fid};
-    const char *md = o.md ? o.md : (!o.json && !o.svg) ? "-" : NULL;
-    if (!write_out(o.json, eval_report_json, &rep) && !write_out(md, eval_report_md, &rep) &&
-        !write_out(o.svg, eval_report_svg, &rep))
+    int w = write_out(out_json, o.json, eval_report_json, &rep);
+    w |= write_out(out_md, md, eval_report_md, &rep);
+    w |= write_out(out_svg, o.svg, eval_report_svg, &rep);
+    out_json = out_md = out_svg = NULL;
+    if (!w)
         ret = 0;
     fprintf(stderr, "kvpage eval: done in %.1f s\n", rep.wall_s);
 done:
+    FILE *unwritten[3] = {out_json, out_md, out_svg}; /* the work failed */
+    for (int i = 0; i < 3; i++)
+        if (unwritten[i] && unwritten[i] != stdout)
+            fclose(unwritten[i]);
     for (uint32_t i = 0; i < n_loaded; i++)
         free(text_ids[i]);
     for (uint32_t i = 0; i < E.n_pol; i++)

@@ -192,6 +192,9 @@ int kv_cmd_plan(int argc, char **argv)
     if (n < 0)
         return 2;
     int ret = 0;
+    FILE *html = o.html ? kv_cli_out_open("plan", "--html", o.html) : NULL; /* before the work */
+    if (o.html && !html)
+        ret = 2;
     for (int i = 0; !ret && i < n; i++)
         if ((rc = plan_policy(&p, &sp[i], &res[i]))) {
             fprintf(stderr, "kvpage plan: simulating '%s' failed: %s\n", sp[i].given,
@@ -202,14 +205,15 @@ int kv_cmd_plan(int argc, char **argv)
         rc = o.json ? plan_report_json(stdout, &p, res, (uint32_t)n)
              : o.md ? plan_report_md(stdout, &p, res, (uint32_t)n)
                     : plan_report_table(stdout, &p, res, (uint32_t)n);
-        FILE *h = o.html ? fopen(o.html, "w") : NULL;
-        if (o.html && (!h || plan_report_html(h, &p, res, (uint32_t)n) | fclose(h))) {
-            fprintf(stderr, "kvpage plan: cannot write %s\n", o.html);
+        if (html && (plan_report_html(html, &p, res, (uint32_t)n) |
+                     kv_cli_out_close("plan", o.html, html)))
             ret = 1;
-        }
+        html = NULL;
         if (rc)
             ret = 1;
     }
+    if (html && html != stdout)
+        fclose(html); /* the work failed: nothing written */
     for (int i = 0; i < n; i++)
         plan_spec_destroy(&sp[i]);
     return ret;

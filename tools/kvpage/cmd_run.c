@@ -36,9 +36,9 @@ typedef struct run_opts {
 } run_opts_t;
 
 static const kv_cli_opt_t run_opts[] = {
-    {"--prompt", KV_CLI_STR, offsetof(run_opts_t, prompt), 0, 0, 0, 0, "TEXT",
+    {"--prompt", KV_CLI_TEXT, offsetof(run_opts_t, prompt), 0, 0, 0, 0, "TEXT",
      "the user message (default: \"" RUN_DEFAULT_PROMPT "\")"},
-    {"--system", KV_CLI_STR, offsetof(run_opts_t, system), 0, 0, 0, 0, "TEXT",
+    {"--system", KV_CLI_TEXT, offsetof(run_opts_t, system), 0, 0, 0, 0, "TEXT",
      "the system message (default: SmolLM's)"},
     {"--max-new", KV_CLI_UINT, offsetof(run_opts_t, max_new), 0, 1u << 20, 0, 0, "N",
      "most tokens to generate (default 64)"},

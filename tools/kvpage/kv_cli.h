@@ -27,6 +27,25 @@ double kv_cli_now(void);
 int kv_cli_uint(const char *opt, const char *val, uint64_t lo, uint64_t hi,
                 uint64_t *out);
 
+/* ---- files (kv_cli_io.c) ------------------------------------------------ */
+
+/* Read the regular file at path whole into *buf (malloc, NUL-terminated;
+ * *len bytes), at most max bytes (size checked before reading). Returns 0,
+ * or -1 after a message "kvpage <cmd>: <what> '<path>' ..." saying why (no
+ * such file, a directory / FIFO / device, too big, an I/O error); no
+ * message when cmd is NULL. Never blocks on a FIFO. */
+int kv_cli_read_file(const char *cmd, const char *what, const char *path, size_t max,
+                     char **buf, size_t *len);
+/* Open an output file given as option opt ("-" = stdout) before the work:
+ * NULL after a message if it is a directory or cannot be opened. */
+FILE *kv_cli_out_open(const char *cmd, const char *opt, const char *path);
+/* Flush and close an output (stdout: flushed, left open); 0, or -1 after a
+ * message if any write to it failed. NULL: 0. */
+int kv_cli_out_close(const char *cmd, const char *path, FILE *f);
+/* main.c, after every command: flush and close stdout; -1 after a message
+ * if output was lost (then the command exits 1). */
+int kv_cli_stdout_close(const char *cmd);
+
 /* Write s[0..n) / the string s as a JSON string, quotes included
  * (kv_cli_json.c). */
 void kv_cli_json_strn(FILE *f, const char *s, size_t n);
@@ -36,15 +55,18 @@ void kv_cli_json_str(FILE *f, const char *s);
  * Every subcommand describes its options in one table and parses argv with
  * kv_cli_parse; the same table prints the usage text. Values land in the
  * command's options struct at `off`: int (FLAG: set to 1), uint64_t (UINT),
- * double (DOUBLE), const char * (STR: points into argv). An ALIAS entry is a
- * short name for another entry: {"-m", KV_CLI_ALIAS, .arg = "--model"}
- * makes "-m FILE" mean "--model FILE"; the usage shows "-m, --model". */
+ * double (DOUBLE), const char * (STR, TEXT: points into argv). An empty
+ * value is a usage error except for TEXT (e.g. `--model ''` does not fall
+ * back to the default). An ALIAS entry is a short name for another entry:
+ * {"-m", KV_CLI_ALIAS, .arg = "--model"} makes "-m FILE" mean "--model
+ * FILE"; the usage shows "-m, --model". */
 typedef enum kv_cli_kind {
     KV_CLI_FLAG = 0,   /* no value                                  */
     KV_CLI_UINT = 1,   /* integer in [lo, hi]                       */
     KV_CLI_DOUBLE = 2, /* finite number in [dlo, dhi]               */
-    KV_CLI_STR = 3,    /* any string                                */
-    KV_CLI_ALIAS = 4,  /* another name of the entry named by arg    */
+    KV_CLI_STR = 3,    /* a non-empty string                        */
+    KV_CLI_TEXT = 4,   /* any string, empty included                */
+    KV_CLI_ALIAS = 5,  /* another name of the entry named by arg    */
 } kv_cli_kind_t;
 
 typedef struct kv_cli_opt {

@@ -91,6 +91,13 @@ static int cli_store(const kv_cli_opt_t *op, const char *val, void *o)
     case KV_CLI_DOUBLE:
         return cli_double(op->name, val, op->dlo, op->dhi, (double *)(void *)dst);
     case KV_CLI_STR:
+        if (!*val) {
+            fprintf(stderr, "kvpage: %s needs a value, got an empty string\n", op->name);
+            return -1;
+        }
+        *(const char **)(void *)dst = val;
+        return 0;
+    case KV_CLI_TEXT:
         *(const char **)(void *)dst = val;
         return 0;
     case KV_CLI_FLAG:

@@ -8,6 +8,8 @@
  *   kvpage help             this list
  *
  * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
+ * Whatever a command printed must have reached stdout: lost output (a full
+ * disk, >/dev/full) turns a success into exit 1 with a message.
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,15 +65,19 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         cmd_help(0, NULL);
-        return 2;
+        return kv_cli_stdout_close("help") ? 1 : 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
-        return cmd_help(0, NULL);
+        argv[1] = "help";
     if (!strcmp(argv[1], "--version"))
-        return cmd_version(0, NULL);
+        argv[1] = "version";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            if (kv_cli_stdout_close(commands[i].name) && rc == 0)
+                rc = 1; /* the output was lost: not a success */
+            return rc;
+        }
     fprintf(stderr, "kvpage: unknown command '%s' (kvpage help lists them)\n", argv[1]);
     return 2;
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "kvpage/kvpage.h"
+#include "kv_cli.h"
 
 #define JS_MAX_DEPTH 64
 #define EVALQ_MAX_FILES 64
@@ -311,24 +312,13 @@ static int ent_newer_first(const void *a, const void *b)
     return strcmp(y->name, x->name);
 }
 
+/* The report at path, NUL-terminated (malloc), or NULL: not a regular
+ * file, too big, unreadable (such files are skipped, as unparsable ones). */
 static char *read_file(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (!fseek(fp, 0, SEEK_END) && (n = ftell(fp)) >= 0 && (unsigned long)n < EVALQ_MAX_BYTES &&
-        !fseek(fp, 0, SEEK_SET) && (buf = malloc((size_t)n + 1))) {
-        if (fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[n] = 0;
-        }
-    }
-    fclose(fp);
-    return buf;
+    char *buf;
+    size_t len;
+    return kv_cli_read_file(NULL, "report", path, EVALQ_MAX_BYTES - 1, &buf, &len) ? NULL : buf;
 }
 
 void plan_evalq_find(const char *dir, const char *model, const char *canon,
