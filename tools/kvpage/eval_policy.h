@@ -21,7 +21,7 @@
 
 /* How a policy's prompt pass relates to FP16's, from its methods and keys
  * (kv_policy_info, kv_policy_value; docs/eval.md argues each case against
- * engine/kv_policy_*.c):
+ * store/kv_policy_*.c):
  *   shares    the prompt pass is FP16's exactly: every page stays FP16 and
  *             nothing is evicted, merged or converted before
  *             kv_seq_prefill_end (every selection method, SimLayerKV and
