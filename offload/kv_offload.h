@@ -223,7 +223,8 @@ typedef struct kv_offload_entry {  /* what a slot holds                     */
 } kv_offload_entry_t;
 
 /* Write n pages (1..2^24) into n newly allocated slots, all or nothing for
- * the allocation: -ENOSPC if fewer than n slots are free (nothing taken).
+ * the allocation: -ENOSPC if fewer than n slots are free, or fewer than n
+ * write serials are left (kv_offload_disk.h; nothing taken).
  * slots[n] (required) receives the slot ids at once; status[n] (or NULL)
  * receives each page's result at completion: 0, or an error, in which case
  * the slot was freed again and slots[i] is set to 0. A slot whose write

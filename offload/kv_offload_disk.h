@@ -38,7 +38,9 @@
  *
  * serial: a per-file counter stamped on every page write; a reopened file
  * continues 2^40 past the index's value, so no later write can ever carry
- * the serial of a write lost in a crash.
+ * the serial of a write lost in a crash. Any next serial reads back; the
+ * jump saturates at 2^64 - 1, which is never stamped: a file whose serials
+ * ran out still opens and reads, and refuses writes (-ENOSPC).
  *
  * owner: two stores that opened one file despite its lock (a filesystem
  * without OFD locks) draw different owner ids, so a slot one of them wrote

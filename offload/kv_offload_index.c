@@ -168,7 +168,7 @@ static int kv_offload_index_apply(kv_offload_file_t *f, const uint8_t *buf, size
         return r;
     if (h.file_id != f->sb.file_id || h.page_bytes != f->sb.page_bytes ||
         h.slot_bytes != f->sb.slot_bytes || h.capacity != f->sb.capacity ||
-        h.entries > h.capacity || h.next_serial >= UINT64_MAX - 2 * KV_OFFLOAD_SERIAL_JUMP)
+        h.entries > h.capacity)
         return KV_ECORRUPT;
     const uint8_t *e = buf + KV_OFFLOAD_IDX_HDR_BYTES;
     int64_t last = -1;
@@ -184,7 +184,11 @@ static int kv_offload_index_apply(kv_offload_file_t *f, const uint8_t *buf, size
             .owner = m.owner, .bytes = m.bytes, .tokens = m.tokens, .format = (uint8_t)m.format,
             .state = KV_SLOT_VALID};
     }
-    f->next_serial = h.next_serial + KV_OFFLOAD_SERIAL_JUMP;
+    /* saturating: any next serial this library writes reads back; a file
+     * left with none takes no more writes (kv_offload_write_submit) */
+    f->next_serial = h.next_serial > UINT64_MAX - KV_OFFLOAD_SERIAL_JUMP
+                         ? UINT64_MAX
+                         : h.next_serial + KV_OFFLOAD_SERIAL_JUMP;
     return 0;
 }
 

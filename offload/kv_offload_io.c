@@ -395,7 +395,9 @@ int kv_offload_write_submit(kv_offload_file_t *f, const kv_offload_wpage_t *page
     if (!b)
         return KV_ENOMEM;
     pthread_mutex_lock(&f->lock);
-    int r = kv_alloc_pages(f->pool, n, b->slot);
+    /* a serial is never reused: a file without n left (UINT64_MAX is never
+     * stamped) is full */
+    int r = n > UINT64_MAX - f->next_serial ? -ENOSPC : kv_alloc_pages(f->pool, n, b->slot);
     if (r != 0) {
         pthread_mutex_unlock(&f->lock);
         kv_offload_batch_free(b);
