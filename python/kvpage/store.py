@@ -97,7 +97,7 @@ class Store:
         cfg = dataclasses.replace(base, **fields)
         c = cfg._to_c()
         h = ctypes.c_void_p()
-        check(lib.kv_store_create(ctypes.byref(c), ctypes.byref(h)), "kv_store_create")
+        check(lib.kv_store_create(ctypes.byref(c), ctypes.byref(h)))
         self._h = h
         self.config: Config = self._read_config()
         """The configuration the store runs with (defaults resolved)."""
