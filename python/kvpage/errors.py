@@ -4,13 +4,16 @@
 Every C call of the binding goes through check(): a negative return becomes
 a KvError carrying the code and kv_strerror()'s text. Negative codes above
 -1000 are -errno from the OS (kv_strerror gives strerror's text for them).
+Owned is the base of the objects that own a C object (Store, Policy).
 """
 from __future__ import annotations
 
 import errno as _errno
-from typing import Optional
+from typing import Any, Optional, TypeVar
 
 from ._lib import lib
+
+T = TypeVar("T")
 
 KV_OK = 0
 KV_EINVAL = -1001
@@ -67,3 +70,47 @@ def check(rc: int, detail: Optional[str] = None) -> int:
     if rc < 0:
         raise KvError(rc, detail)
     return rc
+
+
+class Owned:
+    """Base of the objects that own a C object (Store, Policy): `handle`
+    until close() (idempotent), the end of a with block, or garbage
+    collection; after that every use raises KvError(KV_ESTATE)."""
+
+    _what = "object"
+
+    def __init__(self) -> None:
+        self._h: Optional[Any] = None
+
+    def _destroy(self, handle: Any) -> None:  # the C destroy function
+        raise NotImplementedError
+
+    @property
+    def handle(self) -> Any:
+        """The C pointer; KvError(KV_ESTATE) once closed."""
+        if self._h is None:
+            raise KvError(KV_ESTATE, f"the {self._what} is closed")
+        return self._h
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._h is None
+
+    def close(self) -> None:
+        """Destroy the C object (see the class for what that does). Idempotent."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            self._destroy(h)
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass

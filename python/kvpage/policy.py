@@ -12,11 +12,11 @@ from __future__ import annotations
 import ctypes
 import enum
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from ._lib import kv_policy_info_t, lib
 from .config import Format, u_int
-from .errors import KV_ERANGE, KV_ESTATE, KvError, check
+from .errors import KV_ERANGE, Owned, check
 
 _ERR_LEN = 512
 
@@ -55,14 +55,16 @@ class PolicyInfo:
     merge_dir_format: Format
 
 
-class Policy:
+class Policy(Owned):
     """A parsed policy, e.g. Policy("h2o:hh=0.1,rw=0.1+cam:m=16").
 
     A malformed spec raises KvError(KV_EINVAL) whose detail names the
-    offending method, key or value."""
+    offending method, key or value. close() (kv_policy_destroy) frees it."""
+
+    _what = "policy"
 
     def __init__(self, spec: str) -> None:
-        self._h: Optional[ctypes.c_void_p] = None
+        super().__init__()
         if not isinstance(spec, str):
             raise TypeError(f"policy spec: expected str, got {type(spec).__name__}")
         h = ctypes.c_void_p()
@@ -70,13 +72,6 @@ class Policy:
         rc = lib.kv_policy_parse(spec.encode(), ctypes.byref(h), err, _ERR_LEN)
         check(rc, f"policy {spec!r}: {err.value.decode(errors='replace')}")
         self._h = h
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The kv_policy_t pointer; KvError(KV_ESTATE) once closed."""
-        if self._h is None:
-            raise KvError(KV_ESTATE, "the policy is closed")
-        return self._h
 
     @property
     def spec(self) -> str:
@@ -111,23 +106,8 @@ class Policy:
                           out.merge_first, out.merge_pairs, out.merge_every,
                           Format(out.merge_dir_format))
 
-    def close(self) -> None:
-        """Free the parsed policy (kv_policy_destroy). Idempotent."""
-        if self._h is not None:
-            lib.kv_policy_destroy(self._h)
-            self._h = None
-
-    def __enter__(self) -> "Policy":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
+    def _destroy(self, handle: ctypes.c_void_p) -> None:
+        lib.kv_policy_destroy(handle)
 
     def __repr__(self) -> str:
         return f"Policy({self.spec!r})" if self._h is not None else "Policy(<closed>)"

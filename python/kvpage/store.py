@@ -34,7 +34,7 @@ import numpy as np
 from . import _lib
 from ._lib import c_float_p, c_int32_p, c_uint32_p, lib
 from .config import Config, Format, Residency, Stats, _from_struct, u_int
-from .errors import KV_ENOENT, KV_ERANGE, KV_ESTATE, KvError, check
+from .errors import KV_ENOENT, KV_ERANGE, KvError, Owned, check
 from .policy import Policy
 
 KV_DTYPE_F32 = 0
@@ -77,7 +77,7 @@ def _floats32(name: str, a: Any, dims: Dims) -> np.ndarray:
     return as_array(name, a, dims).astype(np.float32, copy=False)
 
 
-class Store:
+class Store(Owned):
     """A kvpage store (kv_store_t) for one model shape.
 
         with kvpage.Store(n_layers=2, n_q_heads=4, n_kv_heads=2, head_dim=64,
@@ -88,10 +88,14 @@ class Store:
 
     Store(config) or Store(**fields) or both (fields override config's).
     Errors of kv_store_create raise KvError (e.g. KV_EINVAL for an unset
-    shape, -EEXIST for a new page file over an existing one)."""
+    shape, -EEXIST for a new page file over an existing one).
+    close() destroys the store and everything in it (kv_store_destroy; with
+    a page file, it finishes the I/O and syncs the file first)."""
+
+    _what = "store"
 
     def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
-        self._h: Optional[ctypes.c_void_p] = None
+        super().__init__()
         self._frees: Dict[int, int] = {}
         base = config if config is not None else Config()
         cfg = dataclasses.replace(base, **fields)
@@ -104,36 +108,8 @@ class Store:
 
     # ---- lifetime -----------------------------------------------------------
 
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The kv_store_t pointer; KvError(KV_ESTATE) once closed."""
-        if self._h is None:
-            raise KvError(KV_ESTATE, "the store is closed")
-        return self._h
-
-    @property
-    def closed(self) -> bool:
-        """True after close()."""
-        return self._h is None
-
-    def close(self) -> None:
-        """Destroy the store and everything in it (kv_store_destroy; with a
-        page file, finishes its I/O and syncs it first). Idempotent."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            lib.kv_store_destroy(h)
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
+    def _destroy(self, handle: ctypes.c_void_p) -> None:
+        lib.kv_store_destroy(handle)
 
     def __repr__(self) -> str:
         if self._h is None:
