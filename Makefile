@@ -6,12 +6,16 @@
 #               on) and run ctest again, then run the libFuzzer targets
 # Other targets: build, model, demo, bench, fuzz, fuzz-campaign, tsan, install,
 # clean.
+#   make bench  every benchmark in the default build, and kvbench-attn in the
+#               default build and a Release build (build-release/) side by
+#               side (scripts/bench_builds.sh)
 # Variables: JOBS (build parallelism), FUZZ_SECONDS (per fuzz target),
 # FUZZ_TARGETS / CAMPAIGN_SECONDS (fuzz-campaign), PREFIX (make install:
 # cmake --install build --prefix $(PREFIX)).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+RELEASE_BUILD ?= build-release
 FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 
@@ -53,18 +57,20 @@ fuzz: setup
 test: test-plain test-asan fuzz
 
 bench: build model
+	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release -DKV_WERROR=ON
+	cmake --build $(RELEASE_BUILD) -j $(JOBS) --target kvbench-attn
 	./$(BUILD)/bin/kvbench-alloc --json
-	./$(BUILD)/bin/kvbench-attn --json
 	./$(BUILD)/bin/kvbench-offload --json
 	./$(BUILD)/bin/kvbench-model --json
 	./$(BUILD)/bin/kvbench-hash --json
 	./$(BUILD)/bin/kvbench-remote --json
+	BUILD=$(BUILD) RELEASE_BUILD=$(RELEASE_BUILD) bash scripts/bench_builds.sh
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) $(TSAN_BUILD) build-fuzz
 
 # A long fuzz campaign (fuzz/README.md): every target of FUZZ_TARGETS for
 # CAMPAIGN_SECONDS each, one after the other, the corpus kept in

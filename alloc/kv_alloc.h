@@ -166,8 +166,7 @@ struct kv_alloc_pool {
      * page, as every page does (it did as a fresh jemalloc slab), and a load from
      * the struct's first bytes just after a store to a page's first bytes
      * waits on that store (4K aliasing: the CPU compares address bits 11..0
-     * first). kvbench-alloc: 2.82 -> 2.34 ns per pair with this line moved
-     * off offset 0 (3 alternating runs). */
+     * first; docs/results/benchmarks.md has the measurement). */
     union {
         struct {
             pthread_mutex_t lock;
@@ -323,7 +322,8 @@ inline int kv_alloc_page_mem(kv_alloc_pool_t *pool, kv_page_id_t *id, void **mem
     if (__builtin_expect(rc != 0, 0))
         return rc;
     /* The tier is checked after the pop, not before: a load and branch
-     * ahead of the hot path cost about 0.2 ns per pair (kvbench-alloc). */
+     * ahead of the hot path is measurably slower (docs/results/
+     * benchmarks.md). */
     if (__builtin_expect(pool->base == NULL, 0)) {
         kv_alloc_release_other(pool, v); /* id-only pool: give it back */
         return KV_EINVAL;
@@ -338,8 +338,8 @@ inline int kv_alloc_release(kv_alloc_pool_t *pool, kv_page_id_t id)
     /* Hot path: the caller holds the only reference (so nobody else may
      * touch the refcount) and the hot slot is this pool's with room. The
      * refcount is cleared before the id enters the cache (so a page in a
-     * cache is always free; this order also measured 0.05-0.1 ns faster per
-     * pair than push-then-clear: kvbench-alloc, 4 alternating runs). */
+     * cache is always free; also the faster order: docs/results/
+     * benchmarks.md). */
     if (__builtin_expect(pool != NULL && kv_alloc_valid(pool, id), 1)) {
         uint32_t idx = id - pool->tag_bits, n;
         _Atomic uint32_t *r = &pool->refs[idx];

@@ -34,7 +34,7 @@
  *   --ctx N: only that context (cache rows, and memory rows unless --quick);
  *   --min-time S: seconds of timed calls per format and point;
  *   --backend cuda: the GPU rows instead, with their own options and
- *   copy_gbps baseline (kernels/cuda/kv_cuda_bench.cu, docs/gpu.md).
+ *   copy_gbps baseline (bench/kvbench_attn_cuda.cu, docs/gpu.md).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,20 +45,28 @@
 
 #include "kvpage/kvpage.h"
 #ifdef KV_HAVE_CUDA
-#include "kernels/cuda/kv_cuda.h"
+/* The GPU rows (kvbench_attn_cuda.cu): parses the remaining arguments,
+ * prints rows (JSON with --json); returns the exit status. */
+int kvbench_attn_cuda(int argc, char **argv);
 #endif
 
 /* --backend cuda: every argument goes to the CUDA bench. */
 static int bench_cuda(int argc, char **argv)
 {
 #ifdef KV_HAVE_CUDA
-    return kv_cuda_bench_attn(argc, argv);
+    return kvbench_attn_cuda(argc, argv);
 #else
     (void)argc;
     fprintf(stderr, "%s: built without CUDA\n", argv[0]);
     return 2;
 #endif
 }
+
+/* The CMake build type this benchmark was built in (make bench compares
+ * the default build with Release). */
+#ifndef KV_BUILD_TYPE
+#define KV_BUILD_TYPE "unknown"
+#endif
 
 #define N_Q      9u
 #define N_KV     3u
@@ -417,14 +425,15 @@ int main(int argc, char **argv)
             rc = 1;
         }
     if (json) {
-        printf("{\"bench\":\"attn\",\"backend\":\"cpu\",\"threads\":%u,"
+        printf("{\"bench\":\"attn\",\"backend\":\"cpu\",\"build\":\"%s\","
+               "\"threads\":%u,"
                "\"shape\":{\"n_q_heads\":%u,\"n_kv_heads\":%u,\"head_dim\":%u},"
                "\"memcpy_gbps\":%.3f,\"memcpy_gbps_best\":%.3f,"
                "\"memcpy_counts\":\"read\","
                "\"memcpy_threads\":1,\"memcpy_bytes\":%zu,\"llc_bytes\":%zu,"
                "\"cpus\":%ld,\"loadavg\":[%.2f,%.2f],\"results\":[",
-               threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes, llc, cpus,
-               load0[0], load1[0]);
+               KV_BUILD_TYPE, threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes,
+               llc, cpus, load0[0], load1[0]);
         for (size_t i = 0; i < nr; i++)
             printf("%s{\"format\":\"%s\",\"note\":\"%s\",\"ctx\":%u,"
                    "\"batch\":%u,\"layers\":%u,\"source\":\"%s\","

@@ -1,6 +1,6 @@
 /*
  * kvbench_model.c — SmolLM2-135M prefill and decode speed with its KV cache
- * in kvpage pages, against the engine's dense-attention path (K/V in a
+ * in kvpage pages, against the model's dense-attention path (K/V in a
  * plain array) measured in the same run.
  *
  * For each context length (default 1024 and 4096) and each page format

@@ -28,7 +28,7 @@
  * Each rep measures everything once (baseline first); a row is the best of
  * --reps (default 3). The "summary" gives, per page size, page-in through
  * io_uring at qd 32 against the sequential 1 MiB read of the same bytes
- * (disk bytes over time, i.e. time for time) and against the pread engine
+ * (disk bytes over time, i.e. time for time) and against the pread I/O queue
  * (qd 32, same pattern), for both patterns: the median over reps of the
  * ratio within each rep (these shared machines are noisy).
  * Never in CTest.
@@ -56,11 +56,11 @@ typedef struct opts {
     uint32_t qd[MAXL], n_qd;
     uint32_t pages[MAXL], n_pages;
     int reps;
-    uint32_t max_io;   /* engines' max_io_bytes; 0 = the library default */
+    uint32_t max_io;   /* ioqs' max_io_bytes; 0 = the library default */
 } opts_t;
 
 typedef struct row {
-    const char *engine, *op, *pattern;
+    const char *ioq, *op, *pattern;
     uint32_t qd, page_bytes, io_bytes;
     double gbps, disk_gbps, iops;
 } row_t;
@@ -70,7 +70,7 @@ static int g_nrows;
 
 /* Per page size, io_uring page-in at qd 32 (medians over reps):
  * [0] batch vs sequential 1 MiB read, [1] random vs the same,
- * [2] batch vs pread engine (batch), [3] random vs pread engine (random);
+ * [2] batch vs pread I/O queue (batch), [3] random vs pread I/O queue (random);
  * the first two on disk bytes (the same bytes: time for time). */
 typedef struct summary {
     uint32_t page_bytes;
@@ -102,7 +102,7 @@ static void add_row(row_t r)
     /* best of reps: keep the faster of equal keys */
     for (int i = 0; i < g_nrows; i++) {
         row_t *o = &g_rows[i];
-        if (!strcmp(o->engine, r.engine) && !strcmp(o->op, r.op) &&
+        if (!strcmp(o->ioq, r.ioq) && !strcmp(o->op, r.op) &&
             !strcmp(o->pattern, r.pattern) && o->qd == r.qd && o->page_bytes == r.page_bytes &&
             o->io_bytes == r.io_bytes) {
             if (r.gbps > o->gbps)
@@ -224,14 +224,14 @@ static int page_in(kv_offload_file_t *f, const bufs_t *b, uint32_t pb, uint32_t 
 
 /* One page-out + two page-ins through one engine at one queue depth;
  * out[0..3) = disk GB/s of the write, the batch read, the random read. */
-static int engine_pass(const char *path, uint32_t engine, uint32_t qd, uint32_t max_io,
+static int engine_pass(const char *path, uint32_t ioq, uint32_t qd, uint32_t max_io,
                        uint32_t pb,
                        uint32_t n, const bufs_t *b, kv_offload_slot_t *slots,
                        kv_offload_wpage_t *w, kv_offload_rpage_t *q, uint32_t *order,
                        uint32_t *random, uint32_t nrand, double out[3])
 {
     kv_offload_config_t c = kv_offload_config_default();
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = qd;
     c.max_io_bytes = max_io;
     kv_offload_file_t *f;
@@ -240,10 +240,10 @@ static int engine_pass(const char *path, uint32_t engine, uint32_t qd, uint32_t 
         return r;
     kv_offload_stats_t st;
     kv_offload_stats(f, &st);
-    const char *name = engine == KV_OFFLOAD_ENGINE_URING ? "uring" : "pread";
-    if (strcmp(st.engine, name) != 0 || !st.direct) {
-        fprintf(stderr, "kvbench-offload: engine %s, direct %u: not what was asked\n",
-                st.engine, st.direct);
+    const char *name = ioq == KV_OFFLOAD_IOQ_URING ? "uring" : "pread";
+    if (strcmp(st.ioq, name) != 0 || !st.direct) {
+        fprintf(stderr, "kvbench-offload: ioq %s, direct %u: not what was asked\n",
+                st.ioq, st.direct);
         kv_offload_close(f);
         return KV_ENOTSUP;
     }
@@ -355,7 +355,7 @@ static int run_page_size(const opts_t *o, uint32_t pb)
         nrand = 4096;
     if (nrand > n)
         nrand = n;
-    static const uint32_t engines[2] = {KV_OFFLOAD_ENGINE_URING, KV_OFFLOAD_ENGINE_PREAD};
+    static const uint32_t ioqs[2] = {KV_OFFLOAD_IOQ_URING, KV_OFFLOAD_IOQ_PREAD};
     /* Each rep measures everything once, the baseline and qd 32 first, so a
      * ratio compares figures taken seconds apart; the summary keeps the
      * median ratio over reps. */
@@ -378,11 +378,11 @@ static int run_page_size(const opts_t *o, uint32_t pb)
                     if ((o->qd[k] == 32) != first)
                         continue;
                     double out[3] = {0};
-                    r = engine_pass(path, engines[e], o->qd[k], o->max_io, pb, n, &b, slots, w, q,
+                    r = engine_pass(path, ioqs[e], o->qd[k], o->max_io, pb, n, &b, slots, w, q,
                                     order, random, nrand, out);
                     if (r)
                         fprintf(stderr, "kvbench-offload: %s qd %u: %s\n",
-                                engines[e] == KV_OFFLOAD_ENGINE_URING ? "uring" : "pread",
+                                ioqs[e] == KV_OFFLOAD_IOQ_URING ? "uring" : "pread",
                                 o->qd[k], kv_strerror(r));
                     if (o->qd[k] == 32) {
                         memcpy(at32[e], out, sizeof out);
@@ -423,7 +423,7 @@ static void print_results(const opts_t *o)
             printf("%s{\"engine\":\"%s\",\"op\":\"%s\",\"pattern\":\"%s\",\"qd\":%u,"
                    "\"page_bytes\":%u,\"io_bytes\":%u,\"gbps\":%.3f,\"disk_gbps\":%.3f,"
                    "\"iops\":%.0f}",
-                   i ? "," : "", r->engine, r->op, r->pattern, r->qd, r->page_bytes,
+                   i ? "," : "", r->ioq, r->op, r->pattern, r->qd, r->page_bytes,
                    r->io_bytes, r->gbps, r->disk_gbps, r->iops);
         }
         printf("],\"summary\":[");
@@ -432,7 +432,7 @@ static void print_results(const opts_t *o)
                "page", "io", "GB/s", "disk GB/s", "IOPS");
         for (int i = 0; i < g_nrows; i++) {
             const row_t *r = &g_rows[i];
-            printf("%-10s %-5s %-10s %4u %6u %8u %8.3f %9.3f %10.0f\n", r->engine, r->op,
+            printf("%-10s %-5s %-10s %4u %6u %8u %8.3f %9.3f %10.0f\n", r->ioq, r->op,
                    r->pattern, r->qd, r->page_bytes, r->io_bytes, r->gbps, r->disk_gbps,
                    r->iops);
         }
@@ -448,7 +448,7 @@ static void print_results(const opts_t *o)
                    m->ratio[3]);
         else
             printf("  page %6u: vs sequential 1 MiB read (same bytes): batch %.2f, random "
-                   "%.2f;  vs pread engine: batch %.2fx, random %.2fx\n",
+                   "%.2f;  vs pread I/O queue: batch %.2fx, random %.2fx\n",
                    m->page_bytes, m->ratio[0], m->ratio[1], m->ratio[2], m->ratio[3]);
     }
     if (o->json)

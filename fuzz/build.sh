@@ -29,13 +29,13 @@ targets=("$@")
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build-fuzz
 cc=${CC:-clang}
-m=$root/engine/model
+m=$root/model
 cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -fno-omit-frame-pointer
         -I"$root/include" -I"$m" -I"$root")
 
-tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/engine/kv_error.c)
-lib_dirs=(alloc pages kernels kernels/cpu engine offload prefix remote)
+tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
+lib_dirs=(alloc formats pages kernels kernels/cpu store offload prefix remote)
 libs=(-luring -lcrypto -lhiredis -lpthread)
 
 # The library's objects, instrumented like the targets (metadata through the
@@ -74,8 +74,7 @@ lib_objects() {
 
 sources_for() {
     case $1 in
-    fuzz_pages) echo "$root"/pages/fmt_*.c "$root"/pages/kv_format.c "$root"/pages/kv_half.c ;;
-    fuzz_pagefile | fuzz_restore | fuzz_spec)
+    fuzz_pages | fuzz_pagefile | fuzz_restore | fuzz_spec)
         echo "-DKV_MEM_SYSTEM=1 -I$root/fuzz $out/obj/*.o ${libs[*]}" ;;
     fuzz_tok) echo "${tok_src[@]}" "$m"/kv_model_find.c "$m"/kv_sha256.c ;;
     fuzz_gguf)
@@ -91,7 +90,7 @@ sources_for() {
     fuzz_remote) # the value frame and url parser of the remote tier (docs/prefix.md)
         echo "-DKV_MEM_SYSTEM=1 $root/remote/kv_remote_frame.c $root/remote/kv_remote_url.c" \
              "$root/offload/kv_crc32c.c $root/alloc/kv_mem.c $root/alloc/kv_fault.c" \
-             "$root/engine/kv_error.c -lpthread" ;;
+             "$root/store/kv_error.c -lpthread" ;;
     *) echo "unknown target $1" >&2; exit 2 ;;
     esac
 }
@@ -174,14 +173,14 @@ mkdir -p "$out/artifacts"
 status=0
 for t in "${targets[@]}"; do
     case $t in
-    fuzz_pagefile | fuzz_restore | fuzz_spec)
+    fuzz_pages | fuzz_pagefile | fuzz_restore | fuzz_spec)
         if ! lib_objects; then
             echo "fuzz $t: library build FAILED" >&2
             exit 2
         fi ;;
     esac
     src=$(sources_for "$t")
-    echo "+ $cc ${cflags[*]} fuzz/$t.c <engine sources> -o build-fuzz/$t" >&2
+    echo "+ $cc ${cflags[*]} fuzz/$t.c <model sources> -o build-fuzz/$t" >&2
     # shellcheck disable=SC2086
     if ! "$cc" "${cflags[@]}" "$root/fuzz/$t.c" $src -lm -o "$out/$t"; then
         echo "fuzz $t: build FAILED" >&2

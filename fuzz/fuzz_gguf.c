@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf.c — libFuzzer target for the GGUF reader (engine/model/kv_gguf*)
+ * fuzz_gguf.c — libFuzzer target for the GGUF reader (model/kv_gguf*)
  * and what is built on its metadata (kv_tok_from_gguf).
  *
  * Input: the bytes of a GGUF file, read with kv_gguf_open_mem (libFuzzer
@@ -121,7 +121,7 @@ static void walk_tensors(const kv_gguf_t *g, const uint8_t *data, size_t size)
             check(kv_gguf_tensor(g, name) == t, "find by name gives the same tensor");
         }
 #ifndef FUZZ_GGUF_NO_QUANT
-        /* the first row of a type the engine multiplies decodes in bounds */
+        /* the first row of a type the model multiplies decodes in bounds */
         uint64_t cols = t->ne[0];
         if (kv_q_supported(t->type) && cols > 0 && cols <= 65536 &&
             kv_q_row_bytes(t->type, (size_t)cols) > 0 &&

@@ -53,7 +53,7 @@ static void crc_at(uint8_t *p, size_t n, size_t at)
 static kv_offload_config_t cfg(void)
 {
     kv_offload_config_t c = kv_offload_config_default();
-    c.engine = KV_OFFLOAD_ENGINE_PREAD; /* the same checks as io_uring, no ring per input */
+    c.ioq = KV_OFFLOAD_IOQ_PREAD; /* the same checks as io_uring, no ring per input */
     c.queue_depth = 4;
     c.max_io_bytes = 1; /* one slot per I/O: little staging memory to clear */
     c.flags = KV_OFFLOAD_BUFFERED;

@@ -1,8 +1,10 @@
 /*
  * fuzz_pages.c — libFuzzer target for every page format's decoder on
  * hostile bytes (pages arriving from a page file or, later, a shared remote
- * tier), through the format traits table (pages/kv_format.h): load /
- * kv_format_load, and attn_score / attn_accum where a format has them.
+ * tier), through the format traits table (formats/kv_format.h: load,
+ * kv_format_load) and the CPU kernels' format table (kernels/cpu/kv_cpu.h,
+ * portable build: the row decoders, and score / accum where a format is read
+ * from its codes).
  *
  * Input: byte 0 picks the format (mod KV_FMT_COUNT) and, for MERGED, the
  * variant and whether a valid header is stamped first; byte 1 the geometry
@@ -16,7 +18,8 @@
  * behaviour (ASan, UBSan), is deterministic (two decodes agree bit for
  * bit), a token range decodes to exactly those rows of the whole page, K
  * alone and V alone equal the K and V of a joint decode, FP16 copy moves
- * tokens bit-exactly, and the encoded-domain attention steps of INT4/INT2
+ * tokens bit-exactly, a kernels-side row decoder gives exactly
+ * kv_format_load's floats, and the encoded-domain attention steps of INT4/INT2
  * agree with dot products over the decoded rows wherever those are finite.
  * Build and run: fuzz/build.sh (see fuzz/README.md).
  */
@@ -26,8 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pages/fmt_merged.h"
-#include "pages/kv_format.h"
+#include "formats/kv_fmt_merged.h"
+#include "formats/kv_format.h"
+#include "kernels/cpu/kv_cpu.h"
 
 #define MAX_D 128u
 #define MAX_T 512u
@@ -51,8 +55,8 @@ static int all_finite(const float *x, size_t n)
 }
 
 /* attn_score/attn_accum against load's rows (2 query rows). */
-static void check_attn(const kv_format_traits_t *tr, const void *page, const kv_page_geom_t *g,
-                       uint32_t t0, uint32_t n, const uint8_t *seed)
+static void check_attn(const kv_cpu_fmt_ops_t *ops, uint32_t fmt, const void *page,
+                       const kv_page_geom_t *g, uint32_t t0, uint32_t n, const uint8_t *seed)
 {
     enum { R = 2 };
     const uint32_t d = g->head_dim;
@@ -62,9 +66,9 @@ static void check_attn(const kv_format_traits_t *tr, const void *page, const kv_
     for (uint32_t i = 0; i < R * n; i++)
         p[i] = (float)(seed[(i + 3) % 7]) / 255.0f;
     memset(acc, 0, sizeof acc);
-    tr->attn_score(page, g, t0, n, q, d, R, s, n);
-    tr->attn_accum(page, g, t0, n, p, n, R, acc, d);
-    tr->load(page, g, t0, n, g_k2, g_v2);
+    ops->score(page, g, t0, n, q, d, R, s, n);
+    ops->accum(page, g, t0, n, p, n, R, acc, d);
+    kv_format_load(fmt, 0, page, g, t0, n, g_k2, g_v2);
     if (!all_finite(g_k2, (size_t)n * d) || !all_finite(g_v2, (size_t)n * d))
         return; /* hostile scales: only memory safety is asked */
     for (uint32_t r = 0; r < R; r++) {
@@ -144,8 +148,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(dst);
         }
     }
-    if (tr->attn_score && tr->attn_accum && n <= MAX_T && size >= 11)
-        check_attn(tr, page, &g, t0, n, data + 4);
+    const kv_cpu_fmt_ops_t *ops = &kv_cpu_loops_portable.fmt[fmt];
+    if (ops->read == KV_CPU_READ_ROWS) {
+        ops->load(page, &g, variant, t0, n, g_k2, g_v2);
+        check(!memcmp(g_k2, g_k + off, len) && !memcmp(g_v2, g_v + off, len),
+              "the kernels' row decoder = kv_format_load");
+    } else if (size >= 11) {
+        check_attn(ops, fmt, page, &g, t0, n, data + 4);
+    }
     free(page);
     return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * fuzz_restore.c — libFuzzer target for a store's restart: sequence
  * records and the pages they name, as a page file holds them, restored by
- * kv_store_create with KV_OFFLOAD_OPEN (engine/kv_store_offload_record.c),
+ * kv_store_create with KV_OFFLOAD_OPEN (store/kv_store_offload_record.c),
  * then read back through the public API -- hostile page bytes included,
  * since the page file (or a remote tier behind it) is where they come from.
  *
@@ -74,7 +74,7 @@ static kv_offload_config_t file_cfg(void)
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = SLOTS;
-    c.engine = KV_OFFLOAD_ENGINE_PREAD;
+    c.ioq = KV_OFFLOAD_IOQ_PREAD;
     c.queue_depth = 4;
     c.max_io_bytes = 1; /* one slot per I/O: little staging memory to clear */
     c.flags = KV_OFFLOAD_BUFFERED;

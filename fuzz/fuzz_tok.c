@@ -1,5 +1,5 @@
 /*
- * fuzz_tok.c — libFuzzer target for the tokenizer (engine/model/kv_tok*).
+ * fuzz_tok.c — libFuzzer target for the tokenizer (model/kv_tok*).
  *
  * Input: byte 0 = flags (bit 0: parse_special), the rest = text. Property:
  * decode(encode(text)) reproduces text byte for byte, except that a byte

@@ -2,8 +2,8 @@
  * kv_backend.h — the compute backend interface (ops table + context).
  *
  * A backend computes over pages it is handed: it knows page formats (through
- * pages/kv_format.h) but not page tables, sequences or policies. The caller
- * (engine/kv_store.c) resolves each (sequence, kv_head) list into a run of
+ * formats/kv_format.h) but not page tables, sequences or policies. The caller
+ * (store/kv_store.c) resolves each (sequence, kv_head) list into a run of
  * kv_kern_page_t in token order, CSR-style: the pages of list i are
  * pages[indptr[i] .. indptr[i+1]).
  *
@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "pages/kv_format.h"
+#include "formats/kv_format.h"
 
 typedef struct kv_kern_page {
     const void *data;  /* page bytes (host memory for the CPU backend) */
@@ -97,15 +97,7 @@ typedef struct kv_convert_params {
     float *scratch;            /* NULL or KV_CONVERT_SCRATCH_FLOATS floats  */
 } kv_convert_params_t;
 
-/* The source-run check every backend's conversions make (defined with the
- * CPU reference, kernels/cpu/kv_cpu_convert.c): 0 if need == 0, or if
- * pages[0..n) (n >= 1) each have data, a known format (else KV_ENOTSUP),
- * 1 .. its tokens_per_page tokens and a variant it reads (0, or 1 with
- * load_variant), and hold >= off + need tokens in all; else KV_EINVAL. */
-int kv_kern_check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
-                      uint32_t n, uint32_t off, uint32_t need);
-
-/* MiniCache merge of one kv_head of a layer pair (DESIGN §4). Token i of
+/* MiniCache merge of one kv_head of a layer pair (docs/design.md). Token i of
  * src[0] (layer l-1) pairs with token i of src[1] (layer l). Two passes:
  * merge_select writes retain[i] (1: token i stays unmerged), merge reads it
  * and writes merged tokens (retain[i] == 0, in order) into dst slots

@@ -15,19 +15,19 @@ int kv_backend_convert(const kv_backend_t *b, const kv_convert_params_t *p)
 {
     if (b && b->ops && b->ops->convert)
         return b->ops->convert(b->ctx, p);
-    return kv_kern_cpu_convert(NULL, p);
+    return kv_cpu_convert(NULL, p);
 }
 
 int kv_backend_merge_select(const kv_backend_t *b, const kv_merge_params_t *p)
 {
     if (b && b->ops && b->ops->merge_select)
         return b->ops->merge_select(b->ctx, p);
-    return kv_kern_cpu_merge_select(NULL, p);
+    return kv_cpu_merge_select(NULL, p);
 }
 
 int kv_backend_merge(const kv_backend_t *b, const kv_merge_params_t *p)
 {
     if (b && b->ops && b->ops->merge)
         return b->ops->merge(b->ctx, p);
-    return kv_kern_cpu_merge(NULL, p);
+    return kv_cpu_merge(NULL, p);
 }

@@ -7,7 +7,7 @@
  * settings).
  *
  * Setup order (and teardown in reverse): lock_fd (locked) -> fd -> pool + slot records ->
- * stage (aligned staging memory) -> engine (registers the stage and fd) ->
+ * stage (aligned staging memory) -> I/O queue (registers the stage and fd) ->
  * io records. kv_offload_setup() builds the in-memory half for both create
  * and open once the geometry is known.
  *
@@ -43,7 +43,7 @@ kv_offload_config_t kv_offload_config_default(void)
 {
     kv_offload_config_t c;
     memset(&c, 0, sizeof c);
-    c.engine = KV_OFFLOAD_ENGINE_AUTO;
+    c.ioq = KV_OFFLOAD_IOQ_AUTO;
     c.queue_depth = KV_OFFLOAD_DEFAULT_QD;
     return c;
 }
@@ -53,10 +53,10 @@ static int kv_pow2(uint32_t x)
     return x && !(x & (x - 1u));
 }
 
-/* The runtime half of a config (engine, queue, faults): valid for open too. */
+/* The runtime half of a config (I/O queue, depth, faults): valid for open too. */
 static int kv_offload_check_cfg(const kv_offload_config_t *c)
 {
-    if (c->engine > KV_OFFLOAD_ENGINE_PREAD ||
+    if (c->ioq > KV_OFFLOAD_IOQ_PREAD ||
         (c->flags & ~(KV_OFFLOAD_BUFFERED | KV_OFFLOAD_NO_FIXED | KV_OFFLOAD_NO_LOCK)))
         return KV_EINVAL;
     if (c->queue_depth > KV_OFFLOAD_MAX_QD || c->ring_entries > KV_OFFLOAD_MAX_QD ||
@@ -178,8 +178,8 @@ int kv_offload_owner_check(kv_offload_file_t *f)
 static void kv_offload_teardown(kv_offload_file_t *f)
 {
     kv_offload_io_fini(f);
-    if (f->eng)
-        f->ops->destroy(f->eng);
+    if (f->ioq)
+        f->ops->destroy(f->ioq);
     kv_offload_stage_fini(&f->stage);
     if (f->recs)
         kv_mem_free(f->recs, (size_t)f->sb.capacity * sizeof *f->recs);
@@ -226,7 +226,7 @@ static int kv_offload_slots_init(kv_offload_file_t *f)
     return 0;
 }
 
-/* Pool, stage, engine, ios, from f->sb and the runtime config. f->recs is
+/* Pool, stage, I/O queue, ios, from f->sb and the runtime config. f->recs is
  * allocated and says which slots are held (all FREE for a new file, the
  * index's entries VALID for an opened one). */
 static int kv_offload_setup(kv_offload_file_t *f, const kv_offload_config_t *c)
@@ -260,20 +260,20 @@ static int kv_offload_setup(kv_offload_file_t *f, const kv_offload_config_t *c)
     if (r)
         return r;
 
-    kv_offload_engine_cfg_t ec = {.fd = f->fd, .buf = f->stage.base,
+    kv_offload_ioq_cfg_t ec = {.fd = f->fd, .buf = f->stage.base,
                                   .buf_bytes = (size_t)units * sb, .depth = f->qd,
                                   .ring_entries = c->ring_entries,
                                   .fixed = !(c->flags & KV_OFFLOAD_NO_FIXED)};
     r = KV_ENOTSUP;
-    if (c->engine != KV_OFFLOAD_ENGINE_PREAD) {
-        f->ops = &kv_offload_engine_uring;
-        r = f->ops->create(&ec, &f->eng);
-        if (r && c->engine == KV_OFFLOAD_ENGINE_URING)
+    if (c->ioq != KV_OFFLOAD_IOQ_PREAD) {
+        f->ops = &kv_offload_ioq_uring;
+        r = f->ops->create(&ec, &f->ioq);
+        if (r && c->ioq == KV_OFFLOAD_IOQ_URING)
             return r == -ENOSYS || r == -EPERM ? KV_ENOTSUP : r;
     }
     if (r) {
-        f->ops = &kv_offload_engine_pread;
-        r = f->ops->create(&ec, &f->eng);
+        f->ops = &kv_offload_ioq_pread;
+        r = f->ops->create(&ec, &f->ioq);
         if (r)
             return r;
     }
@@ -672,9 +672,9 @@ void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
     *out = f->st;
     kv_alloc_stats_t as;
     kv_alloc_stats(f->pool, &as);
-    out->engine = f->ops->name;
+    out->ioq = f->ops->name;
     out->direct = (uint32_t)f->direct;
-    out->fixed = (uint32_t)f->ops->fixed(f->eng);
+    out->fixed = (uint32_t)f->ops->fixed(f->ioq);
     out->page_bytes = f->sb.page_bytes;
     out->slot_bytes = f->sb.slot_bytes;
     out->align = f->sb.align;
@@ -689,7 +689,7 @@ void kv_offload_stats(kv_offload_file_t *f, kv_offload_stats_t *out)
     out->staging_used = f->stage.n_used;
     out->ios_inflight = f->ios_out;
     out->batches_open = f->n_batches;
-    out->cq_overflows = f->ops->cq_overflows(f->eng);
+    out->cq_overflows = f->ops->cq_overflows(f->ioq);
     memcpy(out->faults, f->shim.count, sizeof out->faults);
     pthread_mutex_unlock(&f->lock);
 }

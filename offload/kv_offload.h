@@ -41,12 +41,12 @@
  * crc; a page that fails is reported as KV_ECORRUPT and its bytes are never
  * copied to the caller's buffer.
  *
- * I/O: an engine behind an ops table: io_uring (registered staging buffers
+ * I/O: an I/O queue behind an ops table: io_uring (registered staging buffers
  * and registered file, adjacent slots coalesced into one I/O, up to
  * queue_depth I/Os in flight, short transfers resubmitted, -EAGAIN/-EINTR
  * retried, CQ overflow reaped) or a pread/pwrite fallback with the same
  * behaviour, chosen by config or automatically when io_uring is unavailable.
- * A fault-injection shim between the engine and the kernel (config.fault)
+ * A fault-injection shim between the I/O queue and the kernel (config.fault)
  * can inject EIO, ENOSPC, short transfers, torn writes, bit flips, EAGAIN
  * and EINTR at a seeded rate.
  *
@@ -60,7 +60,7 @@
  * Progress happens only inside calls on the file (submit, poll, wait,
  * close), each doing a bounded amount of work except wait: with io_uring up
  * to queue_depth I/Os run in the kernel meanwhile, and a batch needing more
- * I/Os than that continues at the next call. The pread engine does its I/O
+ * I/Os than that continues at the next call. The pread I/O queue does its I/O
  * synchronously inside those calls.
  *
  * Errors: 0 or a negative KV_E* code; -errno from the kernel passes through
@@ -87,14 +87,14 @@ typedef uint64_t kv_offload_ticket_t;   /* one submitted batch; never 0       */
 #define KV_OFFLOAD_MAX_PAGE_BYTES (16u << 20)  /* largest page_bytes          */
 #define KV_OFFLOAD_MAX_QD 4096u                /* largest queue_depth         */
 
-typedef enum kv_offload_engine_kind {
-    KV_OFFLOAD_ENGINE_AUTO  = 0, /* io_uring if it initialises (any error:    */
+typedef enum kv_offload_ioq_kind {
+    KV_OFFLOAD_IOQ_AUTO  = 0, /* io_uring if it initialises (any error:    */
                                  /* -ENOSYS, -EPERM, memlock...), else pread */
-    KV_OFFLOAD_ENGINE_URING = 1, /* io_uring only (error if unavailable)      */
-    KV_OFFLOAD_ENGINE_PREAD = 2, /* pread/pwrite fallback                     */
-} kv_offload_engine_kind_t;
+    KV_OFFLOAD_IOQ_URING = 1, /* io_uring only (error if unavailable)      */
+    KV_OFFLOAD_IOQ_PREAD = 2, /* pread/pwrite fallback                     */
+} kv_offload_ioq_kind_t;
 
-/* Injected faults. Each I/O the engine is about to hand the kernel draws one
+/* Injected faults. Each I/O the queue is about to hand the kernel draws one
  * number; kind k is injected with probability ppm[k] / 1e6 (the sum of all
  * ppm must be <= 1e6); a kind that does not apply (ENOSPC or TORN on a read,
  * SHORT on an I/O of one alignment unit) injects nothing. */
@@ -129,7 +129,7 @@ typedef struct kv_offload_config {
                             /* 64, 64..KV_OFFLOAD_MAX_PAGE_BYTES; open: 0 or   */
                             /* the file's value                               */
     uint32_t capacity;      /* create: slots, 1..KV_ALLOC_MAX_PAGES; open: -   */
-    uint32_t engine;        /* kv_offload_engine_kind_t                       */
+    uint32_t ioq;           /* kv_offload_ioq_kind_t                          */
     uint32_t queue_depth;   /* I/Os in flight, 1..KV_OFFLOAD_MAX_QD; 0 = 64    */
     uint32_t ring_entries;  /* io_uring SQ entries; 0 = queue_depth. Smaller   */
                             /* than queue_depth/2 lets the CQ overflow (tests) */
@@ -143,7 +143,7 @@ typedef struct kv_offload_config {
     kv_offload_fault_t fault; /* all ppm 0: no injection                      */
 } kv_offload_config_t;
 
-/* Defaults: engine AUTO, queue_depth 64, everything else 0 (auto/none). */
+/* Defaults: I/O queue AUTO, queue_depth 64, everything else 0 (auto/none). */
 kv_offload_config_t kv_offload_config_default(void);
 
 /* ---- files ------------------------------------------------------------------ */
@@ -156,13 +156,13 @@ kv_offload_config_t kv_offload_config_default(void);
  * (then buffered: stats.direct == 0) or KV_OFFLOAD_BUFFERED is set. On
  * error nothing is left behind. Errors: KV_EINVAL, KV_ERANGE (a config
  * field), KV_EBUSY (another create of path is at work), KV_ENOTSUP
- * (ENGINE_URING without io_uring), KV_ENOMEM, -errno. */
+ * (IOQ_URING without io_uring), KV_ENOMEM, -errno. */
 int kv_offload_create(const char *path, const kv_offload_config_t *cfg,
                       kv_offload_file_t **out);
 
 /* Open an existing page file and its index; every slot named by the index
  * is held (listed by kv_offload_list), every other slot is free. Geometry
- * comes from the file; cfg gives the engine, queue and fault settings. Takes
+ * comes from the file; cfg gives the I/O queue, its depth and the faults. Takes
  * the owner lock before reading anything, and writes a new owner id into
  * the superblock as its last step (a failed open leaves the file as it was).
  * Errors: KV_EBUSY (another file object, in this process or another, owns
@@ -288,7 +288,7 @@ int kv_offload_set_max_io(kv_offload_file_t *f, uint32_t max_io_bytes);
 /* ---- statistics ---------------------------------------------------------- */
 
 typedef struct kv_offload_stats {
-    const char *engine;       /* "uring" or "pread"                           */
+    const char *ioq;          /* "uring" or "pread"                           */
     uint32_t direct;          /* 1: O_DIRECT; 0: buffered (fallback or flag)  */
     uint32_t fixed;           /* io_uring: registered buffers + file in use   */
     uint32_t page_bytes;      /* payload bytes per slot                       */
@@ -310,7 +310,7 @@ typedef struct kv_offload_stats {
     uint64_t pages_read;      /* page reads completed and verified            */
     uint64_t pages_corrupt;   /* page reads that failed verification          */
     uint64_t pages_failed;    /* page reads/writes failed with an I/O error   */
-    uint64_t ios;             /* transfers handed to the engine (incl. rest)  */
+    uint64_t ios;             /* transfers handed to the queue (incl. rest)    */
     uint64_t ios_coalesced;   /* I/Os covering more than one slot             */
     uint64_t bytes_written;   /* bytes transferred to the file                */
     uint64_t bytes_read;      /* bytes transferred from the file              */

@@ -110,7 +110,7 @@ int kv_offload_idx_decode_hdr(const uint8_t *buf, size_t bytes, kv_offload_idx_h
 int kv_offload_idx_decode_ent(const uint8_t *ent, kv_offload_meta_t *m);
 
 /* Little-endian fields, for these structures and the store's sequence
- * records (engine/kv_store_offload_record.c). */
+ * records (store/kv_store_offload_record.c). */
 static inline void kv_offload_put16(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)v;

@@ -11,7 +11,7 @@
  *     reads in flight on a VALID slot; free_pending slots are released when
  *     their last I/O completes and cannot be read meanwhile.
  *   - every kv_offload_io_t is on io_free, or owned by exactly one of: the
- *     engine (eng_out counts these, eng_out <= qd), the synth list (the shim
+ *     I/O queue (ioq_out counts these, ioq_out <= qd), the synth list (the shim
  *     completed it without the kernel), the done list (reaped, its data not
  *     yet checked), the redo list (waiting to be (re)issued);
  *     ios_out == n_ios - length(io_free). An io owns stage units
@@ -33,7 +33,7 @@
 
 #include "offload/kv_offload.h"
 #include "offload/kv_offload_disk.h"
-#include "offload/kv_offload_engine.h"
+#include "offload/kv_offload_ioq.h"
 #include "offload/kv_offload_shim.h"
 #include "offload/kv_offload_stage.h"
 
@@ -107,13 +107,13 @@ struct kv_offload_file {
     uint32_t n_ios;                   /* io records, 2 x qd                */
     uint32_t max_run;                 /* slots per io at most              */
     kv_offload_stage_t stage;
-    const kv_offload_engine_ops_t *ops;
-    kv_offload_engine_t *eng;
+    const kv_offload_ioq_ops_t *ops;
+    kv_offload_ioq_t *ioq;
     kv_offload_shim_t shim;
     kv_offload_io_t *ios;             /* [n_ios]                           */
     kv_offload_io_t *io_free;
     uint32_t ios_out;
-    uint32_t eng_out;                 /* transfers the engine owns         */
+    uint32_t ioq_out;                 /* transfers the I/O queue owns      */
     uint32_t eng_queued;              /* queued since the last submit      */
     kv_offload_io_t *synth_head, *synth_tail;
     kv_offload_io_t *redo_head, *redo_tail;

@@ -1,15 +1,15 @@
 /*
  * kv_offload_io.c — batches of page reads and writes: from submit, through
- * coalesced I/Os on the engine, to verified per-page results.
+ * coalesced I/Os on the I/O queue, to verified per-page results.
  *
  * A batch's pages are sorted by slot index (order[]); runs of adjacent
  * slots (at most max_run, and as many stage units as are free) become one
  * I/O over one run of stage units. Batches are served in submit order. The
- * pump hands transfers to the engine while it holds fewer than qd and io
+ * pump hands transfers to the I/O queue while it holds fewer than qd and io
  * records and stage units are free (there are 2 x qd of those, so reaped
  * I/Os can be checked while their replacements run); completions come back
  * through handle(), which copes with every kind of result the same way for
- * both engines:
+ * both I/O queues:
  *   - -EAGAIN / -EINTR, or 0 bytes: the transfer is issued again, up to
  *     KV_OFFLOAD_RETRIES times in a row, then the error (KV_EIO for 0);
  *   - fewer bytes than asked: the rest is issued again (short transfer);
@@ -19,8 +19,8 @@
  * (kv_offload_slot_check) before copying a payload out. A page covered by
  * a whole slot transferred before an error still succeeds.
  *
- * The fault shim sees each transfer before the engine does; a transfer it
- * fails (or tears to nothing) never reaches the engine and completes
+ * The fault shim sees each transfer before the I/O queue does; a transfer it
+ * fails (or tears to nothing) never reaches the I/O queue and completes
  * through the synth list instead, so the same handle() sees it.
  *
  * Everything here runs under f->lock.
@@ -91,7 +91,7 @@ void kv_offload_slot_release(kv_offload_file_t *f, uint32_t idx)
 
 /* ---- issue ------------------------------------------------------------------- */
 
-/* Hand the rest of io ([done, len)) to the shim, then the engine. */
+/* Hand the rest of io ([done, len)) to the shim, then the I/O queue. */
 static void kv_offload_issue(kv_offload_file_t *f, kv_offload_io_t *io)
 {
     uint32_t piece = io->len - io->done;
@@ -107,10 +107,10 @@ static void kv_offload_issue(kv_offload_file_t *f, kv_offload_io_t *io)
         kv_io_push(&f->synth_head, &f->synth_tail, io);
         return;
     }
-    f->ops->queue(f->eng, io->op, io->buf + io->done, act.len, io->off + io->done, io);
-    f->eng_out++;
-    if (f->eng_out > f->st.ios_peak)
-        f->st.ios_peak = f->eng_out;
+    f->ops->queue(f->ioq, io->op, io->buf + io->done, act.len, io->off + io->done, io);
+    f->ioq_out++;
+    if (f->ioq_out > f->st.ios_peak)
+        f->st.ios_peak = f->ioq_out;
     f->eng_queued++;
     f->st.ios++;
 }
@@ -138,9 +138,9 @@ static void kv_offload_fill(kv_offload_file_t *f, kv_offload_io_t *io)
 static void kv_offload_pump(kv_offload_file_t *f)
 {
     kv_offload_io_t *io;
-    while (f->eng_out < f->qd && (io = kv_io_pop(&f->redo_head, &f->redo_tail)))
+    while (f->ioq_out < f->qd && (io = kv_io_pop(&f->redo_head, &f->redo_tail)))
         kv_offload_issue(f, io);
-    while (f->eng_out < f->qd && f->io_free && f->issue) {
+    while (f->ioq_out < f->qd && f->io_free && f->issue) {
         kv_offload_batch_t *b = f->issue;
         uint32_t i = b->issued;
         uint32_t idx0 = (uint32_t)(b->order[i] >> 32), k = 1;
@@ -169,7 +169,7 @@ static void kv_offload_pump(kv_offload_file_t *f)
         kv_offload_issue(f, io);
     }
     if (f->eng_queued) {
-        if (f->ops->submit(f->eng) == 0)
+        if (f->ops->submit(f->ioq) == 0)
             f->eng_queued = 0;
         /* else (-EAGAIN/-EBUSY): retried at the next pump, after a reap */
     }
@@ -266,15 +266,15 @@ static void kv_offload_handle(kv_offload_file_t *f, kv_offload_io_t *io, int res
     kv_offload_finish_io(f, io, 0);
 }
 
-/* Move completions from the engine to the done list (blocking for one if
+/* Move completions from the I/O queue to the done list (blocking for one if
  * `block`) and refill the kernel at once. Returns the count or -errno. */
 static int kv_offload_reap(kv_offload_file_t *f, int block)
 {
     kv_offload_cqe_t c[64];
-    int n = f->ops->reap(f->eng, block, c, 64);
+    int n = f->ops->reap(f->ioq, block, c, 64);
     for (int i = 0; i < n; i++) {
-        assert(f->eng_out > 0);
-        f->eng_out--;
+        assert(f->ioq_out > 0);
+        f->ioq_out--;
         kv_offload_io_t *io = c[i].tag;
         io->res = c[i].res;
         kv_io_push(&f->done_head, &f->done_tail, io);
@@ -284,14 +284,14 @@ static int kv_offload_reap(kv_offload_file_t *f, int block)
     return n;
 }
 
-/* Issue; take completions: the shim's, and the engine's (blocking for one
+/* Issue; take completions: the shim's, and the I/O queue's (blocking for one
  * when `block` and nothing else is pending). The pages of reaped I/Os are
  * checked and copied one I/O at a time, topping the kernel up between them,
  * so the device stays busy while the CPU works. At most n_ios I/Os are
  * finished per call (what is left stays on the done list for the next), so
  * a submit or poll returns in bounded time even when completions keep
- * coming (always, with the synchronous pread engine). Returns 0 or -errno
- * from the engine's reap. */
+ * coming (always, with the synchronous pread I/O queue). Returns 0 or -errno
+ * from the I/O queue's reap. */
 static int kv_offload_progress(kv_offload_file_t *f, int block)
 {
     kv_offload_pump(f);
@@ -309,7 +309,7 @@ static int kv_offload_progress(kv_offload_file_t *f, int block)
     for (uint32_t budget = f->n_ios; budget && (io = kv_io_pop(&f->done_head, &f->done_tail));
          budget--) {
         kv_offload_handle(f, io, io->res);
-        if (budget > 1 && (f->done_head == NULL || f->eng_out < f->qd / 2))
+        if (budget > 1 && (f->done_head == NULL || f->ioq_out < f->qd / 2))
             if ((n = kv_offload_reap(f, 0)) < 0)
                 return n;
     }
@@ -546,7 +546,7 @@ void kv_offload_io_drain(kv_offload_file_t *f)
     int guard = 0;
     while (f->ios_out || f->issue) {
         if (kv_offload_progress(f, 1) < 0 && ++guard > 1000)
-            break; /* the engine keeps failing its reap: give up waiting */
+            break; /* the I/O queue keeps failing its reap: give up waiting */
     }
     while (f->batches) {
         kv_offload_batch_t *b = f->batches;

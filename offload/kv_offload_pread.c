@@ -1,12 +1,12 @@
 /*
- * kv_offload_pread.c — the fallback engine: pread(2)/pwrite(2), one transfer
+ * kv_offload_pread.c — the fallback I/O queue: pread(2)/pwrite(2), one transfer
  * at a time, for kernels without io_uring (or when configured).
  *
  * queue() only records the transfer; submit() performs every recorded one,
  * synchronously and in order, and keeps each result as a completion; reap()
  * hands completions out. Results are exactly what the syscall returned
  * (bytes, possibly short, or -errno): no retry here, the caller does that
- * the same way for both engines. pending + done <= depth at all times.
+ * the same way for both I/O queues. pending + done <= depth at all times.
  */
 #include <assert.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
-#include "offload/kv_offload_engine.h"
+#include "offload/kv_offload_ioq.h"
 
 typedef struct kv_pread_req {
     int op;
@@ -24,7 +24,7 @@ typedef struct kv_pread_req {
     void *tag;
 } kv_pread_req_t;
 
-struct kv_offload_engine {
+struct kv_offload_ioq {
     int fd;
     uint32_t depth;
     kv_pread_req_t *pending;   /* [depth] queued, not yet performed      */
@@ -33,7 +33,7 @@ struct kv_offload_engine {
     uint32_t n_done;
 };
 
-static void kv_pread_destroy(kv_offload_engine_t *e)
+static void kv_pread_destroy(kv_offload_ioq_t *e)
 {
     if (!e)
         return;
@@ -42,9 +42,9 @@ static void kv_pread_destroy(kv_offload_engine_t *e)
     kv_mem_free(e, sizeof *e);
 }
 
-static int kv_pread_create(const kv_offload_engine_cfg_t *cfg, kv_offload_engine_t **out)
+static int kv_pread_create(const kv_offload_ioq_cfg_t *cfg, kv_offload_ioq_t **out)
 {
-    kv_offload_engine_t *e = kv_mem_calloc(1, sizeof *e);
+    kv_offload_ioq_t *e = kv_mem_calloc(1, sizeof *e);
     if (!e)
         return KV_ENOMEM;
     e->fd = cfg->fd;
@@ -59,14 +59,14 @@ static int kv_pread_create(const kv_offload_engine_cfg_t *cfg, kv_offload_engine
     return 0;
 }
 
-static void kv_pread_queue(kv_offload_engine_t *e, int op, void *buf, uint32_t len,
+static void kv_pread_queue(kv_offload_ioq_t *e, int op, void *buf, uint32_t len,
                            uint64_t off, void *tag)
 {
     assert(e->n_pending + e->n_done < e->depth);
     e->pending[e->n_pending++] = (kv_pread_req_t){op, buf, len, off, tag};
 }
 
-static int kv_pread_submit(kv_offload_engine_t *e)
+static int kv_pread_submit(kv_offload_ioq_t *e)
 {
     for (uint32_t i = 0; i < e->n_pending; i++) {
         const kv_pread_req_t *q = &e->pending[i];
@@ -78,7 +78,7 @@ static int kv_pread_submit(kv_offload_engine_t *e)
     return 0;
 }
 
-static int kv_pread_reap(kv_offload_engine_t *e, int wait, kv_offload_cqe_t *out,
+static int kv_pread_reap(kv_offload_ioq_t *e, int wait, kv_offload_cqe_t *out,
                          uint32_t max)
 {
     (void)wait; /* nothing is ever in flight in the kernel */
@@ -89,19 +89,19 @@ static int kv_pread_reap(kv_offload_engine_t *e, int wait, kv_offload_cqe_t *out
     return (int)n;
 }
 
-static int kv_pread_fixed(const kv_offload_engine_t *e)
+static int kv_pread_fixed(const kv_offload_ioq_t *e)
 {
     (void)e;
     return 0;
 }
 
-static uint64_t kv_pread_overflows(const kv_offload_engine_t *e)
+static uint64_t kv_pread_overflows(const kv_offload_ioq_t *e)
 {
     (void)e;
     return 0;
 }
 
-const kv_offload_engine_ops_t kv_offload_engine_pread = {
+const kv_offload_ioq_ops_t kv_offload_ioq_pread = {
     .name = "pread",
     .create = kv_pread_create,
     .destroy = kv_pread_destroy,

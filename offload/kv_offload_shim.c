@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kvpage/kvpage.h"
-#include "offload/kv_offload_engine.h"
+#include "offload/kv_offload_ioq.h"
 
 static uint64_t kv_shim_next(kv_offload_shim_t *s)
 {

@@ -1,6 +1,6 @@
 /*
  * kv_offload_shim.h — fault injection between the page file's I/O core and
- * its engine (hence between the engine and the kernel): every transfer is
+ * its I/O queue (hence between the I/O queue and the kernel): every transfer is
  * shown to the shim before it is queued, and may be failed, shortened, torn
  * or have a bit flipped (see kv_offload_fault_kind_t in kv_offload.h).
  *

@@ -1,5 +1,5 @@
 /*
- * kv_offload_uring.c — the io_uring engine (liburing).
+ * kv_offload_uring.c — the io_uring I/O queue (liburing).
  *
  * One ring per page file. The staging region is registered as one fixed
  * buffer (index 0) and the file as fixed file 0, so transfers are
@@ -26,9 +26,9 @@
 
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
-#include "offload/kv_offload_engine.h"
+#include "offload/kv_offload_ioq.h"
 
-struct kv_offload_engine {
+struct kv_offload_ioq {
     struct io_uring ring;
     uint32_t depth;         /* transfers outstanding at most              */
     uint32_t queued;        /* SQEs prepared, not submitted               */
@@ -40,9 +40,9 @@ struct kv_offload_engine {
     uint64_t overflows;     /* times IORING_SQ_CQ_OVERFLOW was seen       */
 };
 
-static int kv_uring_create(const kv_offload_engine_cfg_t *cfg, kv_offload_engine_t **out)
+static int kv_uring_create(const kv_offload_ioq_cfg_t *cfg, kv_offload_ioq_t **out)
 {
-    kv_offload_engine_t *e = kv_mem_calloc(1, sizeof *e);
+    kv_offload_ioq_t *e = kv_mem_calloc(1, sizeof *e);
     if (!e)
         return KV_ENOMEM;
     uint32_t entries = cfg->ring_entries ? cfg->ring_entries : cfg->depth;
@@ -77,7 +77,7 @@ static int kv_uring_create(const kv_offload_engine_cfg_t *cfg, kv_offload_engine
 }
 
 /* Submit what is queued; the kernel's count moves from queued to inflight. */
-static int kv_uring_submit(kv_offload_engine_t *e)
+static int kv_uring_submit(kv_offload_ioq_t *e)
 {
     while (e->queued) {
         int r = io_uring_submit(&e->ring);
@@ -94,9 +94,9 @@ static int kv_uring_submit(kv_offload_engine_t *e)
     return 0;
 }
 
-static void kv_uring_drain(kv_offload_engine_t *e);
+static void kv_uring_drain(kv_offload_ioq_t *e);
 
-static void kv_uring_queue(kv_offload_engine_t *e, int op, void *buf, uint32_t len,
+static void kv_uring_queue(kv_offload_ioq_t *e, int op, void *buf, uint32_t len,
                            uint64_t off, void *tag)
 {
     assert(e->queued + e->inflight + e->stashed < e->depth);
@@ -133,7 +133,7 @@ static void kv_uring_queue(kv_offload_engine_t *e, int op, void *buf, uint32_t l
 
 /* Take completions off the CQ (flushing an overflow backlog first):
  * into out[0..max), returning how many. */
-static uint32_t kv_uring_take(kv_offload_engine_t *e, kv_offload_cqe_t *out, uint32_t max)
+static uint32_t kv_uring_take(kv_offload_ioq_t *e, kv_offload_cqe_t *out, uint32_t max)
 {
     struct io_uring_cqe *cqes[64];
     if (max > 64)
@@ -154,7 +154,7 @@ static uint32_t kv_uring_take(kv_offload_engine_t *e, kv_offload_cqe_t *out, uin
 }
 
 /* Move every completion now in the CQ to the stash (room: see counts). */
-static void kv_uring_drain(kv_offload_engine_t *e)
+static void kv_uring_drain(kv_offload_ioq_t *e)
 {
     uint32_t n;
     do {
@@ -163,7 +163,7 @@ static void kv_uring_drain(kv_offload_engine_t *e)
     } while (n && e->stashed < e->depth);
 }
 
-static int kv_uring_reap(kv_offload_engine_t *e, int wait, kv_offload_cqe_t *out,
+static int kv_uring_reap(kv_offload_ioq_t *e, int wait, kv_offload_cqe_t *out,
                          uint32_t max)
 {
     if (max == 0)
@@ -189,7 +189,7 @@ static int kv_uring_reap(kv_offload_engine_t *e, int wait, kv_offload_cqe_t *out
     }
 }
 
-static void kv_uring_destroy(kv_offload_engine_t *e)
+static void kv_uring_destroy(kv_offload_ioq_t *e)
 {
     if (!e)
         return;
@@ -205,17 +205,17 @@ static void kv_uring_destroy(kv_offload_engine_t *e)
     kv_mem_free(e, sizeof *e);
 }
 
-static int kv_uring_fixed(const kv_offload_engine_t *e)
+static int kv_uring_fixed(const kv_offload_ioq_t *e)
 {
     return e->fixed;
 }
 
-static uint64_t kv_uring_overflows(const kv_offload_engine_t *e)
+static uint64_t kv_uring_overflows(const kv_offload_ioq_t *e)
 {
     return e->overflows;
 }
 
-const kv_offload_engine_ops_t kv_offload_engine_uring = {
+const kv_offload_ioq_ops_t kv_offload_ioq_uring = {
     .name = "uring",
     .create = kv_uring_create,
     .destroy = kv_uring_destroy,

@@ -22,7 +22,8 @@
 
 /* ---- helpers shared by the kv_page*.c files ----------------------------- */
 
-void *kv_page_ptr(const kv_page_table_t *pt, kv_page_id_t id)
+/* kv_page.h */
+void *kv_page_addr(const kv_page_table_t *pt, kv_page_id_t id)
 {
     void *p = kv_alloc_page_ptr(pt->pool, id);
     assert(p && "page table needs a host-tier pool");
@@ -308,7 +309,7 @@ int kv_page_read(const kv_page_table_t *pt, uint32_t seq, uint32_t layer,
             if (cnt > n - done)
                 cnt = n - done;
             kv_format_load(ent->format, kv_page_ent_variant(ent),
-                           kv_page_ptr(pt, ent->id), g, off, cnt,
+                           kv_page_addr(pt, ent->id), g, off, cnt,
                            k ? k + (size_t)done * row : NULL,
                            v ? v + (size_t)done * row : NULL);
             done += cnt;
@@ -317,11 +318,6 @@ int kv_page_read(const kv_page_table_t *pt, uint32_t seq, uint32_t layer,
     }
     assert(done == n);
     return KV_OK;
-}
-
-const void *kv_page_data(const kv_page_table_t *pt, kv_page_id_t id)
-{
-    return pt ? kv_alloc_page_ptr(pt->pool, id) : NULL;
 }
 
 const kv_page_geom_t *kv_page_table_geom(const kv_page_table_t *pt)

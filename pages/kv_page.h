@@ -61,7 +61,7 @@
 #include <stdint.h>
 
 #include "alloc/kv_alloc.h"
-#include "kv_format.h"
+#include "formats/kv_format.h"
 
 typedef struct kv_page_ent {
     kv_page_id_t id;   /* page in the pool                         */
@@ -77,7 +77,7 @@ typedef struct kv_page_ent {
                                   /* of a merged pair (not residual)     */
 #define KV_PAGE_ENT_VARIANT  0x1u /* the flag bits that are the variant  */
 
-/* Residency (the store's page-file tier, engine/kv_store_offload*.c; the
+/* Residency (the store's page-file tier, store/kv_store_offload*.c; the
  * table itself never sets these, kv_page_ent_set_residency does):
  *   none                 resident: id is a pool page
  *   PAGING               a write to the page file reads the page: still
@@ -234,8 +234,8 @@ static inline int64_t kv_page_list_pos_next(const kv_page_list_t *l)
  * rewritten wholesale: compaction, restore). */
 void kv_page_list_pos_rescan(kv_page_list_t *l);
 
-/* Address of a page's bytes (host pool). */
-const void *kv_page_data(const kv_page_table_t *pt, kv_page_id_t id);
+/* Address of a page's bytes (the table's pool is a host pool: asserted). */
+void *kv_page_addr(const kv_page_table_t *pt, kv_page_id_t id);
 
 const kv_page_geom_t *kv_page_table_geom(const kv_page_table_t *pt);
 kv_alloc_pool_t *kv_page_table_pool(const kv_page_table_t *pt);

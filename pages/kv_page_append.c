@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 /* What one head's list needs for this append. */
@@ -179,13 +179,13 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l, uint32_t n,
         kv_page_ent_t *tail = &l->ents[l->n_ents - 1];
         if (p->cow) {
             kv_page_id_t nid = *ids++;
-            fp16->copy(kv_page_ptr(pt, nid), 0, kv_page_ptr(pt, tail->id), 0,
+            fp16->copy(kv_page_addr(pt, nid), 0, kv_page_addr(pt, tail->id), 0,
                        tail->n_tokens, g);
             kv_page_unref(pt, tail->id, tail->format);
             tail->id = nid;
             pt->pages_by_format[KV_FMT_FP16]++;
         }
-        fp16->store(kv_page_ptr(pt, tail->id), g, tail->n_tokens, p->fill,
+        fp16->store(kv_page_addr(pt, tail->id), g, tail->n_tokens, p->fill,
                     dtype, k, v, stride);
         tail->n_tokens = (uint16_t)(tail->n_tokens + p->fill);
         done = p->fill;
@@ -193,7 +193,7 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l, uint32_t n,
     for (uint32_t i = 0; i < p->fresh; i++) {
         kv_page_id_t nid = ids[i];
         uint32_t cnt = n - done < pt->fp16_tpp ? n - done : pt->fp16_tpp;
-        fp16->store(kv_page_ptr(pt, nid), g, 0, cnt, dtype,
+        fp16->store(kv_page_addr(pt, nid), g, 0, cnt, dtype,
                     k + done * row_bytes, v + done * row_bytes, stride);
         l->ents[l->n_ents++] = (kv_page_ent_t){
             .id = nid, .format = KV_FMT_FP16, .flags = 0,

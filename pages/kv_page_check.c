@@ -19,7 +19,7 @@
  */
 #include <stdio.h>
 
-#include "fmt_merged.h"
+#include "formats/kv_fmt_merged.h"
 #include "kv_page_int.h"
 
 #define FAIL(...)                                                  \
@@ -60,7 +60,7 @@ static uint32_t ent_capacity(const kv_page_table_t *pt, const kv_page_ent_t *e,
     if (e->format != KV_FMT_MERGED)
         return tpp;
     const kv_page_geom_t *g = &pt->cfg.geom;
-    uint32_t df = kv_fmt_merged_dir_format(kv_page_ptr(pt, e->id), g);
+    uint32_t df = kv_fmt_merged_dir_format(kv_page_addr(pt, e->id), g);
     return df == UINT32_MAX ? 0 : kv_fmt_merged_capacity(g, df);
 }
 

@@ -27,7 +27,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 enum { DST_KEEP = 0, DST_INPLACE = 1, DST_FRESH = 2 };
@@ -107,8 +107,8 @@ static void copy_tokens(const kv_page_table_t *pt, const kv_page_list_t *l,
         while (k + run < n_keep && s + run < T && keep[k + run] == i + run &&
                i + run < es + src->n_tokens)
             run++;
-        void *dp = kv_page_ptr(pt, dst[j].id);
-        const void *sp = kv_page_ptr(pt, src->id);
+        void *dp = kv_page_addr(pt, dst[j].id);
+        const void *sp = kv_page_addr(pt, src->id);
         if (src->format == KV_FMT_FP16) {
             fp16->copy(dp, s, sp, i - es, run, g);
         } else {

@@ -26,7 +26,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 #define PLAN_STACK 8u /* heads planned without a heap scratch block */
@@ -69,7 +69,7 @@ void kv_page_kern_pages(const kv_page_table_t *pt, const kv_page_list_t *l,
 {
     for (uint32_t i = 0; i < n; i++) {
         const kv_page_ent_t *e = &l->ents[e0 + i];
-        out[i] = (kv_kern_page_t){.data = kv_page_ptr(pt, e->id),
+        out[i] = (kv_kern_page_t){.data = kv_page_addr(pt, e->id),
                                   .n_tokens = e->n_tokens,
                                   .format = e->format,
                                   .variant = kv_page_ent_variant(e)};
@@ -85,13 +85,13 @@ void kv_page_cut_apply(kv_page_table_t *pt, kv_page_list_t *l,
         uint32_t rest = e->n_tokens - cut->a;
         assert(e->format == KV_FMT_FP16);
         if (cut->fresh) {
-            fp16->copy(kv_page_ptr(pt, fid), 0, kv_page_ptr(pt, e->id),
+            fp16->copy(kv_page_addr(pt, fid), 0, kv_page_addr(pt, e->id),
                        cut->a, rest, &pt->cfg.geom);
             kv_page_unref(pt, e->id, e->format);
             e->id = fid;
             pt->pages_by_format[KV_FMT_FP16]++;
         } else {
-            void *p = kv_page_ptr(pt, e->id); /* in place: d0 < s0 */
+            void *p = kv_page_addr(pt, e->id); /* in place: d0 < s0 */
             fp16->copy(p, 0, p, cut->a, rest, &pt->cfg.geom);
         }
         e->n_tokens = (uint16_t)rest;
@@ -175,16 +175,16 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l,
         kv_page_ent_t *b = &l->ents[cut->r0 - 1];
         if (p->b_cow) {
             kv_page_id_t nid = *ids++;
-            memcpy(kv_page_ptr(pt, nid), kv_page_ptr(pt, b->id), g->page_bytes);
+            memcpy(kv_page_addr(pt, nid), kv_page_addr(pt, b->id), g->page_bytes);
             kv_page_unref(pt, b->id, b->format);
             b->id = nid;
             pt->pages_by_format[tgt]++;
         }
-        dst[n_dst++] = kv_page_ptr(pt, b->id);
+        dst[n_dst++] = kv_page_addr(pt, b->id);
         dst_off = b->n_tokens;
     }
     for (uint32_t i = 0; i < p->n_int; i++)
-        dst[n_dst++] = kv_page_ptr(pt, ids[i]);
+        dst[n_dst++] = kv_page_addr(pt, ids[i]);
     uint32_t n_src = kv_page_cut_n_src(cut);
     kv_page_kern_pages(pt, l, cut->r0, n_src, src);
     kv_convert_params_t cp = {

@@ -95,9 +95,6 @@ static inline int kv_page_layer_busy(const kv_page_table_t *pt, uint32_t seq,
     return 0;
 }
 
-/* Writable address of a page (host pool; asserts it has one). */
-void *kv_page_ptr(const kv_page_table_t *pt, kv_page_id_t id);
-
 /* Drop one reference of a page of format fmt held by the table; keeps
  * pages_by_format in step when the pool frees it. */
 void kv_page_unref(kv_page_table_t *pt, kv_page_id_t id, uint32_t fmt);

@@ -1,6 +1,6 @@
 /*
  * kv_page_merge.c — kv_page_merge_layers: MiniCache merge of the layer pair
- * (layer-1, layer) of one sequence, every kv_head (DESIGN §4).
+ * (layer-1, layer) of one sequence, every kv_head (docs/design.md).
  *
  * Per head, lists A (layer-1) and B (layer): their residuals (trailing
  * unflagged FP16 runs) must hold the same number of tokens with the same
@@ -49,7 +49,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "fmt_merged.h"
+#include "formats/kv_fmt_merged.h"
 #include "kv_page_int.h"
 
 #define PLAN_STACK 8u
@@ -223,7 +223,7 @@ static uint32_t pack_prev_merged(const kv_page_table_t *pt, const merge_plan_t *
         e[1]->format != KV_FMT_MERGED || e[1]->flags != KV_PAGE_ENT_UPPER ||
         e[0]->id != e[1]->id || e[0]->n_tokens != e[1]->n_tokens ||
         e[0]->n_tokens >= mcap ||
-        kv_fmt_merged_dir_format(kv_page_ptr(pt, e[0]->id), &pt->cfg.geom) != dir_format)
+        kv_fmt_merged_dir_format(kv_page_addr(pt, e[0]->id), &pt->cfg.geom) != dir_format)
         return 0;
     return e[0]->n_tokens;
 }
@@ -248,13 +248,13 @@ static void write_head(kv_page_table_t *pt, merge_plan_t *p,
     kv_page_kern_pages(pt, p->s[0].l, p->s[0].cut.r0 + skip, ns0, w->src);
     kv_page_kern_pages(pt, p->s[1].l, p->s[1].cut.r0 + skip, ns1, w->src + ns0);
     for (uint32_t i = 0; i < p->n_mp; i++)
-        w->ptrs[i] = kv_page_ptr(pt, mids[i]);
+        w->ptrs[i] = kv_page_addr(pt, mids[i]);
     if (skip) /* the old MERGED page's slots lead the first fresh one */
-        memcpy(w->ptrs[0], kv_page_ptr(pt, p->s[0].l->ents[p->s[0].cut.r0].id),
+        memcpy(w->ptrs[0], kv_page_addr(pt, p->s[0].l->ents[p->s[0].cut.r0].id),
                g->page_bytes);
     for (uint32_t j = 0; j < 2; j++)
         for (uint32_t i = 0; i < p->n_rp; i++)
-            w->ptrs[p->n_mp + j * p->n_rp + i] = kv_page_ptr(pt, rids[j][i]);
+            w->ptrs[p->n_mp + j * p->n_rp + i] = kv_page_addr(pt, rids[j][i]);
     kv_merge_params_t mp = {
         .geom = *g,
         .src = {w->src, w->src + ns0}, .n_src = {ns0, ns1}, .src_off = {0, 0},

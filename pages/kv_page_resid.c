@@ -1,6 +1,6 @@
 /*
  * kv_page_resid.c — residency of page-table entries, for the store's
- * page-file tier (engine/kv_store_offload*.c): the one place that changes
+ * page-file tier (store/kv_store_offload*.c): the one place that changes
  * an entry between "its data is in a pool page" and "its data is in a slot
  * of the page file" (kv_page.h, residency flags), and the adoption of a
  * sequence rebuilt from a page file.

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 #include "kv_page_int.h"
 
 #define UPD_STACK 16u /* CoW pages planned without a heap block */
@@ -70,7 +70,7 @@ int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         kv_page_ent_t *ent = &l->ents[e];
         if (kv_alloc_refcount(pt->pool, ent->id) > 1) {
             kv_page_id_t nid = ids[used++];
-            fp16->copy(kv_page_ptr(pt, nid), 0, kv_page_ptr(pt, ent->id), 0,
+            fp16->copy(kv_page_addr(pt, nid), 0, kv_page_addr(pt, ent->id), 0,
                        ent->n_tokens, g);
             kv_page_unref(pt, ent->id, ent->format);
             ent->id = nid;
@@ -78,7 +78,7 @@ int kv_page_update_v(kv_page_table_t *pt, uint32_t seq, uint32_t layer,
         }
         uint32_t a = t0 > start ? t0 - start : 0;
         uint32_t b = t0 + n - start < ent->n_tokens ? t0 + n - start : ent->n_tokens;
-        void *page = kv_page_ptr(pt, ent->id);
+        void *page = kv_page_addr(pt, ent->id);
         for (uint32_t t = a; t < b; t++)
             kv_half_from_float_n(v + (size_t)(start + t - t0) * D,
                                  kv_fp16_v(page, g, pt->fp16_tpp, t), D);

@@ -28,8 +28,8 @@
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
 #include "kv_test_attn.h"
-#include "pages/fmt_fp16.h"
-#include "pages/fmt_int.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_fmt_int.h"
 
 /* calloc that never returns NULL (0 counts as 1). */
 static inline void *kv_test_xcalloc(size_t n, size_t sz)

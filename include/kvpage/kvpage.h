@@ -150,7 +150,7 @@ typedef struct kv_config {
                               /* it back and waits, instead of KV_ENOTRES     */
 #define KV_OFFLOAD_OPEN  0x2u /* open an existing page file and restore its   */
                               /* sequences (else create it: -EEXIST if there) */
-#define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite engine even where io_uring runs */
+#define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite I/O queue even where io_uring runs */
 
 /* A config with struct_size/version set, defaults filled in, and the model
  * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
@@ -334,7 +334,8 @@ KV_API int kv_seq_set_format(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 KV_API int kv_seq_quantize(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                            uint32_t keep_fp16);
 
-/* MiniCache merge options (DESIGN §4). Start from kv_merge_opts_default(). */
+/* MiniCache merge options (docs/design.md). Start from
+ * kv_merge_opts_default(). */
 typedef struct kv_merge_opts {
     uint32_t struct_size;  /* sizeof(kv_merge_opts_t)                          */
     float t;               /* SLERP parameter toward the deeper layer, 0..1; 0.6 */
@@ -809,33 +810,33 @@ KV_API int kv_attn_prefill(kv_store_t *store, const kv_prefill_t *args);
 
 /* ---- worker threads ---------------------------------------------------- */
 
-/* The worker pool the CPU attention backend runs on, for a client's own
- * parallel loops (the reference engine runs its matmuls on one). A job is
+/* The worker threads the CPU attention backend runs on, for a client's own
+ * parallel loops (the reference model runs its matmuls on them). A job is
  * n_units calls fn(arg, unit, worker), each unit once, in any order; worker
  * is below the job's worker count and no two units run on one worker at
  * once (index per-worker scratch with it). The caller is worker 0 and always
  * works; a helper joins only if it gets a CPU while units are left, and the
  * caller waits only for helpers already inside, so on a busy machine a job
  * runs at about single-thread speed instead of stalling at a barrier. Idle
- * helpers sleep. One job at a time per pool: a run while another caller's
- * job is open runs entirely on its caller. */
-typedef struct kv_pool kv_pool_t;
-typedef void (*kv_pool_unit_fn)(void *arg, size_t unit, uint32_t worker);
+ * helpers sleep. One job at a time per kv_workers_t: a run while another
+ * caller's job is open runs entirely on its caller. */
+typedef struct kv_workers kv_workers_t;
+typedef void (*kv_workers_fn)(void *arg, size_t unit, uint32_t worker);
 
-/* A pool of n_threads workers: the caller and n_threads - 1 helper threads
+/* n_threads workers: the caller and n_threads - 1 helper threads
  * (n_threads 0: one per online CPU, at most 1024). Errors: KV_EINVAL (out
  * NULL), KV_ERANGE (n_threads > 1024), KV_ENOMEM (memory or threads). */
-KV_API int kv_pool_create(uint32_t n_threads, kv_pool_t **out);
+KV_API int kv_workers_create(uint32_t n_threads, kv_workers_t **out);
 /* Stops and joins the helpers (no job may be running). NULL is a no-op. */
-KV_API void kv_pool_destroy(kv_pool_t *pool);
-/* Workers of the pool, the caller included (1 for NULL). */
-KV_API uint32_t kv_pool_size(const kv_pool_t *pool);
+KV_API void kv_workers_destroy(kv_workers_t *workers);
+/* Workers, the caller included (1 for NULL). */
+KV_API uint32_t kv_workers_size(const kv_workers_t *workers);
 /* fn(arg, u, worker) for every u < n_units on the caller and at most
  * max_workers - 1 helpers (0: all; worker < max_workers); returns when every
- * unit is done. pool NULL: all on the caller. Errors: KV_EINVAL (fn NULL and
- * n_units > 0), nothing run. */
-KV_API int kv_pool_run(kv_pool_t *pool, uint32_t max_workers,
-                                size_t n_units, kv_pool_unit_fn fn, void *arg);
+ * unit is done. workers NULL: all on the caller. Errors: KV_EINVAL (fn NULL
+ * and n_units > 0), nothing run. */
+KV_API int kv_workers_run(kv_workers_t *workers, uint32_t max_workers,
+                          size_t n_units, kv_workers_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,23 +1,29 @@
 /*
  * kv_cpu.h — private interface of the CPU reference backend (kernels/cpu/).
  *
- *   kv_cpu_backend.c   create/destroy, the ops table, the hot-loop dispatch
- *   kv_cpu_check.c     parameter validation (nothing is written on error)
- *   kv_cpu_plan.c      token ranges of page lists -> (page, offset) spans,
- *                      per-call scratch
- *   kv_pool.c      worker threads: jobs of independent units
- *   kv_cpu_decode.c    batched decode: split-K partitions + (max, sum-exp)
- *   kv_cpu_prefill.c   causal prefill over blocks of query rows
- *   kv_cpu_attend.c    the hot loops (one source, compiled for AVX2+FMA+F16C
- *                      and for the baseline ISA, chosen once at create)
+ *   kv_cpu_backend.c    create/destroy, the ops table
+ *   kv_cpu_isa.c        the CPU feature probe (the only one) and the builds
+ *                       of the hot loops this CPU runs
+ *   kv_cpu_plan.c       token ranges of page lists -> (page, offset) spans
+ *   kv_workers.c           worker threads: jobs of independent units
+ *   kv_cpu_decode.c     batched decode: split-K partitions + (max, sum-exp)
+ *   kv_cpu_prefill.c    causal prefill over blocks of query rows
+ *   kv_cpu_convert.c    the conversion ops (convert, merge_select, merge)
+ *   kv_cpu_simd.h       vector types and the per-build operations
+ *   kv_cpu_attend.c     the hot loops                       \  compiled once
+ *   kv_cpu_fmt_int.c    INT4/INT2 attention from the codes   > per build
+ *   kv_cpu_fmt_load.c   FP16 and MERGED rows to FP32        /  (KV_CPU_SYM)
  *
- * The attention loop is the same for every page format: a page's tokens are
- * decoded to an FP32 tile through kv_format_get(format)->load, and all
- * arithmetic after that is FP32 on tiles, except for formats whose traits
- * score and accumulate from the encoded tokens directly (attn_score,
- * attn_accum: INT4, INT2). Results do not depend on the number
- * of threads: work is split into units whose boundaries depend only on the
- * shapes, each unit writes its own output, and reductions run in a fixed order.
+ * The attention loop is the same for every page format; how it reads a
+ * format's pages is the format's entry in the kernels-side format table
+ * (kv_cpu_loops_t.fmt, as ggml's CPU backend keeps its own per-type ops
+ * beside the type traits): rows decoded to FP32 tiles (FP16, MERGED), or
+ * scores and sums computed straight from the codes (INT4, INT2). The format
+ * traits (formats/kv_format.h) say what the bytes mean; this table says how
+ * the CPU reads them fast. Results do not depend on the number of threads
+ * nor on the build: work is split into units whose boundaries depend only
+ * on the shapes, each unit writes its own output, reductions run in a
+ * fixed order, and every build performs the same operations.
  */
 #ifndef KV_CPU_H
 #define KV_CPU_H
@@ -25,28 +31,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kv_backend.h"
+#include "kernels/kv_kern.h"
 
-/* head_dim must be a multiple of KV_CPU_VW (the vector width, floats) and at
- * most KV_CPU_TILE_FLOATS (one token must fit a tile). */
+/* The vector width (floats) and the tiles: any head_dim the backend
+ * interface allows (kv_kern.h) is a whole number of vectors and fits one
+ * tile. */
 #define KV_CPU_VW          8u
 #define KV_CPU_TILE_FLOATS 4096u /* floats per K (and per V) tile         */
-#define KV_CPU_ALIGN       64u   /* alignment of scratch sub-blocks, bytes */
+_Static_assert(KV_KERN_DIM_STEP % KV_CPU_VW == 0 &&
+                   KV_KERN_MAX_DIM <= KV_CPU_TILE_FLOATS,
+               "every head_dim of the interface suits the CPU loops");
 
 /* A token range [t_begin, t_end) of one page list, and where it starts:
  * token t_begin is token off0 of pages[page0]. */
-typedef struct kv_kern_cpu_span {
+typedef struct kv_cpu_span {
     const kv_kern_page_t *pages; /* the list's pages (pages[0] = its first) */
     uint32_t page0, off0;
     uint32_t t_begin, t_end;     /* tokens of the list                      */
-} kv_kern_cpu_span_t;
+} kv_cpu_span_t;
 
 /* One piece of work for the hot loops: n_rows query rows over a span.
  * Row r sees list tokens t < lim0 + r / group (causal prefill: group = the
  * q heads of a kv head; decode: group = n_rows, lim0 = the list length). */
-typedef struct kv_kern_cpu_task {
+typedef struct kv_cpu_task {
     const kv_page_geom_t *geom;
-    kv_kern_cpu_span_t span;
+    kv_cpu_span_t span;
     const float *q;        /* [n_rows][head_dim], already times scale     */
     uint32_t n_rows;
     uint32_t group;        /* >= 1                                        */
@@ -60,70 +69,141 @@ typedef struct kv_kern_cpu_task {
     /* stats pass */
     const float *lse;      /* [n_rows] log-sum-exp of each row            */
     float *stats;          /* [list tokens]: stats[t] for t in the span   */
-} kv_kern_cpu_task_t;
+} kv_cpu_task_t;
 
-/* Per-thread scratch floats for tasks of at most max_rows rows. */
-size_t kv_kern_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows);
+/* Tokens of one tile, and the floats of one row of logits (a whole number
+ * of vectors), for head_dim d. */
+static inline uint32_t kv_cpu_tile_tokens(uint32_t d)
+{
+    return KV_CPU_TILE_FLOATS / d;
+}
+static inline uint32_t kv_cpu_tile_stride(uint32_t d)
+{
+    return (kv_cpu_tile_tokens(d) + KV_CPU_VW - 1) / KV_CPU_VW * KV_CPU_VW;
+}
 
-/* The hot loops (kv_cpu_attend.c). scratch: kv_kern_cpu_thread_floats()
- * floats, 64-byte aligned, private to the calling thread. */
-typedef struct kv_kern_cpu_loops {
-    const char *isa; /* "avx2" or "generic" */
+/* Per-thread scratch floats for tasks of at most max_rows rows: K tile, V
+ * tile, a row of logits per query row (kv_cpu_plan.c). */
+size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows);
+
+/* ---- the builds of the hot loops ----------------------------------------
+ * kv_cpu_attend.c, kv_cpu_fmt_int.c and kv_cpu_fmt_load.c are compiled once
+ * per build, each with its -m flags and KV_CPU_BUILD=<name> (CMakeLists.txt);
+ * their symbols carry the build's name: KV_CPU_SYM(f) is f_<build>. */
+#ifndef KV_CPU_BUILD
+#define KV_CPU_BUILD portable
+#endif
+#define KV_CPU_SYM_(f, b) f##_##b
+#define KV_CPU_SYM2_(f, b) KV_CPU_SYM_(f, b)
+#define KV_CPU_SYM(f) KV_CPU_SYM2_(f, KV_CPU_BUILD)
+
+/* How the hot loops read the pages of one format (kv_cpu_fmt_ops_t.read). */
+enum {
+    KV_CPU_READ_ROWS = 0,  /* decode chunks to FP32 K and V tiles (load)  */
+    KV_CPU_READ_CODES = 1, /* score and accum from the encoded tokens     */
+};
+
+/* Tokens [t0, t0+n) of a page as the list reading it with `variant` sees
+ * them, to FP32 rows k, v ([n][head_dim]; either may be NULL): exactly the
+ * floats kv_format_load gives. */
+typedef void (*kv_cpu_load_fn)(const void *page, const kv_page_geom_t *g,
+                               uint32_t variant, uint32_t t0, uint32_t n,
+                               float *k, float *v);
+/* Over tokens [t0, t0+n) of a page, for query rows r < n_rows (k^, v^: the
+ * floats the format's load decodes):
+ *   score: s[r*s_stride + i] = sum_c q[r*q_stride + c] * k^_{t0+i}[c]
+ *   accum: acc[r*acc_stride + c] += sum_{i<n} p[r*p_stride + i] * v^_{t0+i}[c]
+ * for i < n, c < head_dim; FP32 sums in the step's own order (they agree
+ * with the same sums over load's rows to FP32 rounding, not bit for bit). */
+typedef void (*kv_cpu_score_fn)(const void *page, const kv_page_geom_t *g,
+                                uint32_t t0, uint32_t n, const float *q,
+                                size_t q_stride, uint32_t n_rows, float *s,
+                                size_t s_stride);
+typedef void (*kv_cpu_accum_fn)(const void *page, const kv_page_geom_t *g,
+                                uint32_t t0, uint32_t n, const float *p,
+                                size_t p_stride, uint32_t n_rows, float *acc,
+                                size_t acc_stride);
+
+typedef struct kv_cpu_fmt_ops {
+    uint32_t read;         /* KV_CPU_READ_*                              */
+    kv_cpu_load_fn load;   /* ROWS: the decoder                          */
+    kv_cpu_score_fn score; /* CODES                                      */
+    kv_cpu_accum_fn accum; /* CODES                                      */
+} kv_cpu_fmt_ops_t;
+
+/* One build of the hot loops. scratch: kv_cpu_thread_floats() floats,
+ * 64-byte aligned, private to the calling thread. */
+typedef struct kv_cpu_loops {
+    const char *isa; /* "portable", "avx2", "avx512" */
     /* Online softmax over the span for every row: updates m, l, acc, and
      * writes logits of the tokens each row sees if task->logits. */
-    void (*attend)(const kv_kern_cpu_task_t *t, float *scratch);
+    void (*attend)(const kv_cpu_task_t *t, float *scratch);
     /* stats[t] = sum over rows r that see t of exp(q_r . k_t - lse[r]) for
      * t in the span (overwritten). */
-    void (*stats)(const kv_kern_cpu_task_t *t, float *scratch);
+    void (*stats)(const kv_cpu_task_t *t, float *scratch);
     /* stats[t] = sum over rows r < n_rows of exp(logits[r*stride+t] - lse[r])
      * for t in the span (overwritten); needs no pages. */
-    void (*stats_from_logits)(const kv_kern_cpu_task_t *t);
-} kv_kern_cpu_loops_t;
+    void (*stats_from_logits)(const kv_cpu_task_t *t);
+    /* The kernels-side format table: [kv_format_t]. */
+    kv_cpu_fmt_ops_t fmt[KV_FMT_COUNT];
+} kv_cpu_loops_t;
 
-extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2;
-extern const kv_kern_cpu_loops_t kv_kern_cpu_loops_generic;
+/* The builds (kv_cpu_attend.c compiled per build; avx2 and avx512 only on
+ * x86, where KV_CPU_X86 is defined). */
+extern const kv_cpu_loops_t kv_cpu_loops_portable;
+extern const kv_cpu_loops_t kv_cpu_loops_avx2;
+extern const kv_cpu_loops_t kv_cpu_loops_avx512;
 
-/* Worker threads (kv_pool.c): kv_pool_* are public (kvpage.h:
- * the model engine runs on them too). A job on every worker of the pool;
- * worker is in [0, kv_pool_size(pool)). */
-static inline void kv_kern_cpu_run(kv_pool_t *pool, size_t n_units,
-                                   kv_pool_unit_fn fn, void *arg)
+/* The builds this CPU runs (probed once): portable first, best last; *n
+ * gets their number (>= 1). kv_cpu_isa.c. */
+const kv_cpu_loops_t *const *kv_cpu_builds(uint32_t *n);
+
+/* This build's per-format steps (kv_cpu_fmt_int.c, kv_cpu_fmt_load.c). */
+void KV_CPU_SYM(kv_cpu_int4_score)(const void *page, const kv_page_geom_t *g,
+                                   uint32_t t0, uint32_t n, const float *q,
+                                   size_t qs, uint32_t nr, float *s,
+                                   size_t ss);
+void KV_CPU_SYM(kv_cpu_int2_score)(const void *page, const kv_page_geom_t *g,
+                                   uint32_t t0, uint32_t n, const float *q,
+                                   size_t qs, uint32_t nr, float *s,
+                                   size_t ss);
+void KV_CPU_SYM(kv_cpu_int4_accum)(const void *page, const kv_page_geom_t *g,
+                                   uint32_t t0, uint32_t n, const float *p,
+                                   size_t ps, uint32_t nr, float *acc,
+                                   size_t as);
+void KV_CPU_SYM(kv_cpu_int2_accum)(const void *page, const kv_page_geom_t *g,
+                                   uint32_t t0, uint32_t n, const float *p,
+                                   size_t ps, uint32_t nr, float *acc,
+                                   size_t as);
+void KV_CPU_SYM(kv_cpu_fp16_load)(const void *page, const kv_page_geom_t *g,
+                                  uint32_t variant, uint32_t t0, uint32_t n,
+                                  float *k, float *v);
+void KV_CPU_SYM(kv_cpu_merged_load)(const void *page, const kv_page_geom_t *g,
+                                    uint32_t variant, uint32_t t0, uint32_t n,
+                                    float *k, float *v);
+
+/* Worker threads (kv_workers.c): kv_workers_* are public (kvpage.h:
+ * the reference model runs on them too). A job on every worker; worker is in
+ * [0, kv_workers_size(workers)). */
+static inline void kv_cpu_run(kv_workers_t *workers, size_t n_units,
+                              kv_workers_fn fn, void *arg)
 {
-    (void)kv_pool_run(pool, 0, n_units, fn, arg);
+    (void)kv_workers_run(workers, 0, n_units, fn, arg);
 }
 
 /* Backend context (immutable after create). */
-typedef struct kv_kern_cpu {
-    const kv_kern_cpu_loops_t *loops; /* chosen at create        */
-    kv_pool_t *pool;         /* n_threads workers        */
-} kv_kern_cpu_t;
-
-/* Validation (kv_cpu_check.c): 0, KV_EINVAL or KV_ENOTSUP. */
-int kv_kern_cpu_check_decode(const kv_attn_decode_params_t *p);
-int kv_kern_cpu_check_prefill(const kv_attn_prefill_params_t *p);
+typedef struct kv_cpu {
+    const kv_cpu_loops_t *loops; /* the best build (kv_cpu_builds) */
+    kv_workers_t *workers;       /* n_threads workers              */
+} kv_cpu_t;
 
 /* Split tokens [0, len) of a list into ranges of `part` tokens (the last may
  * be shorter) and write their spans to out[0 .. ceil(len/part)). */
-void kv_kern_cpu_split(const kv_kern_page_t *pages, uint32_t len,
-                       uint32_t part, kv_kern_cpu_span_t *out);
-
-/* Scratch carving: a bump allocator over one kv_mem block. */
-typedef struct kv_kern_cpu_arena {
-    char *base;   /* KV_CPU_ALIGN-aligned start; NULL while sizing */
-    size_t used;  /* bytes handed out (or reserved while sizing)   */
-    void *block;  /* the kv_mem block and its size                 */
-    size_t block_bytes;
-} kv_kern_cpu_arena_t;
-
-/* Reserve n bytes (rounded to KV_CPU_ALIGN) in a sizing pass (base NULL)
- * or hand them out. */
-void *kv_kern_cpu_take(kv_kern_cpu_arena_t *a, size_t n);
-/* After a sizing pass: allocate a->used bytes (KV_ENOMEM on failure). */
-int kv_kern_cpu_arena_alloc(kv_kern_cpu_arena_t *a);
-void kv_kern_cpu_arena_free(kv_kern_cpu_arena_t *a);
+void kv_cpu_split(const kv_kern_page_t *pages, uint32_t len, uint32_t part,
+                  kv_cpu_span_t *out);
 
 /* Decode and prefill drivers (the ops). */
-int kv_kern_cpu_decode(void *ctx, const kv_attn_decode_params_t *p);
-int kv_kern_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p);
+int kv_cpu_decode(void *ctx, const kv_attn_decode_params_t *p);
+int kv_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p);
 
 #endif /* KV_CPU_H */

@@ -1,32 +1,31 @@
 /*
  * kv_cpu_attend.c — the hot loops of the CPU backend (see kv_cpu.h).
  *
- * One source, two builds: every loop is a static always-inline body written
- * with GCC vector extensions (8 x float), wrapped once in functions compiled
- * for AVX2+FMA+F16C and once for the baseline ISA; kv_cpu_backend.c picks a
- * table at create time from the CPU's features. Both builds perform the same
- * FP32 operations in the same order, so they give identical results: the
- * multiply-adds of the dot products and of the V accumulation are fused
- * (fmaf, one rounding; vfmadd in the AVX2 build, the libm fmaf per lane in
- * the baseline one) and nothing else is (no FMA contraction).
+ * One source, compiled once per build (kv_cpu_simd.h: portable, AVX2 with
+ * FMA and F16C, AVX-512F; kv_cpu_isa.c picks the best the CPU runs). Every
+ * build performs the same FP32 operations in the same order, so they give
+ * identical results: the multiply-adds of the dot products and of the V
+ * accumulation are fused (kv_v8f_fma: one rounding; an FMA instruction, or
+ * fmaf per lane in the portable build) and nothing else is.
  *
  * Per chunk of a page (at most one tile of tokens), for the query rows that
  * see tokens of it: logits = q . k (q is pre-scaled), an online-softmax
  * update per row (running max m, sum l, accumulator acc), acc += p * v. The
- * per-format part is reached through the traits table, in one of two ways:
- * formats with attn_score/attn_accum (INT4, INT2) compute q . k and sum p * v
- * straight from their encoded tokens for all the rows at once (unpacking
- * shared by a GQA group; no FP32 tiles); the others are decoded by
- * kv_format_load (the format's load, or its load_variant for the list's
- * variant of a shared page) to FP32 K and V tiles, and the dot products and
- * the V accumulation below run per row over the tiles. The softmax step is
- * the same code either way. exp is a vectorized polynomial (relative error
- * 2.6e-7) that returns exactly 0 below -87; arguments are always <= 0 here
- * (a logit minus a running max or a log-sum-exp).
+ * per-format part is reached through this build's format table
+ * (kv_cpu_loops_t.fmt), in one of two ways: formats read as codes (INT4,
+ * INT2) compute q . k and sum p * v straight from their encoded tokens for
+ * all the rows at once (unpacking shared by a GQA group; no FP32 tiles);
+ * the others are decoded by the table's load (FP16, MERGED: exactly the
+ * floats kv_format_load gives, for the list's variant of a shared page) to
+ * FP32 K and V tiles, and the dot products and the V accumulation below run
+ * per row over the tiles. The softmax step is the same code either way.
+ * exp is a vectorized polynomial (relative error 2.6e-7) that returns
+ * exactly 0 below -87; arguments are always <= 0 here (a logit minus a
+ * running max or a log-sum-exp).
  *
  * Scratch (per thread, from the caller): K tile, V tile (KV_CPU_TILE_FLOATS
  * each), then one row of tile_stride floats per query row for logits/probs
- * (the stats pass over a format with attn_score puts blocks of rows' logits
+ * (the stats pass over a format read as codes puts blocks of rows' logits
  * in the tiles instead). A row's probabilities past its visible tokens are
  * exactly 0 up to the chunk's end.
  * A row's logits are padded with -inf up to a whole vector, so padding
@@ -37,69 +36,23 @@
 #include <string.h>
 
 #include "kv_cpu.h"
-
-/* The vector helpers below are always inlined, so no vector ever crosses a
- * real call boundary: the ABI warnings GCC and clang give for 32-byte vector
- * returns in the baseline build do not apply. Helpers take vectors by
- * pointer, never by value (GCC prints an ABI note for by-value 32-byte
- * parameters that no pragma silences). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-/* Same operations in both builds: no a*b+c contraction into FMA (GCC does
- * none under -std=c11; clang would, in the AVX2 build only). */
-#ifdef __clang__
-#pragma STDC FP_CONTRACT OFF
-#endif
-
-typedef float kv_v8f __attribute__((vector_size(32)));
-typedef uint32_t kv_v8u __attribute__((vector_size(32)));
+#include "kv_cpu_simd.h"
 
 #define KV_CPU_BODY static inline __attribute__((always_inline))
 
 _Static_assert(KV_CPU_VW == 8, "the loops are written for 8-float vectors");
 
-static inline uint32_t tile_tokens(uint32_t d)
-{
-    return KV_CPU_TILE_FLOATS / d;
-}
-
-static inline uint32_t tile_stride(uint32_t d)
-{
-    return (tile_tokens(d) + KV_CPU_VW - 1) / KV_CPU_VW * KV_CPU_VW;
-}
-
-size_t kv_kern_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
-{
-    return 2u * (size_t)KV_CPU_TILE_FLOATS +
-           (size_t)(max_rows ? max_rows : 1) * tile_stride(head_dim);
-}
-
-KV_CPU_BODY kv_v8f vld(const float *p)
-{
-    kv_v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-#define VST(p, v)                                                          \
-    do {                                                                   \
-        const kv_v8f vst_ = (v);                                           \
-        memcpy((p), &vst_, sizeof vst_);                                   \
+/* Store the 8-lane value v (an expression) to p. */
+#define KV_CPU_ST(p, v)                                                     \
+    do {                                                                    \
+        const kv_v8f st_ = (v);                                             \
+        kv_v8f_st((p), &st_);                                               \
     } while (0)
-
-/* Broadcast. Written as vector + scalar: GCC lowers a {x, x, ...}
- * constructor in a baseline-ISA body lane by lane even after inlining it
- * into the AVX2 wrapper, but emits one vbroadcastss for this form. */
-KV_CPU_BODY kv_v8f vset1(float x)
-{
-    const kv_v8f zero = {0};
-    return zero + x;
-}
 
 /* *a = lane-wise max(*a, p[0..8)) (keeps *a on ties and NaN). */
 KV_CPU_BODY void vmax_in(kv_v8f *a, const float *p)
 {
-    kv_v8f b = vld(p);
+    kv_v8f b = kv_v8f_ld(p);
     kv_v8u m = (kv_v8u)(b > *a);
     *a = (kv_v8f)(((kv_v8u)b & m) | ((kv_v8u)*a & ~m));
 }
@@ -128,33 +81,24 @@ KV_CPU_BODY float vhsum(const kv_v8f *v)
  * Max relative error 2.6e-7 over [-87, 0] (checked exhaustively). */
 KV_CPU_BODY kv_v8f vexp(const float *src, float sub)
 {
-    kv_v8f x = vld(src) - vset1(sub);
-    const kv_v8f magic = vset1(12582912.0f); /* 1.5 * 2^23: round to int */
-    kv_v8u dead = (kv_v8u)(x < vset1(-87.0f)); /* all ones where true */
-    kv_v8u big = (kv_v8u)(x > vset1(88.0f));
-    x = (kv_v8f)(((kv_v8u)x & ~big) | ((kv_v8u)vset1(88.0f) & big));
-    kv_v8f t = x * vset1(1.44269504088896341f) + magic;
+    kv_v8f x = kv_v8f_ld(src) - kv_v8f_set1(sub);
+    const kv_v8f magic = kv_v8f_set1(12582912.0f); /* 1.5 * 2^23: round to int */
+    kv_v8u dead = (kv_v8u)(x < kv_v8f_set1(-87.0f)); /* all ones where true */
+    kv_v8u big = (kv_v8u)(x > kv_v8f_set1(88.0f));
+    x = (kv_v8f)(((kv_v8u)x & ~big) | ((kv_v8u)kv_v8f_set1(88.0f) & big));
+    kv_v8f t = x * kv_v8f_set1(1.44269504088896341f) + magic;
     kv_v8f n = t - magic;
-    kv_v8f r = x - n * vset1(0.693359375f);  /* ln2 hi (exact product) */
-    r = r - n * vset1(-2.12194440e-4f);      /* ln2 lo                 */
-    kv_v8f p = vset1(1.0f / 720.0f);
-    p = p * r + vset1(1.0f / 120.0f);
-    p = p * r + vset1(1.0f / 24.0f);
-    p = p * r + vset1(1.0f / 6.0f);
-    p = p * r + vset1(0.5f);
-    p = p * r + vset1(1.0f);
-    p = p * r + vset1(1.0f);
+    kv_v8f r = x - n * kv_v8f_set1(0.693359375f);  /* ln2 hi (exact product) */
+    r = r - n * kv_v8f_set1(-2.12194440e-4f);      /* ln2 lo                 */
+    kv_v8f p = kv_v8f_set1(1.0f / 720.0f);
+    p = p * r + kv_v8f_set1(1.0f / 120.0f);
+    p = p * r + kv_v8f_set1(1.0f / 24.0f);
+    p = p * r + kv_v8f_set1(1.0f / 6.0f);
+    p = p * r + kv_v8f_set1(0.5f);
+    p = p * r + kv_v8f_set1(1.0f);
+    p = p * r + kv_v8f_set1(1.0f);
     kv_v8u e = ((kv_v8u)t - (kv_v8u)magic) << 23; /* n * 2^23, mod 2^32 */
     return (kv_v8f)(((kv_v8u)p + e) & ~dead);
-}
-
-/* *acc += a * b lane-wise, fused (one rounding). GCC turns the lane loop
- * into one vfmadd in the AVX2 build; the baseline build calls fmaf, which
- * rounds identically. */
-KV_CPU_BODY void vfma_in(kv_v8f *acc, const kv_v8f *a, const kv_v8f *b)
-{
-    for (int i = 0; i < 8; i++)
-        (*acc)[i] = __builtin_fmaf((*a)[i], (*b)[i], (*acc)[i]);
 }
 
 /* *a_i += *s * x_i lane-wise, fused, for the vectors x_i at p0 .. p3 (all
@@ -163,11 +107,11 @@ KV_CPU_BODY void vfma4_in(kv_v8f *a0, kv_v8f *a1, kv_v8f *a2, kv_v8f *a3,
                           const kv_v8f *s, const float *p0, const float *p1,
                           const float *p2, const float *p3)
 {
-    kv_v8f x0 = vld(p0), x1 = vld(p1), x2 = vld(p2), x3 = vld(p3);
-    vfma_in(a0, s, &x0);
-    vfma_in(a1, s, &x1);
-    vfma_in(a2, s, &x2);
-    vfma_in(a3, s, &x3);
+    kv_v8f x0 = kv_v8f_ld(p0), x1 = kv_v8f_ld(p1), x2 = kv_v8f_ld(p2), x3 = kv_v8f_ld(p3);
+    kv_v8f_fma(a0, s, &x0);
+    kv_v8f_fma(a1, s, &x1);
+    kv_v8f_fma(a2, s, &x2);
+    kv_v8f_fma(a3, s, &x3);
 }
 
 /* The four horizontal sums of a, b, c, d: {sum a, sum b, sum c, sum d}
@@ -181,10 +125,9 @@ KV_CPU_BODY void vhsum4(const kv_v8f *a, const kv_v8f *b, const kv_v8f *c,
                __builtin_shufflevector(*c, *d, 2, 10, 3, 11, 6, 14, 7, 15);
     kv_v8f z = __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
                __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
-    float h[8];
-    memcpy(h, &z, sizeof h);
-    for (int i = 0; i < 4; i++)
-        out[i] = h[i] + h[i + 4];
+    const kv_v4f h = __builtin_shufflevector(z, z, 0, 1, 2, 3) +
+                     __builtin_shufflevector(z, z, 4, 5, 6, 7);
+    memcpy(out, &h, sizeof h);
 }
 
 /* s[i] = q . k_i for i < nv (k_i = kt + i*d, d a multiple of 8). Tokens go
@@ -200,18 +143,18 @@ KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
         const float *k1 = i + 1 < nv ? k0 + d : k0;
         const float *k2 = i + 2 < nv ? k0 + 2 * (size_t)d : k1;
         const float *k3 = i + 3 < nv ? k0 + 3 * (size_t)d : k2;
-        kv_v8f a0 = vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        kv_v8f a0 = kv_v8f_set1(0.0f), a1 = a0, a2 = a0, a3 = a0;
         kv_v8f b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         uint32_t j = 0;
         for (; j + 2 * KV_CPU_VW <= d; j += 2 * KV_CPU_VW) {
             const uint32_t jw = j + KV_CPU_VW;
-            kv_v8f qv = vld(q + j), qw = vld(q + jw);
+            kv_v8f qv = kv_v8f_ld(q + j), qw = kv_v8f_ld(q + jw);
             vfma4_in(&a0, &a1, &a2, &a3, &qv, k0 + j, k1 + j, k2 + j, k3 + j);
             vfma4_in(&b0, &b1, &b2, &b3, &qw, k0 + jw, k1 + jw, k2 + jw,
                      k3 + jw);
         }
         if (j < d) { /* d an odd multiple of 8 */
-            kv_v8f qv = vld(q + j);
+            kv_v8f qv = kv_v8f_ld(q + j);
             vfma4_in(&a0, &a1, &a2, &a3, &qv, k0 + j, k1 + j, k2 + j, k3 + j);
         }
         a0 += b0;
@@ -219,8 +162,12 @@ KV_CPU_BODY void logits_row(const float *q, const float *kt, uint32_t nv,
         a2 += b2;
         a3 += b3;
         float r[4];
-        vhsum4(&a0, &a1, &a2, &a3, r);
-        memcpy(s + i, r, (nv - i < 4 ? nv - i : 4) * sizeof *r);
+        if (i + 4 <= nv) { /* a whole block: straight to s */
+            vhsum4(&a0, &a1, &a2, &a3, s + i);
+        } else {
+            vhsum4(&a0, &a1, &a2, &a3, r);
+            memcpy(s + i, r, (nv - i) * sizeof *r);
+        }
     }
 }
 
@@ -234,38 +181,38 @@ KV_CPU_BODY void accumulate(float *acc, const float *p, const float *vt,
 {
     uint32_t j = 0;
     for (; j + 4 * KV_CPU_VW <= d; j += 4 * KV_CPU_VW) {
-        kv_v8f a0 = vld(acc + j), a1 = vld(acc + j + 8);
-        kv_v8f a2 = vld(acc + j + 16), a3 = vld(acc + j + 24);
-        kv_v8f b0 = vset1(0.0f), b1 = b0, b2 = b0, b3 = b0;
+        kv_v8f a0 = kv_v8f_ld(acc + j), a1 = kv_v8f_ld(acc + j + 8);
+        kv_v8f a2 = kv_v8f_ld(acc + j + 16), a3 = kv_v8f_ld(acc + j + 24);
+        kv_v8f b0 = kv_v8f_set1(0.0f), b1 = b0, b2 = b0, b3 = b0;
         const float *v = vt + j;
         uint32_t i = 0;
         for (; i + 2 <= nv; i += 2, v += 2 * (size_t)d) {
             const float *w = v + d;
-            kv_v8f pi = vset1(p[i]), pn = vset1(p[i + 1]);
+            kv_v8f pi = kv_v8f_set1(p[i]), pn = kv_v8f_set1(p[i + 1]);
             vfma4_in(&a0, &a1, &a2, &a3, &pi, v, v + 8, v + 16, v + 24);
             vfma4_in(&b0, &b1, &b2, &b3, &pn, w, w + 8, w + 16, w + 24);
         }
         if (i < nv) {
-            kv_v8f pi = vset1(p[i]);
+            kv_v8f pi = kv_v8f_set1(p[i]);
             vfma4_in(&a0, &a1, &a2, &a3, &pi, v, v + 8, v + 16, v + 24);
         }
-        VST(acc + j, a0 + b0);
-        VST(acc + j + 8, a1 + b1);
-        VST(acc + j + 16, a2 + b2);
-        VST(acc + j + 24, a3 + b3);
+        KV_CPU_ST(acc + j, a0 + b0);
+        KV_CPU_ST(acc + j + 8, a1 + b1);
+        KV_CPU_ST(acc + j + 16, a2 + b2);
+        KV_CPU_ST(acc + j + 24, a3 + b3);
     }
     for (; j < d; j += KV_CPU_VW) {
-        kv_v8f a = vld(acc + j);
+        kv_v8f a = kv_v8f_ld(acc + j);
         for (uint32_t i = 0; i < nv; i++) {
-            kv_v8f pi = vset1(p[i]), x = vld(vt + (size_t)i * d + j);
-            vfma_in(&a, &pi, &x);
+            kv_v8f pi = kv_v8f_set1(p[i]), x = kv_v8f_ld(vt + (size_t)i * d + j);
+            kv_v8f_fma(&a, &pi, &x);
         }
-        VST(acc + j, a);
+        KV_CPU_ST(acc + j, a);
     }
 }
 
 /* Tokens of the chunk starting at list token t0 (n tokens) that row r sees. */
-KV_CPU_BODY uint32_t row_visible(const kv_kern_cpu_task_t *t, uint32_t r,
+KV_CPU_BODY uint32_t row_visible(const kv_cpu_task_t *t, uint32_t r,
                                  uint32_t t0, uint32_t n)
 {
     uint64_t lim = (uint64_t)t->lim0 + r / t->group;
@@ -290,7 +237,7 @@ KV_CPU_BODY uint32_t pad_row(float *s, uint32_t nv)
  * starting at list token t0: records them (task->logits), updates m, l and
  * rescales acc, and turns s into probabilities, padded with zeros to a whole
  * vector (returns the padded length). */
-KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
+KV_CPU_BODY uint32_t softmax_row(const kv_cpu_task_t *t, uint32_t r,
                                  uint32_t t0, uint32_t nv, float *s)
 {
     const uint32_t d = t->geom->head_dim;
@@ -299,7 +246,7 @@ KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
         memcpy(t->logits + r * t->logits_stride + t0, s, nv * sizeof *s);
 
     const uint32_t nvr = pad_row(s, nv);
-    kv_v8f mx8 = vld(s);
+    kv_v8f mx8 = kv_v8f_ld(s);
     for (uint32_t i = KV_CPU_VW; i < nvr; i += KV_CPU_VW)
         vmax_in(&mx8, s + i);
     float mx = vhmax(&mx8);
@@ -309,15 +256,15 @@ KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
             float c = expf(m - mx);
             t->l[r] *= c;
             for (uint32_t j = 0; j < d; j += KV_CPU_VW)
-                VST(acc + j, vld(acc + j) * vset1(c));
+                KV_CPU_ST(acc + j, kv_v8f_ld(acc + j) * kv_v8f_set1(c));
         }
         m = mx;
         t->m[r] = m;
     }
-    kv_v8f sum = vset1(0.0f);
+    kv_v8f sum = kv_v8f_set1(0.0f);
     for (uint32_t i = 0; i < nvr; i += KV_CPU_VW) {
         kv_v8f e = vexp(s + i, m);
-        VST(s + i, e);
+        KV_CPU_ST(s + i, e);
         sum += e;
     }
     t->l[r] += vhsum(&sum);
@@ -326,7 +273,7 @@ KV_CPU_BODY uint32_t softmax_row(const kv_kern_cpu_task_t *t, uint32_t r,
 
 /* The first row that sees tokens of the chunk at list token t0 (n tokens),
  * or n_rows: rows see a prefix that grows with the row. */
-KV_CPU_BODY uint32_t first_row(const kv_kern_cpu_task_t *t, uint32_t t0,
+KV_CPU_BODY uint32_t first_row(const kv_cpu_task_t *t, uint32_t t0,
                                uint32_t n)
 {
     uint32_t r = 0;
@@ -336,32 +283,39 @@ KV_CPU_BODY uint32_t first_row(const kv_kern_cpu_task_t *t, uint32_t t0,
 }
 
 /* A chunk: n tokens of page pg from its token off (list tokens t0..),
- * seen by rows r0 .. n_rows-1; tr its format's traits. */
+ * seen by rows r0 .. n_rows-1; ops its format's entry in this build's
+ * format table. */
 typedef struct chunk {
     const kv_kern_page_t *pg;
-    const kv_format_traits_t *tr;
+    const kv_cpu_fmt_ops_t *ops;
     uint32_t off, t0, n, r0;
 } chunk_t;
 
-/* Online-softmax step of the chunk for its rows: logits (the format's
- * attn_score for all rows at once when it has one, else its load to the
- * tiles and q . k per row), the per-row softmax update, then sum p * v
- * (attn_accum for all rows, else per row over the V tile). */
-KV_CPU_BODY void attend_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+/* The chunk's tokens to FP32 K and V tiles (either may be NULL). */
+KV_CPU_BODY void load_chunk(const kv_page_geom_t *g, const chunk_t *c,
+                            float *kt, float *vt)
+{
+    c->ops->load(c->pg->data, g, c->pg->variant, c->off, c->n, kt, vt);
+}
+
+/* Online-softmax step of the chunk for its rows: logits (the format's score
+ * step for all rows at once when it is read as codes, else its load to the
+ * tiles and q . k per row), the per-row softmax update, then sum p * v (the
+ * accum step for all rows, else per row over the V tile). */
+KV_CPU_BODY void attend_chunk(const kv_cpu_task_t *t, const chunk_t *c,
                               float *scratch)
 {
     const kv_page_geom_t *g = t->geom;
-    const uint32_t d = g->head_dim, ts = tile_stride(d), nr = t->n_rows - c->r0;
+    const uint32_t d = g->head_dim, ts = kv_cpu_tile_stride(d), nr = t->n_rows - c->r0;
     float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
     float *srow = vt + KV_CPU_TILE_FLOATS;
-    const int codes = c->tr->attn_score != NULL;
+    const int codes = c->ops->read == KV_CPU_READ_CODES;
     if (codes)
-        c->tr->attn_score(c->pg->data, g, c->off, c->n,
+        c->ops->score(c->pg->data, g, c->off, c->n,
                           t->q + (size_t)c->r0 * d, d, nr,
                           srow + (size_t)c->r0 * ts, ts);
     else
-        kv_format_load(c->pg->format, c->pg->variant, c->pg->data, g, c->off,
-                       c->n, kt, vt);
+        load_chunk(g, c, kt, vt);
     for (uint32_t r = c->r0; r < t->n_rows; r++) {
         const uint32_t nv = row_visible(t, r, c->t0, c->n);
         float *s = srow + (size_t)r * ts;
@@ -374,30 +328,29 @@ KV_CPU_BODY void attend_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
             memset(s + nvr, 0, (c->n - nvr) * sizeof *s);
     }
     if (codes)
-        c->tr->attn_accum(c->pg->data, g, c->off, c->n,
+        c->ops->accum(c->pg->data, g, c->off, c->n,
                           srow + (size_t)c->r0 * ts, ts, nr,
                           t->acc + (size_t)c->r0 * d, d);
 }
 
 /* Statistics of the chunk: stats[t0 + i] += exp(logit - lse[r]) over its
- * rows in order. With attn_score, blocks of rows are scored at once into
+ * rows in order. With the score step, blocks of rows are scored at once into
  * the (then unused) tiles; else K is loaded to its tile and each row's
  * logits go to the first logits row. */
-KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
+KV_CPU_BODY void stats_chunk(const kv_cpu_task_t *t, const chunk_t *c,
                              float *scratch)
 {
     const kv_page_geom_t *g = t->geom;
-    const uint32_t d = g->head_dim, ts = tile_stride(d);
+    const uint32_t d = g->head_dim, ts = kv_cpu_tile_stride(d);
     float *kt = scratch, *srow = scratch + 2 * KV_CPU_TILE_FLOATS;
-    const int codes = c->tr->attn_score != NULL;
+    const int codes = c->ops->read == KV_CPU_READ_CODES;
     const uint32_t blk = codes ? 2 * KV_CPU_TILE_FLOATS / ts : t->n_rows;
     if (!codes)
-        kv_format_load(c->pg->format, c->pg->variant, c->pg->data, g, c->off,
-                       c->n, kt, NULL);
+        load_chunk(g, c, kt, NULL);
     for (uint32_t rb = c->r0; rb < t->n_rows; rb += blk) {
         const uint32_t nb = t->n_rows - rb < blk ? t->n_rows - rb : blk;
         if (codes)
-            c->tr->attn_score(c->pg->data, g, c->off, c->n,
+            c->ops->score(c->pg->data, g, c->off, c->n,
                               t->q + (size_t)rb * d, d, nb, kt, ts);
         for (uint32_t r = rb; r < rb + nb; r++) {
             const uint32_t nv = row_visible(t, r, c->t0, c->n);
@@ -406,7 +359,7 @@ KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
                 logits_row(t->q + (size_t)r * d, kt, nv, d, s);
             pad_row(s, nv);
             for (uint32_t i = 0; i < nv; i += KV_CPU_VW)
-                VST(s + i, vexp(s + i, t->lse[r]));
+                KV_CPU_ST(s + i, vexp(s + i, t->lse[r]));
             for (uint32_t i = 0; i < nv; i++)
                 t->stats[c->t0 + i] += s[i];
         }
@@ -416,16 +369,16 @@ KV_CPU_BODY void stats_chunk(const kv_kern_cpu_task_t *t, const chunk_t *c,
 /* Walk the span chunk by chunk (a chunk never crosses a page nor holds more
  * tokens than a tile) and run the attend or (`stats_mode`) the stats step
  * of each chunk that some row sees. */
-KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
+KV_CPU_BODY void walk(const kv_cpu_task_t *t, float *scratch,
                       int stats_mode)
 {
-    const uint32_t tt = tile_tokens(t->geom->head_dim);
-    const kv_kern_cpu_span_t *sp = &t->span;
+    const uint32_t tt = kv_cpu_tile_tokens(t->geom->head_dim);
+    const kv_cpu_span_t *sp = &t->span;
     uint32_t pi = sp->page0, off = sp->off0;
 
     for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
         chunk_t c = {.pg = &sp->pages[pi], .off = off, .t0 = t0};
-        c.tr = &kv_format_table[c.pg->format];
+        c.ops = &KV_CPU_SYM(kv_cpu_loops).fmt[c.pg->format];
         c.n = c.pg->n_tokens - off;
         if (c.n > sp->t_end - t0)
             c.n = sp->t_end - t0;
@@ -445,25 +398,25 @@ KV_CPU_BODY void walk(const kv_kern_cpu_task_t *t, float *scratch,
     }
 }
 
-KV_CPU_BODY void attend_body(const kv_kern_cpu_task_t *t, float *scratch)
+KV_CPU_BODY void attend_body(const kv_cpu_task_t *t, float *scratch)
 {
     walk(t, scratch, 0);
 }
 
-KV_CPU_BODY void stats_body(const kv_kern_cpu_task_t *t, float *scratch)
+KV_CPU_BODY void stats_body(const kv_cpu_task_t *t, float *scratch)
 {
     memset(t->stats + t->span.t_begin, 0,
            (size_t)(t->span.t_end - t->span.t_begin) * sizeof(float));
     walk(t, scratch, 1);
 }
 
-KV_CPU_BODY void stats_from_logits_body(const kv_kern_cpu_task_t *t)
+KV_CPU_BODY void stats_from_logits_body(const kv_cpu_task_t *t)
 {
     for (uint32_t t0 = t->span.t_begin; t0 < t->span.t_end;
          t0 += KV_CPU_VW) {
         uint32_t nb = t->span.t_end - t0;
         nb = nb < KV_CPU_VW ? nb : KV_CPU_VW;
-        kv_v8f sum = vset1(0.0f);
+        kv_v8f sum = kv_v8f_set1(0.0f);
         for (uint32_t r = 0; r < t->n_rows; r++) {
             const float *x = t->logits + r * t->logits_stride + t0;
             float v[KV_CPU_VW];
@@ -475,35 +428,38 @@ KV_CPU_BODY void stats_from_logits_body(const kv_kern_cpu_task_t *t)
     }
 }
 
-/* The two builds of the three entry points and their tables. */
-#define KV_CPU_LOOPS(sfx, isa_name, attr)                                    \
-    attr static void attend_##sfx(const kv_kern_cpu_task_t *t, float *s)     \
-    {                                                                        \
-        attend_body(t, s);                                                   \
-    }                                                                        \
-    attr static void stats_##sfx(const kv_kern_cpu_task_t *t, float *s)      \
-    {                                                                        \
-        stats_body(t, s);                                                    \
-    }                                                                        \
-    attr static void stats_from_logits_##sfx(const kv_kern_cpu_task_t *t)    \
-    {                                                                        \
-        stats_from_logits_body(t);                                           \
-    }                                                                        \
-    const kv_kern_cpu_loops_t kv_kern_cpu_loops_##sfx = {                    \
-        .isa = isa_name,                                                     \
-        .attend = attend_##sfx,                                              \
-        .stats = stats_##sfx,                                                \
-        .stats_from_logits = stats_from_logits_##sfx,                        \
-    };
+/* This build's entry points and its table. */
+static void attend_entry(const kv_cpu_task_t *t, float *s)
+{
+    attend_body(t, s);
+}
+static void stats_entry(const kv_cpu_task_t *t, float *s)
+{
+    stats_body(t, s);
+}
+static void stats_from_logits_entry(const kv_cpu_task_t *t)
+{
+    stats_from_logits_body(t);
+}
 
-KV_CPU_LOOPS(generic, "generic", )
-#if defined(__x86_64__) || defined(__i386__)
-KV_CPU_LOOPS(avx2, "avx2", __attribute__((target("avx2,fma,f16c"))))
-#else
-const kv_kern_cpu_loops_t kv_kern_cpu_loops_avx2 = {
-    .isa = "generic",
-    .attend = attend_generic,
-    .stats = stats_generic,
-    .stats_from_logits = stats_from_logits_generic,
+#define KV_CPU_STR_(x) #x
+#define KV_CPU_STR(x) KV_CPU_STR_(x)
+
+const kv_cpu_loops_t KV_CPU_SYM(kv_cpu_loops) = {
+    .isa = KV_CPU_STR(KV_CPU_BUILD),
+    .attend = attend_entry,
+    .stats = stats_entry,
+    .stats_from_logits = stats_from_logits_entry,
+    .fmt = {
+        [KV_FMT_FP16] = {.read = KV_CPU_READ_ROWS,
+                         .load = KV_CPU_SYM(kv_cpu_fp16_load)},
+        [KV_FMT_INT4] = {.read = KV_CPU_READ_CODES,
+                         .score = KV_CPU_SYM(kv_cpu_int4_score),
+                         .accum = KV_CPU_SYM(kv_cpu_int4_accum)},
+        [KV_FMT_INT2] = {.read = KV_CPU_READ_CODES,
+                         .score = KV_CPU_SYM(kv_cpu_int2_score),
+                         .accum = KV_CPU_SYM(kv_cpu_int2_accum)},
+        [KV_FMT_MERGED] = {.read = KV_CPU_READ_ROWS,
+                           .load = KV_CPU_SYM(kv_cpu_merged_load)},
+    },
 };
-#endif

@@ -1,12 +1,12 @@
 /*
  * kv_cpu_backend.c — the CPU reference backend: context and ops table.
  *
- * The context holds the worker pool (n_threads workers: the caller plus
+ * The context holds the workers (n_threads workers: the caller plus
  * n_threads - 1 helper threads, started here and joined at destroy) and the
- * hot-loop build picked once here (AVX2+FMA+F16C when the CPU has them, else
- * the baseline build; both give identical results). It is immutable after
- * create; concurrent attention calls each have their own scratch (the pool
- * serves one call at a time, others run on their caller).
+ * best build of the hot loops the CPU runs (kv_cpu_isa.c; every build gives
+ * identical results). It is immutable after create; concurrent attention
+ * calls each have their own scratch (the workers serve one call at a time,
+ * others run on their caller).
  */
 #include <unistd.h>
 
@@ -16,37 +16,23 @@
 
 #define KV_CPU_MAX_THREADS 1024u
 
-static const kv_kern_cpu_loops_t *pick_loops(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#ifndef __clang__ /* older clang has no "f16c" here; AVX2 CPUs all have it */
-    ok = ok && __builtin_cpu_supports("f16c");
-#endif
-    if (ok)
-        return &kv_kern_cpu_loops_avx2;
-#endif
-    return &kv_kern_cpu_loops_generic;
-}
-
 static void cpu_destroy(void *ctx)
 {
-    kv_kern_cpu_t *cx = ctx;
+    kv_cpu_t *cx = ctx;
     if (!cx)
         return;
-    kv_pool_destroy(cx->pool);
+    kv_workers_destroy(cx->workers);
     kv_mem_free(cx, sizeof *cx);
 }
 
 static const kv_backend_ops_t cpu_ops = {
     .name = "cpu",
-    .attn_decode = kv_kern_cpu_decode,
-    .attn_prefill = kv_kern_cpu_prefill,
+    .attn_decode = kv_cpu_decode,
+    .attn_prefill = kv_cpu_prefill,
     .destroy = cpu_destroy,
-    .convert = kv_kern_cpu_convert,
-    .merge_select = kv_kern_cpu_merge_select,
-    .merge = kv_kern_cpu_merge,
+    .convert = kv_cpu_convert,
+    .merge_select = kv_cpu_merge_select,
+    .merge = kv_cpu_merge,
 };
 
 int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
@@ -58,15 +44,17 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
         n_threads = n < 1 ? 1u : n > KV_CPU_MAX_THREADS ? KV_CPU_MAX_THREADS
                                                         : (uint32_t)n;
     }
-    kv_kern_cpu_t *cx = kv_mem_alloc(sizeof *cx);
+    kv_cpu_t *cx = kv_mem_alloc(sizeof *cx);
     if (!cx)
         return KV_ENOMEM;
-    int rc = kv_pool_create(n_threads, &cx->pool);
+    int rc = kv_workers_create(n_threads, &cx->workers);
     if (rc) {
         kv_mem_free(cx, sizeof *cx);
         return rc;
     }
-    cx->loops = pick_loops();
+    uint32_t nb;
+    const kv_cpu_loops_t *const *b = kv_cpu_builds(&nb);
+    cx->loops = b[nb - 1];
     out->ops = &cpu_ops;
     out->ctx = cx;
     return 0;

@@ -9,7 +9,7 @@
  * Sources are decoded 16 tokens at a time through kv_format_load (so any
  * source format and variant works; INT groups are whole chunks) into FP32
  * scratch, then written through the destination format's store or
- * kv_fmt_merged_put. The merge math (DESIGN §4), per token and separately
+ * kv_fmt_merged_put. The merge math (docs/design.md), per token and separately
  * for K and V, in double precision:
  *   u0 = x0/|x0|, u1 = x1/|x1|, theta = acos(clamp(u0.u1, -1, 1));
  *   w0 = sin((1-t) theta)/sin theta, w1 = sin(t theta)/sin theta, or
@@ -37,7 +37,8 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "pages/fmt_merged.h"
+#include "kernels/kv_kern.h"
+#include "formats/kv_fmt_merged.h"
 
 #define CHUNK 16u            /* tokens decoded per step (one INT group) */
 #define MAX_DIM 1024u
@@ -117,28 +118,6 @@ static int check_geom(const kv_page_geom_t *g)
     return 0;
 }
 
-/* kernels/kv_backend.h; the CUDA planner runs it too. */
-int kv_kern_check_run(const kv_page_geom_t *g, const kv_kern_page_t *pages,
-                      uint32_t n, uint32_t off, uint32_t need)
-{
-    if (need == 0)
-        return 0;
-    if (!pages || n == 0)
-        return KV_EINVAL;
-    uint64_t sum = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const kv_format_traits_t *f = kv_format_get(pages[i].format);
-        if (!f)
-            return KV_ENOTSUP;
-        if (!pages[i].data || pages[i].n_tokens == 0 ||
-            pages[i].n_tokens > f->tokens_per_page(g) ||
-            pages[i].variant > (f->load_variant ? 1u : 0u))
-            return KV_EINVAL;
-        sum += pages[i].n_tokens;
-    }
-    return sum >= (uint64_t)off + need ? 0 : KV_EINVAL;
-}
-
 /* 0 if pages[0..n) (non-NULL) offer >= need slots of cap from slot off. */
 static int check_dst(void *const *pages, uint32_t n, uint32_t cap,
                      uint32_t off, uint32_t need)
@@ -169,7 +148,7 @@ static float *scratch_get(float *given, const kv_page_geom_t *g, size_t *heap)
 
 /* ---- convert -------------------------------------------------------------- */
 
-int kv_kern_cpu_convert(void *ctx, const kv_convert_params_t *p)
+int kv_cpu_convert(void *ctx, const kv_convert_params_t *p)
 {
     (void)ctx;
     if (!p)
@@ -319,7 +298,7 @@ static void slerp_dir(const float *x0, const float *x1, uint32_t d, double t,
         e[c] = (float)((w0 * x0[c] + w1 * x1[c]) / ne);
 }
 
-int kv_kern_cpu_merge_select(void *ctx, const kv_merge_params_t *p)
+int kv_cpu_merge_select(void *ctx, const kv_merge_params_t *p)
 {
     (void)ctx;
     int rc = check_merge(p);
@@ -363,7 +342,7 @@ int kv_kern_cpu_merge_select(void *ctx, const kv_merge_params_t *p)
     return 0;
 }
 
-int kv_kern_cpu_merge(void *ctx, const kv_merge_params_t *p)
+int kv_cpu_merge(void *ctx, const kv_merge_params_t *p)
 {
     (void)ctx;
     int rc = check_merge(p);

@@ -10,8 +10,8 @@
 
 #include "kernels/kv_backend.h"
 
-int kv_kern_cpu_convert(void *ctx, const kv_convert_params_t *p);
-int kv_kern_cpu_merge_select(void *ctx, const kv_merge_params_t *p);
-int kv_kern_cpu_merge(void *ctx, const kv_merge_params_t *p);
+int kv_cpu_convert(void *ctx, const kv_convert_params_t *p);
+int kv_cpu_merge_select(void *ctx, const kv_merge_params_t *p);
+int kv_cpu_merge(void *ctx, const kv_merge_params_t *p);
 
 #endif /* KV_CPU_CONVERT_H */

@@ -4,7 +4,7 @@
  * Each list (b, kv head h) is split into partitions of P tokens; a work unit
  * is one (list, partition) and serves the G = n_q_heads / n_kv_heads query
  * heads of the group together, so each page is decoded once per group. Units
- * run on the backend's workers (kv_pool.c) and leave partial online-softmax
+ * run on the backend's workers (kv_workers.c) and leave partial online-softmax
  * states (m[G], l[G], acc[G][D]); the unit that finishes a list last (an
  * atomic count per list) combines the list's partials in partition order
  * with the (max, sum-exp) rule and writes out and each q row's log-sum-exp.
@@ -45,11 +45,11 @@ static uint32_t default_partition(const kv_attn_decode_params_t *p,
 
 /* Everything one call needs, carved from one scratch block. */
 typedef struct decode_plan {
-    const kv_kern_cpu_t *cx;
+    const kv_cpu_t *cx;
     const kv_attn_decode_params_t *p;
     uint32_t H, G, D, n_lists, part, n_thr;
     size_t n_units, state_floats, thread_floats;
-    kv_kern_cpu_span_t *spans; /* [n_units]                        */
+    kv_cpu_span_t *spans; /* [n_units]                        */
     uint32_t *unit_list;       /* [n_units] list of each unit       */
     uint32_t *first_unit;      /* [n_lists + 1]                     */
     _Atomic uint32_t *left;    /* [n_lists] units not finished yet  */
@@ -67,26 +67,26 @@ static int want_stats(const kv_attn_decode_params_t *p, uint32_t b)
 
 /* Sizing pass (a->base NULL) or carving pass. */
 static void plan_layout(const kv_attn_decode_params_t *p, decode_plan_t *pl,
-                        kv_kern_cpu_arena_t *a)
+                        kv_kern_arena_t *a)
 {
-    pl->spans = kv_kern_cpu_take(a, pl->n_units * sizeof *pl->spans);
-    pl->unit_list = kv_kern_cpu_take(a, pl->n_units * sizeof *pl->unit_list);
+    pl->spans = kv_kern_arena_take(a, pl->n_units * sizeof *pl->spans);
+    pl->unit_list = kv_kern_arena_take(a, pl->n_units * sizeof *pl->unit_list);
     pl->first_unit =
-        kv_kern_cpu_take(a, ((size_t)pl->n_lists + 1) * sizeof(uint32_t));
-    pl->left = kv_kern_cpu_take(a, pl->n_lists * sizeof *pl->left);
-    pl->state = kv_kern_cpu_take(a, pl->n_units * pl->state_floats * 4);
-    pl->qs = kv_kern_cpu_take(
+        kv_kern_arena_take(a, ((size_t)pl->n_lists + 1) * sizeof(uint32_t));
+    pl->left = kv_kern_arena_take(a, pl->n_lists * sizeof *pl->left);
+    pl->state = kv_kern_arena_take(a, pl->n_units * pl->state_floats * 4);
+    pl->qs = kv_kern_arena_take(
         a, (size_t)p->batch * p->n_q_heads * pl->D * sizeof(float));
-    pl->lse = kv_kern_cpu_take(a, (size_t)pl->n_lists * pl->G * sizeof(float));
-    pl->logits = kv_kern_cpu_take(a, pl->n_lists * sizeof(float *));
+    pl->lse = kv_kern_arena_take(a, (size_t)pl->n_lists * pl->G * sizeof(float));
+    pl->logits = kv_kern_arena_take(a, pl->n_lists * sizeof(float *));
     for (uint32_t i = 0; i < pl->n_lists; i++) {
         float *lg = NULL;
         if (want_stats(p, i / pl->H))
-            lg = kv_kern_cpu_take(a, (size_t)pl->G * p->seq_len[i] * 4);
+            lg = kv_kern_arena_take(a, (size_t)pl->G * p->seq_len[i] * 4);
         if (pl->logits)
             pl->logits[i] = lg;
     }
-    pl->thread = kv_kern_cpu_take(a, pl->n_thr * pl->thread_floats * 4);
+    pl->thread = kv_kern_arena_take(a, pl->n_thr * pl->thread_floats * 4);
 }
 
 static void plan_fill(const kv_attn_decode_params_t *p, decode_plan_t *pl)
@@ -95,7 +95,7 @@ static void plan_fill(const kv_attn_decode_params_t *p, decode_plan_t *pl)
     for (uint32_t i = 0; i < pl->n_lists; i++) {
         uint32_t len = p->seq_len[i];
         pl->first_unit[i] = (uint32_t)u;
-        kv_kern_cpu_split(p->pages + p->indptr[i], len, pl->part,
+        kv_cpu_split(p->pages + p->indptr[i], len, pl->part,
                           pl->spans + u);
         uint32_t n = (len - 1) / pl->part + 1;
         for (uint32_t k = 0; k < n; k++)
@@ -121,7 +121,7 @@ static void run_unit(const decode_plan_t *pl, size_t u, uint32_t worker)
         l[g] = 0.0f;
     }
     memset(acc, 0, (size_t)pl->G * pl->D * sizeof *acc);
-    kv_kern_cpu_task_t t = {
+    kv_cpu_task_t t = {
         .geom = &p->geom,
         .span = pl->spans[u],
         .q = pl->qs + ((size_t)b * p->n_q_heads + (size_t)h * pl->G) * pl->D,
@@ -172,7 +172,7 @@ static void stats_list(const decode_plan_t *pl, uint32_t list)
 {
     const kv_attn_decode_params_t *p = pl->p;
     uint32_t b = list / pl->H, h = list % pl->H;
-    kv_kern_cpu_task_t t = {
+    kv_cpu_task_t t = {
         .geom = &p->geom,
         .span = {.t_end = p->seq_len[list]},
         .n_rows = pl->G,
@@ -199,10 +199,10 @@ static void unit_step(void *arg, size_t u, uint32_t worker)
         stats_list(pl, list);
 }
 
-int kv_kern_cpu_decode(void *ctx, const kv_attn_decode_params_t *p)
+int kv_cpu_decode(void *ctx, const kv_attn_decode_params_t *p)
 {
-    const kv_kern_cpu_t *cx = ctx;
-    int rc = kv_kern_cpu_check_decode(p);
+    const kv_cpu_t *cx = ctx;
+    int rc = kv_kern_check_decode(p);
     if (rc)
         return rc;
     decode_plan_t pl = {
@@ -219,18 +219,18 @@ int kv_kern_cpu_decode(void *ctx, const kv_attn_decode_params_t *p)
         pl.n_units += (p->seq_len[i] - 1) / pl.part + 1;
     if (pl.n_units > UINT32_MAX)
         return KV_ENOMEM; /* tiny partitions over huge lists */
-    pl.n_thr = kv_pool_size(cx->pool);
+    pl.n_thr = kv_workers_size(cx->workers);
     pl.state_floats = (size_t)pl.G * (2 + pl.D);
-    pl.thread_floats = kv_kern_cpu_thread_floats(pl.D, pl.G);
+    pl.thread_floats = kv_cpu_thread_floats(pl.D, pl.G);
 
-    kv_kern_cpu_arena_t a = {0};
+    kv_kern_arena_t a = {0};
     plan_layout(p, &pl, &a);
-    if ((rc = kv_kern_cpu_arena_alloc(&a)))
+    if ((rc = kv_kern_arena_alloc(&a)))
         return rc;
     plan_layout(p, &pl, &a);
     plan_fill(p, &pl);
 
-    kv_kern_cpu_run(cx->pool, pl.n_units, unit_step, &pl);
-    kv_kern_cpu_arena_free(&a);
+    kv_cpu_run(cx->workers, pl.n_units, unit_step, &pl);
+    kv_kern_arena_free(&a);
     return 0;
 }

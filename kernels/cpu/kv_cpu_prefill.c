@@ -25,26 +25,26 @@
 #define KV_CPU_STATS_RANGE 256u /* tokens per statistics unit           */
 
 typedef struct prefill_plan {
-    const kv_kern_cpu_t *cx;
+    const kv_cpu_t *cx;
     const kv_attn_prefill_params_t *p;
     uint32_t H, G, D, rows_blk, n_blocks, n_thr;
     size_t n_stat_units, thread_floats;
     float *qh;                 /* [H][n_new*G][D] scaled, grouped by head */
     float *lse;                /* [H][n_new*G] or NULL                    */
-    kv_kern_cpu_span_t *spans; /* [n_stat_units]                          */
+    kv_cpu_span_t *spans; /* [n_stat_units]                          */
     uint32_t *span_head;       /* [n_stat_units]                          */
     float *thread;             /* [n_thr][thread_floats] per worker       */
 } prefill_plan_t;
 
 static void plan_layout(const kv_attn_prefill_params_t *p, prefill_plan_t *pl,
-                        kv_kern_cpu_arena_t *a)
+                        kv_kern_arena_t *a)
 {
     size_t rows = (size_t)pl->H * p->n_new * pl->G;
-    pl->qh = kv_kern_cpu_take(a, rows * pl->D * sizeof(float));
-    pl->lse = p->stats ? kv_kern_cpu_take(a, rows * sizeof(float)) : NULL;
-    pl->spans = kv_kern_cpu_take(a, pl->n_stat_units * sizeof *pl->spans);
-    pl->span_head = kv_kern_cpu_take(a, pl->n_stat_units * sizeof(uint32_t));
-    pl->thread = kv_kern_cpu_take(a, pl->n_thr * pl->thread_floats * 4);
+    pl->qh = kv_kern_arena_take(a, rows * pl->D * sizeof(float));
+    pl->lse = p->stats ? kv_kern_arena_take(a, rows * sizeof(float)) : NULL;
+    pl->spans = kv_kern_arena_take(a, pl->n_stat_units * sizeof *pl->spans);
+    pl->span_head = kv_kern_arena_take(a, pl->n_stat_units * sizeof(uint32_t));
+    pl->thread = kv_kern_arena_take(a, pl->n_thr * pl->thread_floats * 4);
 }
 
 static void plan_fill(const kv_attn_prefill_params_t *p, prefill_plan_t *pl)
@@ -60,7 +60,7 @@ static void plan_fill(const kv_attn_prefill_params_t *p, prefill_plan_t *pl)
     size_t u = 0;
     for (uint32_t h = 0; p->stats && h < pl->H; h++) {
         uint32_t len = p->seq_len[h];
-        kv_kern_cpu_split(p->pages + p->indptr[h], len, KV_CPU_STATS_RANGE,
+        kv_cpu_split(p->pages + p->indptr[h], len, KV_CPU_STATS_RANGE,
                           pl->spans + u);
         for (uint32_t k = 0; k < (len - 1) / KV_CPU_STATS_RANGE + 1; k++)
             pl->span_head[u++] = h;
@@ -83,7 +83,7 @@ static void run_block(void *arg, size_t u, uint32_t worker)
 
     assert(worker < pl->n_thr);
     float *scratch = pl->thread + worker * pl->thread_floats;
-    float *m = scratch + kv_kern_cpu_thread_floats(D, pl->rows_blk * G);
+    float *m = scratch + kv_cpu_thread_floats(D, pl->rows_blk * G);
     float *l = m + (size_t)pl->rows_blk * G;
     float *acc = l + (size_t)pl->rows_blk * G;
     for (uint32_t r = 0; r < nr; r++) {
@@ -92,7 +92,7 @@ static void run_block(void *arg, size_t u, uint32_t worker)
     }
     memset(acc, 0, (size_t)nr * D * sizeof *acc);
 
-    kv_kern_cpu_task_t t = {
+    kv_cpu_task_t t = {
         .geom = &p->geom,
         .span = {.pages = p->pages + p->indptr[h], .t_end = base + r1},
         .q = pl->qh + (((size_t)h * p->n_new + r0) * G) * D,
@@ -122,7 +122,7 @@ static void stats_range(void *arg, size_t u, uint32_t worker)
     const kv_attn_prefill_params_t *p = pl->p;
     const uint32_t G = pl->G, h = pl->span_head[u], row0 = p->stats_row0;
     size_t first = ((size_t)h * p->n_new + row0) * G; /* first counted row */
-    kv_kern_cpu_task_t t = {
+    kv_cpu_task_t t = {
         .geom = &p->geom,
         .span = pl->spans[u],
         .q = pl->qh + first * pl->D,
@@ -136,10 +136,10 @@ static void stats_range(void *arg, size_t u, uint32_t worker)
     pl->cx->loops->stats(&t, pl->thread + worker * pl->thread_floats);
 }
 
-int kv_kern_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
+int kv_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
 {
-    const kv_kern_cpu_t *cx = ctx;
-    int rc = kv_kern_cpu_check_prefill(p);
+    const kv_cpu_t *cx = ctx;
+    int rc = kv_kern_check_prefill(p);
     if (rc)
         return rc;
     prefill_plan_t pl = {
@@ -154,21 +154,21 @@ int kv_kern_cpu_prefill(void *ctx, const kv_attn_prefill_params_t *p)
     for (uint32_t h = 0; p->stats && h < pl.H; h++)
         pl.n_stat_units += (p->seq_len[h] - 1) / KV_CPU_STATS_RANGE + 1;
     size_t n_units = (size_t)pl.H * pl.n_blocks;
-    pl.n_thr = kv_pool_size(cx->pool);
+    pl.n_thr = kv_workers_size(cx->workers);
     size_t blk_rows = (size_t)pl.rows_blk * pl.G;
-    pl.thread_floats = kv_kern_cpu_thread_floats(pl.D, (uint32_t)blk_rows) +
+    pl.thread_floats = kv_cpu_thread_floats(pl.D, (uint32_t)blk_rows) +
                        blk_rows * (2 + (size_t)pl.D);
 
-    kv_kern_cpu_arena_t a = {0};
+    kv_kern_arena_t a = {0};
     plan_layout(p, &pl, &a);
-    if ((rc = kv_kern_cpu_arena_alloc(&a)))
+    if ((rc = kv_kern_arena_alloc(&a)))
         return rc;
     plan_layout(p, &pl, &a);
     plan_fill(p, &pl);
 
-    kv_kern_cpu_run(cx->pool, n_units, run_block, &pl);
+    kv_cpu_run(cx->workers, n_units, run_block, &pl);
     if (pl.n_stat_units) /* needs every row's log-sum-exp: a second job */
-        kv_kern_cpu_run(cx->pool, pl.n_stat_units, stats_range, &pl);
-    kv_kern_cpu_arena_free(&a);
+        kv_cpu_run(cx->workers, pl.n_stat_units, stats_range, &pl);
+    kv_kern_arena_free(&a);
     return 0;
 }

@@ -11,7 +11,6 @@
  *   kv_cuda_attn.cu     attention kernels: decode and prefill (one kernel,
  *                       split-K partials + reduce), exact statistics
  *   kv_cuda_convert.cu  conversion kernel: any pages -> FP16/INT4/INT2
- *   kv_cuda_bench.cu    kvbench-attn --backend cuda
  *
  * Launchers are extern "C", take one args struct of DEVICE pointers and a
  * stream (void *: a cudaStream_t, NULL = the default stream), and return 0
@@ -170,7 +169,7 @@ int kv_cuda_convert_launch(const kv_cuda_convert_args_t *a, void *stream);
 
 /* ---- host planning (kv_cuda_plan.cu; no GPU needed) ---------------------- */
 
-/* Validation of the backend ops' params: the CPU reference's checks
+/* Validation of the backend ops' params: the backend-neutral checks
  * (same errors for the same bad input), then what the kernels need
  * (head_dim, page_bytes: KV_ENOTSUP). */
 int kv_cuda_check_decode(const kv_attn_decode_params_t *p);
@@ -299,10 +298,6 @@ kv_cuda_pool_t *kv_backend_cuda_pool(const kv_backend_t *b);
 
 /* Devices visible to the CUDA runtime; 0 when none (or no driver). */
 int kv_cuda_device_count(void);
-
-/* kvbench-attn --backend cuda (kv_cuda_bench.cu): parses the remaining
- * arguments, prints rows (JSON with --json); returns the exit status. */
-int kv_cuda_bench_attn(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@
  *   - two stages: while tile i is computed, the page bytes of tile i+1 are
  *     copied into the other stage with 16-byte cp.async (each page to the
  *     same offsets in its slot: the slot is an image of the page, so the
- *     decoders of pages/kv_fmt_codec.h read it as they would the page);
+ *     decoders of formats/kv_fmt_codec.h read it as they would the page);
  *   - per tile: logits (a token's D channels split over D/8 lanes, 8
  *     channels each decoded by kv_fmt_codec_load8 and dotted with every row,
  *     summed across the lanes with shuffles), an online-softmax step per

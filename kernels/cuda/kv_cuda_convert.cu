@@ -10,7 +10,7 @@
  *   FP16: one thread per element, round to nearest even;
  *   INT:  keys one thread per channel (16 tokens), values one thread per
  *         (token, 16-channel group), each through kv_fmt_codec_quantize16,
- *         the function fmt_int.c's store computes with,
+ *         the function kv_fmt_int.c's store computes with,
  * so destination pages are bit-identical to the CPU reference's. Where each
  * token comes from and goes to is planned on the host (kv_cuda_convert_locs).
  * Only the destination token slots (FP16 rows, INT group blocks) are
@@ -49,32 +49,37 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS)
 
     uint8_t *dst = (uint8_t *)a.dst_pages;
     if (a.dst_format == KV_FMT_FP16) {
-        const uint32_t tpp = kv_fmt_codec_fp16_tpp(D, pb);
+        const uint32_t tpp = kv_fmt_fp16_tpp(D, pb);
         for (uint32_t x = tid; x < n * D; x += T) {
             const uint32_t i = x / D, c = x % D;
             const uint32_t *loc = a.dst_loc + 2u * (t0 + i);
-            uint16_t *h = (uint16_t *)(void *)(dst + (size_t)loc[0] * pb);
-            h[(size_t)loc[1] * D + c] = kv_fmt_codec_f2h(kx[i][c]);
-            h[((size_t)tpp + loc[1]) * D + c] = kv_fmt_codec_f2h(vx[i][c]);
+            uint8_t *pg = dst + (size_t)loc[0] * pb;
+            uint16_t *hk = (uint16_t *)(void *)(pg + kv_fmt_fp16_k_row(D, loc[1]));
+            uint16_t *hv =
+                (uint16_t *)(void *)(pg + kv_fmt_fp16_v_row(D, tpp, loc[1]));
+            hk[c] = kv_fmt_codec_f2h(kx[i][c]);
+            hv[c] = kv_fmt_codec_f2h(vx[i][c]);
         }
         return;
     }
     /* INT: the 16 tokens are one group block (host-checked alignment) */
-    const uint32_t bits = kv_fmt_codec_int_bits(a.dst_format), nw = bits / 2u;
+    const uint32_t bits = kv_fmt_int_bits(a.dst_format), nw = bits / 2u;
+    const kv_fmt_int_layout_t l = kv_fmt_int_layout(D, bits);
     const uint32_t *loc = a.dst_loc + 2u * t0;
     uint8_t *blk = dst + (size_t)loc[0] * pb +
-                   (size_t)(loc[1] / 16u) * kv_fmt_codec_int_gb(D, bits);
-    uint32_t *kc = (uint32_t *)(void *)blk;
-    uint32_t *vc = (uint32_t *)(void *)(blk + 2u * bits * D);
-    uint16_t *par = (uint16_t *)(void *)(blk + 4u * bits * D);
-    /* par: K scale [D], K min [D], V scale [16][D/16], V min [16][D/16] */
+                   (size_t)(loc[1] / KV_FMT_INT_GROUP) * l.group_bytes;
+    uint32_t *kc = (uint32_t *)(void *)(blk + l.k_codes);
+    uint32_t *vc = (uint32_t *)(void *)(blk + l.v_codes);
+    uint16_t *ks = (uint16_t *)(void *)(blk + l.k_scale);
+    uint16_t *km = (uint16_t *)(void *)(blk + l.k_min);
+    uint16_t *vs = (uint16_t *)(void *)(blk + l.v_scale);
+    uint16_t *vm = (uint16_t *)(void *)(blk + l.v_min);
     for (uint32_t c = tid; c < D; c += T)
-        kv_fmt_codec_quantize16(bits, &kx[0][c], D, kc + c, D, par + c,
-                                par + D + c);
+        kv_fmt_codec_quantize16(bits, &kx[0][c], D, kc + c, D, ks + c, km + c);
     for (uint32_t x = tid; x < CH * NG; x += T) {
         const uint32_t i = x / NG, cg = x % NG, gi = i * NG + cg;
         kv_fmt_codec_quantize16(bits, &vx[i][16u * cg], 1, vc + (size_t)gi * nw,
-                                1, par + 2u * D + gi, par + 3u * D + gi);
+                                1, vs + gi, vm + gi);
     }
 }
 

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kv_cuda.h"
-#include "pages/kv_fmt_codec.h"
+#include "formats/kv_fmt_codec.h"
 
 /* KV_ENOMEM for allocation failures, KV_ENOTSUP when there is no usable
  * device or driver, KV_EIO for every other CUDA error. */

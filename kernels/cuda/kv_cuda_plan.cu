@@ -2,14 +2,14 @@
  * kv_cuda_plan.cu — host side of a CUDA call (no GPU needed, no CUDA API):
  * validation and the device page table a call uploads.
  *
- * Validation runs the CPU reference's checks first (kernels/cpu/
- * kv_cpu_check.c: the same input gets the same error on both backends),
+ * Validation runs the backend-neutral checks first (kernels/
+ * kv_kern_check.c: the same input gets the same error on both backends),
  * then what the kernels need: an instantiated head_dim and a stageable page
  * size (KV_ENOTSUP otherwise).
  *
- * A plan (kv_cuda_plan_t) is one kv_mem block, carved with the CPU
- * backend's two-pass arena: entries (one per input page, in input order
- * from indptr[0]), the pages to upload (staged mode: distinct host
+ * A plan (kv_cuda_plan_t) is one kv_mem block, carved with the backends'
+ * two-pass arena (kernels/kv_kern.h): entries (one per input page, in input
+ * order from indptr[0]), the pages to upload (staged mode: distinct host
  * pointers, deduplicated with an open-addressing table, so a page shared
  * by several lists — CoW forks, MERGED pairs — is copied once), work items
  * (each list cut into partitions of `partition` tokens; single pass when
@@ -23,7 +23,7 @@
 
 extern "C" {
 #include "alloc/kv_mem.h"
-#include "kernels/cpu/kv_cpu.h"
+#include "kernels/kv_kern.h"
 }
 
 int kv_cuda_page_bytes_ok(uint32_t page_bytes, uint32_t d)
@@ -44,13 +44,13 @@ static int check_kernels(const kv_page_geom_t *g)
 
 int kv_cuda_check_decode(const kv_attn_decode_params_t *p)
 {
-    int rc = kv_kern_cpu_check_decode(p);
+    int rc = kv_kern_check_decode(p);
     return rc ? rc : check_kernels(&p->geom);
 }
 
 int kv_cuda_check_prefill(const kv_attn_prefill_params_t *p)
 {
-    int rc = kv_kern_cpu_check_prefill(p);
+    int rc = kv_kern_check_prefill(p);
     if (rc)
         return rc;
     /* rows of a list: one block index per row in the reduce kernel */
@@ -219,20 +219,20 @@ typedef struct sizes {
 } sizes_t;
 
 static void layout(const kv_cuda_plan_in_t *in, const sizes_t *z,
-                   kv_cuda_plan_t *pl, kv_kern_cpu_arena_t *a)
+                   kv_cuda_plan_t *pl, kv_kern_arena_t *a)
 {
     pl->ents =
-        (kv_cuda_ent_t *)kv_kern_cpu_take(a, z->n_ents * sizeof(kv_cuda_ent_t));
-    pl->upload = (const void **)kv_kern_cpu_take(
+        (kv_cuda_ent_t *)kv_kern_arena_take(a, z->n_ents * sizeof(kv_cuda_ent_t));
+    pl->upload = (const void **)kv_kern_arena_take(
         a, in->dev_base ? 0 : z->n_ents * sizeof(void *));
-    pl->work = (kv_cuda_work_t *)kv_kern_cpu_take(
+    pl->work = (kv_cuda_work_t *)kv_kern_arena_take(
         a, z->n_work * sizeof(kv_cuda_work_t));
-    pl->list_work = (uint32_t *)kv_kern_cpu_take(a, ((size_t)in->n_lists + 1) *
+    pl->list_work = (uint32_t *)kv_kern_arena_take(a, ((size_t)in->n_lists + 1) *
                                                         sizeof(uint32_t));
-    pl->stile = (kv_cuda_work_t *)kv_kern_cpu_take(
+    pl->stile = (kv_cuda_work_t *)kv_kern_arena_take(
         a, z->n_stile * sizeof(kv_cuda_work_t));
     pl->stats_off =
-        (uint64_t *)kv_kern_cpu_take(a, in->n_lists * sizeof(uint64_t));
+        (uint64_t *)kv_kern_arena_take(a, in->n_lists * sizeof(uint64_t));
 }
 
 int kv_cuda_plan_build(const kv_cuda_plan_in_t *in, kv_cuda_plan_t *out)
@@ -273,15 +273,15 @@ int kv_cuda_plan_build(const kv_cuda_plan_in_t *in, kv_cuda_plan_t *out)
             z.table *= 2;
     }
 
-    kv_kern_cpu_arena_t a = {};
+    kv_kern_arena_t a = {};
     layout(in, &z, out, &a);
-    kv_kern_cpu_take(&a, (size_t)z.table * sizeof(uint32_t));
-    int rc = kv_kern_cpu_arena_alloc(&a);
+    kv_kern_arena_take(&a, (size_t)z.table * sizeof(uint32_t));
+    int rc = kv_kern_arena_alloc(&a);
     if (rc)
         return rc;
     layout(in, &z, out, &a);
     uint32_t *table =
-        (uint32_t *)kv_kern_cpu_take(&a, (size_t)z.table * sizeof(uint32_t));
+        (uint32_t *)kv_kern_arena_take(&a, (size_t)z.table * sizeof(uint32_t));
     if (table)
         memset(table, 0, (size_t)z.table * sizeof(uint32_t));
     out->block = a.block;
@@ -330,20 +330,20 @@ int kv_cuda_plan_convert(const kv_convert_params_t *p, const void *dev_base,
         table_n *= 2;
     if (dev_base)
         table_n = 0;
-    kv_kern_cpu_arena_t a = {};
+    kv_kern_arena_t a = {};
     for (int pass = 0; pass < 2; pass++) {
-        out->ents = (kv_cuda_ent_t *)kv_kern_cpu_take(
+        out->ents = (kv_cuda_ent_t *)kv_kern_arena_take(
             &a, (size_t)p->n_src * sizeof(kv_cuda_ent_t));
-        out->upload = (const void **)kv_kern_cpu_take(
+        out->upload = (const void **)kv_kern_arena_take(
             &a, dev_base ? 0 : (size_t)p->n_src * sizeof(void *));
-        out->src_loc = (uint32_t *)kv_kern_cpu_take(
+        out->src_loc = (uint32_t *)kv_kern_arena_take(
             &a, (size_t)p->n_tokens * 2u * sizeof(uint32_t));
-        out->dst_loc = (uint32_t *)kv_kern_cpu_take(
+        out->dst_loc = (uint32_t *)kv_kern_arena_take(
             &a, (size_t)p->n_tokens * 2u * sizeof(uint32_t));
-        uint32_t *table = (uint32_t *)kv_kern_cpu_take(
+        uint32_t *table = (uint32_t *)kv_kern_arena_take(
             &a, (size_t)table_n * sizeof(uint32_t));
         if (pass == 0) {
-            int rc = kv_kern_cpu_arena_alloc(&a);
+            int rc = kv_kern_arena_alloc(&a);
             if (rc)
                 return rc;
             continue;

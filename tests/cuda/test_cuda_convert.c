@@ -142,7 +142,7 @@ static void test_device_convert(void)
     kv_backend_destroy(&dev);
 }
 
-static void test_pool(void)
+static void test_workers(void)
 {
     const uint32_t pb = 4096, cap = 12;
     kv_cuda_pool_t *pool = NULL;
@@ -206,7 +206,7 @@ int main(void)
     test_convert();
     if (!selfcheck) {
         test_device_convert();
-        test_pool();
+        test_workers();
     }
     kv_backend_destroy(&dut);
     return kv_test_end();

@@ -1,7 +1,7 @@
 /*
  * test_cuda_host.c — the host-side parts of the CUDA backend; runs (and can
  * fail) without a GPU:
- *   - pages/kv_fmt_codec.h, the per-element math the kernels decode and
+ *   - formats/kv_fmt_codec.h, the per-element math the kernels decode and
  *     encode with, against the C formats bit for bit: kv_fmt_codec_load8 vs
  *     kv_format_load (whose INT load is its own vector code) on pages of every
  *     format and variant, groups laid out from kv_fmt_codec_quantize16 vs the
@@ -26,14 +26,8 @@
 #include "kernels/cpu/kv_cpu_convert.h"
 #include "kernels/cuda/kv_cuda.h"
 #include "kv_test.h"
-#include "pages/kv_fmt_codec.h"
+#include "formats/kv_fmt_codec.h"
 #include "test_cuda_pages.h"
-
-_Static_assert(KV_FMT_CODEC_FP16 == KV_FMT_FP16 &&
-                   KV_FMT_CODEC_INT4 == KV_FMT_INT4 &&
-                   KV_FMT_CODEC_INT2 == KV_FMT_INT2 &&
-                   KV_FMT_CODEC_MERGED == KV_FMT_MERGED,
-               "kv_fmt_codec.h restates the format numbers");
 
 static uint32_t f2u(float f)
 {
@@ -121,7 +115,7 @@ static void test_decode(void)
     }
 }
 
-/* A group encoded through kv_fmt_codec_quantize16, laid out as fmt_int.h says,
+/* A group encoded through kv_fmt_codec_quantize16, laid out as kv_fmt_int.h says,
  * equals the INT store's page byte for byte. */
 static void test_quantize(void)
 {
@@ -394,12 +388,12 @@ static void test_convert_locs(void)
         else
             x->format = bad[i].value;
         CHECK_EQ(kv_cuda_check_convert(&p), bad[i].want);
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &p), bad[i].want);
+        CHECK_EQ(kv_cpu_convert(NULL, &p), bad[i].want);
         *x = keep;
     }
     p.src = NULL;
     CHECK_EQ(kv_cuda_check_convert(&p), KV_EINVAL);
-    CHECK_EQ(kv_kern_cpu_convert(NULL, &p), KV_EINVAL);
+    CHECK_EQ(kv_cpu_convert(NULL, &p), KV_EINVAL);
 }
 
 static void test_checks(void)
@@ -430,7 +424,7 @@ static void test_checks(void)
                                  .q = q,
                                  .out = out,
                                  .scale = 0.125f};
-    CHECK_OK(kv_kern_cpu_check_decode(&d)); /* fine for the CPU ...    */
+    CHECK_OK(kv_kern_check_decode(&d)); /* fine for the CPU ...    */
     CHECK_EQ(kv_cuda_check_decode(&d), KV_ENOTSUP); /* no D=32 kernel */
     d.geom.head_dim = 64;
     CHECK_OK(kv_cuda_check_decode(&d));

@@ -15,8 +15,8 @@
 
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
-#include "pages/fmt_merged.h"
-#include "pages/kv_format.h"
+#include "formats/kv_fmt_merged.h"
+#include "formats/kv_format.h"
 
 static inline void *tcp_xalloc(size_t n)
 {

@@ -1,6 +1,6 @@
 /*
  * test_api_pressure.c — the memory-pressure ladder (kvpage.h, "memory
- * pressure"; engine/kv_store_pressure.c) through the public API.
+ * pressure"; store/kv_store_pressure.c) through the public API.
  *
  * Store: 2 layers, 2 kv heads, head_dim 32, 16 FP16 / 32 INT4 / 64 INT2
  * tokens per page. A cold sequence A (and sometimes C) holds 128 tokens per
@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "engine/kv_store_int.h" /* list targets and entry formats */
+#include "store/kv_store_int.h" /* list targets and entry formats */
 #include "kv_test.h"
 #include "kv_test_snap.h"
 

@@ -1,7 +1,7 @@
 /*
  * test_offload_async.c — asynchronous page-in while other work runs.
  *
- * Checks, for every engine: (1) a prefetch submitted by one thread and
+ * Checks, for every I/O queue: (1) a prefetch submitted by one thread and
  * driven by kv_offload_poll while a second thread computes an "attention"
  * reduction: the batch is still running after submit (poll says 1), then
  * completes with every page byte-exact, and the computation's result equals
@@ -105,14 +105,14 @@ static void *prefetch_thread(void *arg)
     return NULL;
 }
 
-static void run(const kvt_dir_t *dir, uint32_t engine, double ref)
+static void run(const kvt_dir_t *dir, uint32_t ioq, double ref)
 {
     char path[4096];
     kvt_path(dir, "as.kvp", path);
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = N + 64;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 8;
     kv_offload_file_t *f;
     CHECK_OK(kv_offload_create(path, &c, &f));
@@ -184,7 +184,7 @@ static void run(const kvt_dir_t *dir, uint32_t engine, double ref)
     CHECK_OK(kv_offload_unlink(path));
 
     /* (4) io_uring: 64 I/Os in flight over a CQ of 8 entries */
-    if (engine != KV_OFFLOAD_ENGINE_URING)
+    if (ioq != KV_OFFLOAD_IOQ_URING)
         return;
     c.queue_depth = 64;
     c.ring_entries = 4; /* SQ 4, CQ 8 */
@@ -216,8 +216,8 @@ int main(void)
     uint64_t live0 = kv_mem_live_bytes();
     kvt_dir_t dir;
     kvt_dir_make(&dir);
-    uint32_t engines[2];
-    int ne = kvt_engines(&dir, engines);
+    uint32_t ioqs[2];
+    int ne = kvt_ioqs(&dir, ioqs);
     g_out = malloc((size_t)N * PB);
     g_x = malloc(XN * sizeof *g_x);
     uint64_t s = 5;
@@ -225,7 +225,7 @@ int main(void)
         g_x[i] = kv_test_randf(&s);
     double ref = compute();
     for (int e = 0; e < ne; e++)
-        run(&dir, engines[e], ref);
+        run(&dir, ioqs[e], ref);
     free(g_out);
     free(g_x);
     kvt_dir_remove(&dir);

@@ -1,7 +1,7 @@
 /*
  * test_offload_enospc.c — a full page file, two ways.
  *
- * Checks, for every engine: (1) slots exhausted: a batch needing more slots
+ * Checks, for every I/O queue: (1) slots exhausted: a batch needing more slots
  * than are free fails with -ENOSPC and takes none (used count, statuses and
  * slot array untouched), single-page writes fail the same way at exactly
  * capacity, and freeing makes room again; (2) the device says -ENOSPC (the
@@ -34,14 +34,14 @@ static uint64_t used(kv_offload_file_t *f)
     return st.slots_used;
 }
 
-static void run(const kvt_dir_t *dir, uint32_t engine)
+static void run(const kvt_dir_t *dir, uint32_t ioq)
 {
     char path[4096];
     kvt_path(dir, "ns.kvp", path);
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = CAP;
-    c.engine = engine;
+    c.ioq = ioq;
     kv_offload_file_t *f;
     CHECK_OK(kv_offload_create(path, &c, &f));
     kv_offload_wpage_t w[CAP];
@@ -131,10 +131,10 @@ int main(void)
     uint64_t live0 = kv_mem_live_bytes();
     kvt_dir_t dir;
     kvt_dir_make(&dir);
-    uint32_t engines[2];
-    int ne = kvt_engines(&dir, engines);
+    uint32_t ioqs[2];
+    int ne = kvt_ioqs(&dir, ioqs);
     for (int e = 0; e < ne; e++)
-        run(&dir, engines[e]);
+        run(&dir, ioqs[e]);
     kvt_dir_remove(&dir);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     return kv_test_end();

@@ -3,7 +3,7 @@
  *
  * Checks: (1) io_uring refused by the kernel (io_uring_setup returns
  * -ENOSYS, then -EPERM: a seccomp filter in a child process makes it so):
- * ENGINE_AUTO runs on the pread engine and round-trips pages, ENGINE_URING
+ * IOQ_AUTO runs on the pread I/O queue and round-trips pages, IOQ_URING
  * reports KV_ENOTSUP and leaves no file behind; (2) O_DIRECT refused by the
  * filesystem (openat with O_DIRECT returns -EINVAL, same technique): the
  * file is created and reopened buffered (stats.direct == 0) and works;
@@ -28,8 +28,8 @@ enum { PB = 2048 };
 static uint8_t g_in[8][PB], g_out[PB], g_scratch[PB];
 
 /* Write 8 pages, read them back, close, reopen, read again. Returns the
- * engine name and direct flag seen. */
-static void roundtrip(const char *path, const kv_offload_config_t *c, const char **engine,
+ * I/O queue name and direct flag seen. */
+static void roundtrip(const char *path, const kv_offload_config_t *c, const char **ioq,
                       uint32_t *direct, uint32_t *direct2)
 {
     kv_offload_file_t *f;
@@ -46,7 +46,7 @@ static void roundtrip(const char *path, const kv_offload_config_t *c, const char
     CHECK_OK(kv_offload_write(f, w, 8, s, NULL));
     kv_offload_stats_t st;
     kv_offload_stats(f, &st);
-    *engine = st.engine;
+    *ioq = st.ioq;
     *direct = st.direct;
     CHECK_OK(kv_offload_close(f));
     CHECK_OK(kv_offload_open(path, c, &f));
@@ -68,12 +68,12 @@ static void roundtrip(const char *path, const kv_offload_config_t *c, const char
     CHECK_OK(kv_offload_unlink(path));
 }
 
-static kv_offload_config_t cfg(uint32_t engine)
+static kv_offload_config_t cfg(uint32_t ioq)
 {
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = 16;
-    c.engine = engine;
+    c.ioq = ioq;
     return c;
 }
 
@@ -117,20 +117,20 @@ static void in_child(const kvt_dir_t *dir, long nr, int err, int only_odirect, i
         }
         char path[4096];
         kvt_path(dir, "fb.kvp", path);
-        const char *engine = "";
+        const char *ioq = "";
         uint32_t d1 = 9, d2 = 9;
         if (which == 0) { /* io_uring refused */
-            kv_offload_config_t c = cfg(KV_OFFLOAD_ENGINE_URING);
+            kv_offload_config_t c = cfg(KV_OFFLOAD_IOQ_URING);
             kv_offload_file_t *f = NULL;
             CHECK_EQ(kv_offload_create(path, &c, &f), KV_ENOTSUP);
             CHECK(f == NULL);
             CHECK(access(path, F_OK) != 0);
-            c = cfg(KV_OFFLOAD_ENGINE_AUTO);
-            roundtrip(path, &c, &engine, &d1, &d2);
-            CHECK(!strcmp(engine, "pread"));
+            c = cfg(KV_OFFLOAD_IOQ_AUTO);
+            roundtrip(path, &c, &ioq, &d1, &d2);
+            CHECK(!strcmp(ioq, "pread"));
         } else { /* O_DIRECT refused */
-            kv_offload_config_t c = cfg(KV_OFFLOAD_ENGINE_AUTO);
-            roundtrip(path, &c, &engine, &d1, &d2);
+            kv_offload_config_t c = cfg(KV_OFFLOAD_IOQ_AUTO);
+            roundtrip(path, &c, &ioq, &d1, &d2);
             CHECK_EQ(d1, 0);
             CHECK_EQ(d2, 0);
         }
@@ -147,7 +147,7 @@ static void oom(const kvt_dir_t *dir)
 {
     char path[4096];
     kvt_path(dir, "oom.kvp", path);
-    kv_offload_config_t c = cfg(KV_OFFLOAD_ENGINE_AUTO);
+    kv_offload_config_t c = cfg(KV_OFFLOAD_IOQ_AUTO);
     uint64_t live0 = kv_mem_live_bytes();
     kv_offload_file_t *f = NULL;
     int fails = 0;
@@ -237,10 +237,10 @@ int main(void)
         if (mkdtemp(shm.path)) {
             char path[4096];
             kvt_path(&shm, "t.kvp", path);
-            kv_offload_config_t c = cfg(KV_OFFLOAD_ENGINE_AUTO);
-            const char *engine = "";
+            kv_offload_config_t c = cfg(KV_OFFLOAD_IOQ_AUTO);
+            const char *ioq = "";
             uint32_t d1 = 9, d2 = 9;
-            roundtrip(path, &c, &engine, &d1, &d2);
+            roundtrip(path, &c, &ioq, &d1, &d2);
             CHECK(d1 <= 1 && d1 == d2);
             kvt_dir_remove(&shm);
         }

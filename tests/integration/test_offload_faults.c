@@ -1,7 +1,7 @@
 /*
  * test_offload_faults.c — injected I/O faults never produce wrong data.
  *
- * For every engine, one run per fault kind (EIO, ENOSPC, short transfers,
+ * For every I/O queue, one run per fault kind (EIO, ENOSPC, short transfers,
  * torn writes, bit flips, EAGAIN, EINTR; 25% of transfers) and one run with
  * all of them mixed, each a random workload of batched writes, reads and
  * frees over a page file (coalesced and scattered slots), until the run's
@@ -17,8 +17,8 @@
  * flip) are caught as KV_ECORRUPT; after all is freed no slot, staging
  * buffer, io or batch is held and kv_mem is back to where it started.
  *
- * Budget: $KV_OFFLOAD_FAULTS injected faults per engine (default 7000;
- * the acceptance run uses 100000). Prints one summary line per engine.
+ * Budget: $KV_OFFLOAD_FAULTS injected faults per I/O queue (default 7000;
+ * the acceptance run uses 100000). Prints one summary line per I/O queue.
  */
 #include <string.h>
 
@@ -83,7 +83,7 @@ static void read_batch(kv_offload_file_t *f, const tpage_t *p, const uint32_t *w
     t->odd_err += r != first;
 }
 
-static void one_run(const kvt_dir_t *dir, uint32_t engine, const kv_offload_fault_t *fault,
+static void one_run(const kvt_dir_t *dir, uint32_t ioq, const kv_offload_fault_t *fault,
                     uint64_t budget, uint64_t seed, tally_t *t)
 {
     char path[4096];
@@ -91,7 +91,7 @@ static void one_run(const kvt_dir_t *dir, uint32_t engine, const kv_offload_faul
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = CAP;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 32;
     c.max_io_bytes = 64 << 10;
     kv_offload_file_t *f;
@@ -262,8 +262,8 @@ int main(void)
         budget = 2 * KV_OFFLOAD_FAULT_COUNT;
     kvt_dir_t dir;
     kvt_dir_make(&dir);
-    uint32_t engines[2];
-    int ne = kvt_engines(&dir, engines);
+    uint32_t ioqs[2];
+    int ne = kvt_ioqs(&dir, ioqs);
     for (int e = 0; e < ne; e++) {
         tally_t all = {0};
         uint64_t per_kind = budget / (2 * KV_OFFLOAD_FAULT_COUNT);
@@ -271,10 +271,10 @@ int main(void)
             kv_offload_fault_t fc = {.seed = 100 + (uint64_t)k};
             fc.ppm[k] = 250000;
             tally_t t = {0};
-            one_run(&dir, engines[e], &fc, per_kind, 7 + (uint64_t)k, &t);
+            one_run(&dir, ioqs[e], &fc, per_kind, 7 + (uint64_t)k, &t);
             printf("%s %-6s faults %6llu  writes ok %7llu err %6llu  reads ok %7llu "
                    "corrupt %5llu err %6llu  final corrupt %4llu\n",
-                   kvt_engine_name(engines[e]), kind_name[k], (unsigned long long)t.faults,
+                   kvt_ioq_name(ioqs[e]), kind_name[k], (unsigned long long)t.faults,
                    (unsigned long long)t.writes_ok, (unsigned long long)t.writes_err,
                    (unsigned long long)t.reads_ok, (unsigned long long)t.reads_corrupt,
                    (unsigned long long)t.reads_err, (unsigned long long)t.final_corrupt);
@@ -293,12 +293,12 @@ int main(void)
         for (int k = 0; k < KV_OFFLOAD_FAULT_COUNT; k++)
             mix.ppm[k] = 40000;
         tally_t t = {0};
-        one_run(&dir, engines[e], &mix, all.faults < budget ? budget - all.faults : 1, 99, &t);
+        one_run(&dir, ioqs[e], &mix, all.faults < budget ? budget - all.faults : 1, 99, &t);
         tally_add(&all, &t);
         printf("%s total: faults injected %llu, page writes ok %llu failed %llu, page reads "
                "ok %llu corrupt-reported %llu error-reported %llu; wrong data returned %llu, "
                "silently lost %llu, phantom %llu, unexpected status %llu\n",
-               kvt_engine_name(engines[e]), (unsigned long long)all.faults,
+               kvt_ioq_name(ioqs[e]), (unsigned long long)all.faults,
                (unsigned long long)all.writes_ok, (unsigned long long)all.writes_err,
                (unsigned long long)all.reads_ok, (unsigned long long)all.reads_corrupt,
                (unsigned long long)all.reads_err, (unsigned long long)all.silent,

@@ -2,7 +2,7 @@
  * test_offload_owner.c — one owner per page file, and creation a crash
  * cannot wedge (offload/kv_offload.h, "One owner", kv_offload_create).
  *
- * For every engine: a second kv_offload_open of a file this process holds
+ * For every I/O queue: a second kv_offload_open of a file this process holds
  * is KV_EBUSY, and so is one from a forked child (a separate process), both
  * while the first file object lives; once it is closed the file opens
  * again. The superblock names the holder's owner id, a new one per open,
@@ -29,12 +29,12 @@ enum { PB = 4096, CAP = 64 };
 
 static uint8_t g_in[PB], g_out[PB], g_scratch[PB];
 
-static kv_offload_config_t cfg(uint32_t engine, uint32_t flags)
+static kv_offload_config_t cfg(uint32_t ioq, uint32_t flags)
 {
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = CAP;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 8;
     c.flags = flags;
     return c;
@@ -73,13 +73,13 @@ static int get(kv_offload_file_t *f, kv_offload_slot_t s, uint64_t key, uint64_t
 }
 
 /* In a child process: kv_offload_open of path must return `want`. */
-static void open_in_child(const char *path, uint32_t engine, int want)
+static void open_in_child(const char *path, uint32_t ioq, int want)
 {
     fflush(NULL);
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
-        kv_offload_config_t c = cfg(engine, 0);
+        kv_offload_config_t c = cfg(ioq, 0);
         kv_offload_file_t *f = NULL;
         int r = kv_offload_open(path, &c, &f);
         if (r == 0)
@@ -91,11 +91,11 @@ static void open_in_child(const char *path, uint32_t engine, int want)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-static void test_one_owner(const kvt_dir_t *d, uint32_t engine)
+static void test_one_owner(const kvt_dir_t *d, uint32_t ioq)
 {
     char path[4096];
     kvt_path(d, "owned.kvp", path);
-    kv_offload_config_t c = cfg(engine, 0);
+    kv_offload_config_t c = cfg(ioq, 0);
     kv_offload_file_t *a = NULL, *b = NULL;
     CHECK_OK(kv_offload_create(path, &c, &a));
     kv_offload_stats_t st;
@@ -106,13 +106,13 @@ static void test_one_owner(const kvt_dir_t *d, uint32_t engine)
     uint64_t owner0 = st.owner;
     kv_offload_slot_t s = put(a, 7, 1, 7);
 
-    /* a second owner: in this process (any engine), in another process */
-    for (uint32_t e = KV_OFFLOAD_ENGINE_AUTO; e <= KV_OFFLOAD_ENGINE_PREAD; e++) {
+    /* a second owner: in this process (any I/O queue), in another process */
+    for (uint32_t e = KV_OFFLOAD_IOQ_AUTO; e <= KV_OFFLOAD_IOQ_PREAD; e++) {
         kv_offload_config_t c2 = cfg(e, 0);
         CHECK_EQ(kv_offload_open(path, &c2, &b), KV_EBUSY);
         CHECK_EQ(kv_offload_create(path, &c2, &b), -EEXIST);
     }
-    open_in_child(path, engine, KV_EBUSY);
+    open_in_child(path, ioq, KV_EBUSY);
     CHECK(b == NULL);
     /* the owner is unharmed */
     CHECK_EQ(get(a, s, 7, 1), 0);
@@ -121,7 +121,7 @@ static void test_one_owner(const kvt_dir_t *d, uint32_t engine)
     CHECK_OK(kv_offload_close(a));
 
     /* free again: it opens, in a child and here; a new owner id each time */
-    open_in_child(path, engine, 0);
+    open_in_child(path, ioq, 0);
     CHECK_OK(kv_offload_open(path, &c, &a));
     kv_offload_stats(a, &st);
     CHECK(st.owner != owner0 && st.owner != 0);
@@ -137,11 +137,11 @@ static void test_one_owner(const kvt_dir_t *d, uint32_t engine)
 }
 
 /* Two owners where locks do not work (NO_LOCK on the second open). */
-static void test_no_lock(const kvt_dir_t *d, uint32_t engine)
+static void test_no_lock(const kvt_dir_t *d, uint32_t ioq)
 {
     char path[4096];
     kvt_path(d, "nolock.kvp", path);
-    kv_offload_config_t c = cfg(engine, 0), cn = cfg(engine, KV_OFFLOAD_NO_LOCK);
+    kv_offload_config_t c = cfg(ioq, 0), cn = cfg(ioq, KV_OFFLOAD_NO_LOCK);
     kv_offload_file_t *a = NULL, *b = NULL;
     CHECK_OK(kv_offload_create(path, &c, &a));
     CHECK_OK(kv_offload_close(a));
@@ -185,13 +185,13 @@ static void write_file(const char *path, size_t bytes)
         close(fd);
 }
 
-static void test_create(const kvt_dir_t *d, uint32_t engine)
+static void test_create(const kvt_dir_t *d, uint32_t ioq)
 {
     char path[4096], tmp[4200], idx[4200];
     kvt_path(d, "made.kvp", path);
     snprintf(tmp, sizeof tmp, "%s%s", path, KV_OFFLOAD_NEW_SUFFIX);
     snprintf(idx, sizeof idx, "%s.idx", path);
-    kv_offload_config_t c = cfg(engine, 0);
+    kv_offload_config_t c = cfg(ioq, 0);
     kv_offload_file_t *f = NULL;
 
     /* a crash inside create left a half-made file and an index: replaced */
@@ -244,9 +244,9 @@ int main(void)
     kvt_dir_t d;
     kvt_dir_make(&d);
     uint32_t eng[2];
-    int ne = kvt_engines(&d, eng);
+    int ne = kvt_ioqs(&d, eng);
     for (int i = 0; i < ne; i++) {
-        fprintf(stderr, "engine %s\n", kvt_engine_name(eng[i]));
+        fprintf(stderr, "ioq %s\n", kvt_ioq_name(eng[i]));
         test_one_owner(&d, eng[i]);
         test_no_lock(&d, eng[i]);
         test_create(&d, eng[i]);

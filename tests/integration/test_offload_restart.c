@@ -1,9 +1,9 @@
 /*
  * test_offload_restart.c — a page file outlives its process.
  *
- * Checks, for every engine: close + reopen lists exactly the pages held at
+ * Checks, for every I/O queue: close + reopen lists exactly the pages held at
  * close (key, generation, bytes, tokens, format) and every one reads back
- * byte-exact, also through the other engine; a crash (no index write) after
+ * byte-exact, also through the other I/O queue; a crash (no index write) after
  * sync restores the synced set, and a slot rewritten after the last index
  * reads as KV_ECORRUPT, never as the new page's bytes under the old name;
  * a torn write that "succeeded" before a restart reads as KV_ECORRUPT; a
@@ -29,12 +29,12 @@ typedef struct pg {
 
 static uint8_t g_buf[64][PB], g_scratch[PB];
 
-static kv_offload_config_t cfg_for(uint32_t engine)
+static kv_offload_config_t cfg_for(uint32_t ioq)
 {
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = CAP;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 16;
     return c;
 }
@@ -125,15 +125,15 @@ static void copy_file(const char *from, const char *to)
     close(b);
 }
 
-static void run(const kvt_dir_t *dir, uint32_t engine, uint32_t other)
+static void run(const kvt_dir_t *dir, uint32_t ioq, uint32_t other)
 {
     char path[4096], idx[4096], tmp[4096];
     kvt_path(dir, "rs.kvp", path);
     kvt_path(dir, "rs.kvp.idx", idx);
     kvt_path(dir, "rs.kvp.idx.tmp", tmp);
-    kv_offload_config_t c = cfg_for(engine);
+    kv_offload_config_t c = cfg_for(ioq);
     kv_offload_file_t *f;
-    uint64_t s = 1234 + engine;
+    uint64_t s = 1234 + ioq;
     enum { N = 150 };
     pg_t p[N];
     int status[64];
@@ -148,9 +148,9 @@ static void run(const kvt_dir_t *dir, uint32_t engine, uint32_t other)
     }
     CHECK_OK(kv_offload_close(f));
 
-    /* 1. reopen: same pages, same bytes; through the other engine too */
+    /* 1. reopen: same pages, same bytes; through the other I/O queue too */
     for (int pass = 0; pass < 2; pass++) {
-        kv_offload_config_t oc = cfg_for(pass ? other : engine);
+        kv_offload_config_t oc = cfg_for(pass ? other : ioq);
         oc.page_bytes = 0; /* from the file */
         CHECK_OK(kv_offload_open(path, &oc, &f));
         CHECK(list_matches(f, p, N));
@@ -311,10 +311,10 @@ int main(void)
     uint64_t live0 = kv_mem_live_bytes();
     kvt_dir_t dir;
     kvt_dir_make(&dir);
-    uint32_t engines[2];
-    int ne = kvt_engines(&dir, engines);
+    uint32_t ioqs[2];
+    int ne = kvt_ioqs(&dir, ioqs);
     for (int e = 0; e < ne; e++)
-        run(&dir, engines[e], engines[(e + 1) % ne]);
+        run(&dir, ioqs[e], ioqs[(e + 1) % ne]);
     kvt_dir_remove(&dir);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     return kv_test_end();

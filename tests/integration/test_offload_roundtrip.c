@@ -1,6 +1,6 @@
 /*
  * test_offload_roundtrip.c — pages through a page file and back, with every
- * engine this machine runs (io_uring, pread), several page sizes (64 B to
+ * I/O queue this machine runs (io_uring, pread), several page sizes (64 B to
  * 64 KiB, and one that is not a power of two), every format tag, partial
  * payloads, buffered and O_DIRECT files.
  *
@@ -112,7 +112,7 @@ static int read_check(kv_offload_file_t *f, const page_desc_t *p, uint32_t n,
     return bad;
 }
 
-static void roundtrip(const kvt_dir_t *dir, uint32_t engine, uint32_t page_bytes,
+static void roundtrip(const kvt_dir_t *dir, uint32_t ioq, uint32_t page_bytes,
                       uint32_t flags)
 {
     enum { N = 300 };
@@ -121,7 +121,7 @@ static void roundtrip(const kvt_dir_t *dir, uint32_t engine, uint32_t page_bytes
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = page_bytes;
     c.capacity = N + 20;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 32;
     c.flags = flags;
     kv_offload_file_t *f;
@@ -131,7 +131,7 @@ static void roundtrip(const kvt_dir_t *dir, uint32_t engine, uint32_t page_bytes
         return;
     kv_offload_stats_t st;
     kv_offload_stats(f, &st);
-    CHECK(!strcmp(st.engine, kvt_engine_name(engine)));
+    CHECK(!strcmp(st.ioq, kvt_ioq_name(ioq)));
     CHECK_EQ(st.page_bytes, page_bytes);
     CHECK(st.slot_bytes >= page_bytes + KV_OFFLOAD_HDR_BYTES && st.slot_bytes % st.align == 0);
     if (flags & KV_OFFLOAD_BUFFERED)
@@ -139,7 +139,7 @@ static void roundtrip(const kvt_dir_t *dir, uint32_t engine, uint32_t page_bytes
     else if (!st.direct)
         fprintf(stderr, "note: O_DIRECT refused in %s, buffered fallback\n", dir->path);
 
-    uint64_t s = page_bytes * 31u + engine;
+    uint64_t s = page_bytes * 31u + ioq;
     page_desc_t p[N];
     make_pages(p, N, page_bytes, &s, 1000);
     CHECK_EQ(write_pages(f, p, N, page_bytes), 0);
@@ -191,7 +191,7 @@ static void roundtrip(const kvt_dir_t *dir, uint32_t engine, uint32_t page_bytes
 }
 
 /* Non-adjacent slots: every I/O is one slot, so queue_depth are in flight. */
-static void scattered(const kvt_dir_t *dir, uint32_t engine)
+static void scattered(const kvt_dir_t *dir, uint32_t ioq)
 {
     enum { N = 512, PB = 4096 };
     char path[4096];
@@ -199,7 +199,7 @@ static void scattered(const kvt_dir_t *dir, uint32_t engine)
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = N;
-    c.engine = engine;
+    c.ioq = ioq;
     c.queue_depth = 32;
     kv_offload_file_t *f;
     CHECK_OK(kv_offload_create(path, &c, &f));
@@ -270,7 +270,7 @@ static void scattered(const kvt_dir_t *dir, uint32_t engine)
 }
 
 /* Bad input: refused, nothing changes. */
-static void bad_input(const kvt_dir_t *dir, uint32_t engine)
+static void bad_input(const kvt_dir_t *dir, uint32_t ioq)
 {
     char path[4096], path2[4096];
     kvt_path(dir, "bad.kvp", path);
@@ -278,7 +278,7 @@ static void bad_input(const kvt_dir_t *dir, uint32_t engine)
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = 4096;
     c.capacity = 8;
-    c.engine = engine;
+    c.ioq = ioq;
     kv_offload_file_t *f, *g;
     kv_offload_config_t b = c;
     b.page_bytes = 100;
@@ -287,7 +287,7 @@ static void bad_input(const kvt_dir_t *dir, uint32_t engine)
     b.capacity = 0;
     CHECK_EQ(kv_offload_create(path, &b, &f), KV_ERANGE);
     b = c;
-    b.engine = 7;
+    b.ioq = 7;
     CHECK_EQ(kv_offload_create(path, &b, &f), KV_EINVAL);
     b = c;
     b.fault.ppm[0] = 2000000;
@@ -363,19 +363,19 @@ int main(void)
     uint64_t live0 = kv_mem_live_bytes();
     kvt_dir_t dir;
     kvt_dir_make(&dir);
-    uint32_t engines[2];
-    int ne = kvt_engines(&dir, engines);
+    uint32_t ioqs[2];
+    int ne = kvt_ioqs(&dir, ioqs);
     g_data = malloc(300u << 16);
     g_out = malloc(300u << 16);
     g_scratch = malloc(1u << 16);
     static const uint32_t sizes[] = {64, 1088, 4096, 16384, 65536};
     for (int e = 0; e < ne; e++) {
         for (int i = 0; i < 5; i++)
-            roundtrip(&dir, engines[e], sizes[i], 0);
-        roundtrip(&dir, engines[e], 4096, KV_OFFLOAD_BUFFERED);
-        roundtrip(&dir, engines[e], 4096, KV_OFFLOAD_NO_FIXED);
-        scattered(&dir, engines[e]);
-        bad_input(&dir, engines[e]);
+            roundtrip(&dir, ioqs[e], sizes[i], 0);
+        roundtrip(&dir, ioqs[e], 4096, KV_OFFLOAD_BUFFERED);
+        roundtrip(&dir, ioqs[e], 4096, KV_OFFLOAD_NO_FIXED);
+        scattered(&dir, ioqs[e]);
+        bad_input(&dir, ioqs[e]);
     }
     free(g_data);
     free(g_out);

@@ -1,7 +1,7 @@
 /*
  * test_offload_util.h — helpers shared by the offload test programs
  * (test_offload_*.c under tests/): a scratch directory where O_DIRECT works,
- * reproducible page contents, and the list of engines this machine runs.
+ * reproducible page contents, and the list of I/O queues this machine runs.
  *
  * Scratch directory: $KV_OFFLOAD_TEST_DIR if set, else the current
  * directory (CTest runs tests in the build directory, on a real filesystem;
@@ -85,7 +85,7 @@ static inline int kvt_same(const uint8_t *p, uint32_t bytes, uint64_t key, uint6
 }
 
 /* Engines that run here: uring only when io_uring initialises. */
-static inline int kvt_engines(const kvt_dir_t *d, uint32_t out[2])
+static inline int kvt_ioqs(const kvt_dir_t *d, uint32_t out[2])
 {
     int n = 0;
     char p[4096];
@@ -93,23 +93,23 @@ static inline int kvt_engines(const kvt_dir_t *d, uint32_t out[2])
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = 64;
     c.capacity = 1;
-    c.engine = KV_OFFLOAD_ENGINE_URING;
+    c.ioq = KV_OFFLOAD_IOQ_URING;
     kv_offload_file_t *f;
     int r = kv_offload_create(p, &c, &f);
     if (r == 0) {
         kv_offload_close(f);
         kv_offload_unlink(p);
-        out[n++] = KV_OFFLOAD_ENGINE_URING;
+        out[n++] = KV_OFFLOAD_IOQ_URING;
     } else {
-        fprintf(stderr, "note: io_uring engine unavailable here (%s)\n", kv_strerror(r));
+        fprintf(stderr, "note: io_uring I/O queue unavailable here (%s)\n", kv_strerror(r));
     }
-    out[n++] = KV_OFFLOAD_ENGINE_PREAD;
+    out[n++] = KV_OFFLOAD_IOQ_PREAD;
     return n;
 }
 
-static inline const char *kvt_engine_name(uint32_t e)
+static inline const char *kvt_ioq_name(uint32_t e)
 {
-    return e == KV_OFFLOAD_ENGINE_URING ? "uring" : "pread";
+    return e == KV_OFFLOAD_IOQ_URING ? "uring" : "pread";
 }
 
 /* Nothing owned by I/O: no staging unit, no io, no open batch. */

@@ -1,6 +1,6 @@
 /*
  * test_store_offload.c — the page-file tier through the public API, with
- * every engine that runs here (io_uring when it initialises, pread):
+ * every I/O queue that runs here (io_uring when it initialises, pread):
  *   - config: offload fields without a path, bad flags, ranges, an existing
  *     file without KV_OFFLOAD_OPEN, a missing one with it; no page file:
  *     KV_ENOTSUP, every page resident;
@@ -231,7 +231,7 @@ static void test_roundtrip(const kvt_dir_t *d, uint32_t flags)
     kv_offload_stats_t fs;
     kv_offload_stats(kv_store_off_file(st), &fs);
     CHECK(fs.staging_used == 0 && fs.ios_inflight == 0 && fs.batches_open == 0);
-    printf("engine %s: %llu pages out, %llu in\n", fs.engine,
+    printf("engine %s: %llu pages out, %llu in\n", fs.ioq,
            (unsigned long long)s4.pages_out, (unsigned long long)s4.pages_in);
     for (int i = 0; i < N; i++)
         kv_test_seq_free(&ref[i]);
@@ -297,9 +297,9 @@ int main(void)
     test_config(&d);
     test_fault_knob(&d);
     uint32_t eng[2];
-    int n = kvt_engines(&d, eng);
+    int n = kvt_ioqs(&d, eng);
     for (int i = 0; i < n; i++)
-        test_roundtrip(&d, eng[i] == KV_OFFLOAD_ENGINE_PREAD ? KV_OFFLOAD_PREAD : 0);
+        test_roundtrip(&d, eng[i] == KV_OFFLOAD_IOQ_PREAD ? KV_OFFLOAD_PREAD : 0);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     kvt_dir_remove(&d);
     return kv_test_end();

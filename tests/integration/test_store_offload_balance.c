@@ -11,7 +11,7 @@
  *     second one returns -ENOSPC and changes nothing (residency, stats,
  *     kv_store_check), balance returns -ENOSPC when it can write nothing;
  *     freeing the first sequence makes room;
- *   - the count is balance's own (every engine): writes of an earlier
+ *   - the count is balance's own (every I/O queue): writes of an earlier
  *     kv_seq_offload still in flight when balance starts (one page per I/O,
  *     one I/O at a time) are not among the pages it returns.
  */
@@ -121,9 +121,9 @@ int main(void)
     test_watermarks(&d, 256);
     test_watermarks(&d, 40);
     uint32_t eng[2];
-    int n = kvt_engines(&d, eng);
+    int n = kvt_ioqs(&d, eng);
     for (int i = 0; i < n; i++)
-        test_own_count(&d, eng[i] == KV_OFFLOAD_ENGINE_PREAD ? KV_OFFLOAD_PREAD : 0);
+        test_own_count(&d, eng[i] == KV_OFFLOAD_IOQ_PREAD ? KV_OFFLOAD_PREAD : 0);
     CHECK_EQ(kv_mem_live_bytes(), live0);
     kvt_dir_remove(&d);
     return kv_test_end();

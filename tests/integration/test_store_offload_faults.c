@@ -4,13 +4,13 @@
  *
  *   test_store_offload_faults [MIN_FAULTS [SEED]]
  *
- * For every engine that runs here, sequences of every kind (FP16, INT4,
+ * For every I/O queue that runs here, sequences of every kind (FP16, INT4,
  * INT2, compacted, MERGED pair) go to the page file and back, round after
  * round, with the file's fault shim injecting EIO, ENOSPC, short
  * transfers, torn writes, bit flips, EAGAIN and EINTR on about a third of
  * all transfers (2% that lose or damage the page, the rest recoverable;
  * one slot per I/O, so every page meets the shim), until at
- * least MIN_FAULTS faults (default 4000 per engine) were injected. After
+ * least MIN_FAULTS faults (default 4000 per I/O queue) were injected. After
  * every page-out and every page-in, every page of every sequence is read
  * (kv_read of its token range) and must be either bit-exact with the
  * reference, or not readable (KV_ENOTRES) with the page marked lost and
@@ -22,7 +22,7 @@
  * freed and built anew. At the end, with faults off, everything comes back
  * or is freed: no slot held, no pool page used, no metadata byte left
  * (kv_mem_live_bytes), kv_store_check clean throughout; ASan sees the rest.
- * Prints one JSON line per engine with the counts.
+ * Prints one JSON line per I/O queue with the counts.
  */
 #include "test_store_offload_util.h"
 
@@ -216,7 +216,7 @@ static void run(const kvt_dir_t *d, uint32_t flags, uint64_t min_faults, uint64_
            "\"lost_reported\":%llu,\"seqs_rebuilt\":%llu,\"attn_checked\":%llu,"
            "\"corrupt_returned\":%llu,\"silent_losses\":%llu,\"leaked_slots\":%llu,"
            "\"leaked_pages\":%llu,\"leaked_meta_bytes\":%llu}\n",
-           fs.engine, (unsigned long long)t.rounds, (unsigned long long)faults,
+           fs.ioq, (unsigned long long)t.rounds, (unsigned long long)faults,
            (unsigned long long)by_kind[0], (unsigned long long)by_kind[1],
            (unsigned long long)by_kind[2], (unsigned long long)by_kind[3],
            (unsigned long long)by_kind[4], (unsigned long long)by_kind[5],
@@ -237,9 +237,9 @@ int main(int argc, char **argv)
     kvt_dir_t d;
     kvt_dir_make(&d);
     uint32_t eng[2];
-    int n = kvt_engines(&d, eng);
+    int n = kvt_ioqs(&d, eng);
     for (int i = 0; i < n; i++)
-        run(&d, eng[i] == KV_OFFLOAD_ENGINE_PREAD ? KV_OFFLOAD_PREAD : 0, min_faults, seed);
+        run(&d, eng[i] == KV_OFFLOAD_IOQ_PREAD ? KV_OFFLOAD_PREAD : 0, min_faults, seed);
     kvt_dir_remove(&d);
     return kv_test_end();
 }

@@ -1,6 +1,6 @@
 /*
  * test_store_offload_pressure.c — the memory-pressure ladder's offload step
- * (kvpage.h, "memory pressure"; engine/kv_store_pressure.c) and the offload
+ * (kvpage.h, "memory pressure"; store/kv_store_pressure.c) and the offload
  * tier seen by every mutating call (KV_OFFLOAD_WAIT).
  *
  * Store: test_store_offload_util.h's shape (4 layers, 2 kv heads, 16 FP16

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "engine/kv_store_int.h"
+#include "store/kv_store_int.h"
 #include "kv_test_snap.h"
 #include "test_offload_util.h"
 

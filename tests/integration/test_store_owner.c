@@ -1,7 +1,7 @@
 /*
  * test_store_owner.c — two stores on one page file, through the public API
  * (issue: they returned each other's data silently). For the io_uring
- * engine (where it runs) and KV_OFFLOAD_PREAD:
+ * I/O queue (where it runs) and KV_OFFLOAD_PREAD:
  *   - within one process: while store A holds the file, a second
  *     kv_store_create with KV_OFFLOAD_OPEN is KV_EBUSY and one without it
  *     -EEXIST, and A's sequence still reads back bit-exact; once A is
@@ -58,12 +58,12 @@ static void check_seq(kv_store_t *st, kv_seq_id_t seq, const kv_test_seq_t *ref)
     kv_test_seq_free(&now);
 }
 
-static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
+static void test_ioq(const kvt_dir_t *d, uint32_t ioq_flag)
 {
     char path[4096];
     kvt_path(d, "owned.kvp", path);
     int rc;
-    kv_store_t *a = store(path, engine_flag, &rc);
+    kv_store_t *a = store(path, ioq_flag, &rc);
     CHECK_OK(rc);
     if (!a)
         return;
@@ -76,7 +76,7 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
     CHECK_OK(kv_seq_wait(a, seq));
     CHECK_OK(kv_store_offload_sync(a));
 
-    /* second store, this process, both engines */
+    /* second store, this process, both I/O queues */
     const uint32_t eng[2] = {0, KV_OFFLOAD_PREAD};
     for (int i = 0; i < 2; i++) {
         CHECK(store(path, KV_OFFLOAD_OPEN | eng[i], &rc) == NULL);
@@ -85,7 +85,7 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
         CHECK_EQ(rc, -EEXIST);
     }
     /* another process */
-    CHECK(child_ok(child_open(path, KV_OFFLOAD_OPEN | engine_flag, KV_EBUSY)));
+    CHECK(child_ok(child_open(path, KV_OFFLOAD_OPEN | ioq_flag, KV_EBUSY)));
     /* the owner saw nothing of it */
     check_seq(a, seq, &ref);
     CHECK_OK(kv_seq_offload(a, seq));
@@ -95,7 +95,7 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
     kv_store_destroy(a);
 
     /* free now: the next store restores it */
-    kv_store_t *b = store(path, KV_OFFLOAD_OPEN | engine_flag, &rc);
+    kv_store_t *b = store(path, KV_OFFLOAD_OPEN | ioq_flag, &rc);
     CHECK_OK(rc);
     if (b) {
         uint32_t n = 0;
@@ -114,7 +114,7 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
     pid_t pid = fork();
     if (pid == 0) {
         close(p[0]);
-        kv_store_t *c = store(path, KV_OFFLOAD_OPEN | engine_flag, &rc);
+        kv_store_t *c = store(path, KV_OFFLOAD_OPEN | ioq_flag, &rc);
         char ok = rc == 0 ? 'y' : 'n';
         if (write(p[1], &ok, 1) != 1 || !c)
             _exit(1);
@@ -125,12 +125,12 @@ static void test_engine(const kvt_dir_t *d, uint32_t engine_flag)
     char ok = 0;
     CHECK(read(p[0], &ok, 1) == 1 && ok == 'y');
     close(p[0]);
-    CHECK(store(path, KV_OFFLOAD_OPEN | engine_flag, &rc) == NULL);
+    CHECK(store(path, KV_OFFLOAD_OPEN | ioq_flag, &rc) == NULL);
     CHECK_EQ(rc, KV_EBUSY);
     kill(pid, SIGKILL);
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
-    b = store(path, KV_OFFLOAD_OPEN | engine_flag, &rc);
+    b = store(path, KV_OFFLOAD_OPEN | ioq_flag, &rc);
     CHECK_OK(rc);
     if (b) {
         check_seq(b, seq, &ref);
@@ -146,10 +146,10 @@ int main(void)
     kvt_dir_t d;
     kvt_dir_make(&d);
     uint32_t eng[2];
-    int ne = kvt_engines(&d, eng);
+    int ne = kvt_ioqs(&d, eng);
     for (int i = 0; i < ne; i++) {
-        fprintf(stderr, "engine %s\n", kvt_engine_name(eng[i]));
-        test_engine(&d, eng[i] == KV_OFFLOAD_ENGINE_PREAD ? KV_OFFLOAD_PREAD : 0);
+        fprintf(stderr, "ioq %s\n", kvt_ioq_name(eng[i]));
+        test_ioq(&d, eng[i] == KV_OFFLOAD_IOQ_PREAD ? KV_OFFLOAD_PREAD : 0);
     }
     char path[4096];
     kvt_path(&d, "adir", path);

@@ -114,7 +114,7 @@ static void test_blocks(void)
 /* One matrix type: random blocks, x; packed matmul against a double
  * reference, bit-identical across threads and batch sizes, and the scalar
  * path (no SIMD) close to the SIMD one. */
-static void matmul_case(uint32_t type, uint64_t *rs, kv_pool_t *pool)
+static void matmul_case(uint32_t type, uint64_t *rs, kv_workers_t *workers)
 {
     enum { R = 37, C = 96, N = 11 };
     const size_t rb = kv_q_row_bytes(type, C);
@@ -146,20 +146,20 @@ static void matmul_case(uint32_t type, uint64_t *rs, kv_pool_t *pool)
     CHECK_EQ(kv_q_matmul(&m, x, N, y1, R, NULL, 1), KV_EINVAL); /* not packed yet */
     CHECK_OK(kv_q_pack(&m));
     CHECK_OK(kv_q_matmul(&m, x, N, y1, R, NULL, 1));
-    CHECK_OK(kv_q_matmul(&m, x, N, y2, R, pool, 3));
+    CHECK_OK(kv_q_matmul(&m, x, N, y2, R, workers, 3));
     CHECK(!memcmp(y1, y2, N * R * 4));
     /* Every row alone, and in a batch of 2, gives the same bits. */
     int same = 1;
     for (int t = 0; t < N; t++) {
-        CHECK_OK(kv_q_matmul(&m, x + t * C, 1, y3, R, pool, 2));
+        CHECK_OK(kv_q_matmul(&m, x + t * C, 1, y3, R, workers, 2));
         same &= !memcmp(y3, y1 + t * R, R * 4);
     }
-    CHECK_OK(kv_q_matmul(&m, x + 4 * C, 2, y3, R, pool, 0));
+    CHECK_OK(kv_q_matmul(&m, x + 4 * C, 2, y3, R, workers, 0));
     same &= !memcmp(y3, y1 + 4 * R, 2 * R * 4);
     CHECK(same);
     double worst = 0, worst_scalar = 0;
     kv_q_set_simd(0);
-    CHECK_OK(kv_q_matmul(&m, x, N, y2, R, pool, 2));
+    CHECK_OK(kv_q_matmul(&m, x, N, y2, R, workers, 2));
     kv_q_set_simd(1);
     for (int r = 0; r < R; r++) {
         kv_q_dequant_row(type, w + r * rb, row, C);
@@ -184,13 +184,13 @@ static void matmul_case(uint32_t type, uint64_t *rs, kv_pool_t *pool)
 static void test_matmul(void)
 {
     uint64_t rs = 7;
-    kv_pool_t *pool = NULL;
-    CHECK_OK(kv_pool_create(3, &pool));
-    CHECK_EQ(kv_pool_size(pool), 3);
+    kv_workers_t *workers = NULL;
+    CHECK_OK(kv_workers_create(3, &workers));
+    CHECK_EQ(kv_workers_size(workers), 3);
     const uint32_t types[] = {KV_GGML_Q4_1, KV_GGML_Q8_0, KV_GGML_F16, KV_GGML_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        matmul_case(types[i], &rs, pool);
-    kv_pool_destroy(pool);
+        matmul_case(types[i], &rs, workers);
+    kv_workers_destroy(workers);
     float a[24], b[24];
     for (int i = 0; i < 24; i++)
         a[i] = kv_test_randf(&rs), b[i] = kv_test_randf(&rs);

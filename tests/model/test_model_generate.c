@@ -1,5 +1,5 @@
 /*
- * test_model_generate.c — the engine end to end on real text, KV cache in
+ * test_model_generate.c — the reference model end to end on real text, KV cache in
  * the store.
  *
  * Checks:

@@ -1,5 +1,5 @@
 /*
- * test_model_logits.c — the engine's attention through FP16 pages against
+ * test_model_logits.c — the model's attention through FP16 pages against
  * its dense-attention path, determinism, forks and rollback.
  *
  * Two levels of comparison, because K/V are rounded to FP16 in both paths
@@ -262,7 +262,7 @@ static void test_paged_vs_dense(const kv_model_t *m, const int32_t *ids, uint32_
 /* ---- determinism ---------------------------------------------------------- */
 
 /* Greedy continuation of 16 tokens; the final logits into last. Paged, or
- * dense (attention rows on the engine's pool, scores per worker). */
+ * dense (attention rows on the model's workers, scores per worker). */
 static void greedy(const kv_model_t *m, const int32_t *ids, uint32_t n, int threads, int dense,
                    int32_t *out, float *last)
 {

@@ -1,5 +1,5 @@
 /*
- * test_tok_synth.c — the tokenizer (engine/model/kv_tok*) on a hand-built
+ * test_tok_synth.c — the tokenizer (model/kv_tok*) on a hand-built
  * vocabulary, so its core is tested without the model file: never skips.
  *
  * Vocabulary: ids 0..255 are the single bytes (GPT-2 mapped text, written

@@ -1,6 +1,6 @@
 """dlopen.py — libkvpage.so loads into a Python process with ctypes, with
 nothing preloaded (the way a Python binding will load it), and a few of its
-functions answer: the version, an error's name, a worker pool created,
+functions answer: the version, an error's name, a worker workers created,
 sized and destroyed. Fails if jemalloc is in the process, before or after.
 
 Usage: python3 dlopen.py LIBKVPAGE_SO VERSION
@@ -30,15 +30,15 @@ def main():
     enomem = lib.kv_strerror(-1002).decode()
     if not enomem or enomem == lib.kv_strerror(-1001).decode():
         sys.exit("dlopen.py: kv_strerror: %r" % enomem)
-    pool = ctypes.c_void_p()
-    lib.kv_pool_create.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
-    lib.kv_pool_size.argtypes = [ctypes.c_void_p]
-    lib.kv_pool_size.restype = ctypes.c_uint32
-    lib.kv_pool_destroy.argtypes = [ctypes.c_void_p]
-    rc = lib.kv_pool_create(3, ctypes.byref(pool))
-    if rc != 0 or lib.kv_pool_size(pool) != 3:
-        sys.exit("dlopen.py: kv_pool_create(3) = %d, size %d" % (rc, lib.kv_pool_size(pool)))
-    lib.kv_pool_destroy(pool)
+    workers = ctypes.c_void_p()
+    lib.kv_workers_create.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+    lib.kv_workers_size.argtypes = [ctypes.c_void_p]
+    lib.kv_workers_size.restype = ctypes.c_uint32
+    lib.kv_workers_destroy.argtypes = [ctypes.c_void_p]
+    rc = lib.kv_workers_create(3, ctypes.byref(workers))
+    if rc != 0 or lib.kv_workers_size(workers) != 3:
+        sys.exit("dlopen.py: kv_workers_create(3) = %d, size %d" % (rc, lib.kv_workers_size(workers)))
+    lib.kv_workers_destroy(workers)
     print("dlopen.py: %s loaded without jemalloc; kvpage %s; %s" % (path, version, enomem))
 
 

@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "engine/kv_store_int.h" /* the residual length, to name conversions */
+#include "store/kv_store_int.h" /* the residual length, to name conversions */
 #include "kv_test.h"
 #include "pages/kv_page_int.h"
 

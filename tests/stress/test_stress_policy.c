@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
-#include "engine/kv_policy_int.h" /* budgets from the policy state */
+#include "store/kv_policy_int.h" /* budgets from the policy state */
 #include "kv_test.h"
 #include "kv_test_attn.h"
 

@@ -18,8 +18,8 @@
 #include "alloc/kv_alloc.h"
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
-#include "pages/kv_half.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_half.h"
 #include "pages/kv_page.h"
 
 /* ---- reference model ---------------------------------------------------- */

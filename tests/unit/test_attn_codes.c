@@ -1,18 +1,24 @@
 /*
  * test_attn_codes.c — attention computed straight from INT4/INT2 codes (the
- * traits' attn_score / attn_accum, fmt_int.c) and the attention loop's use
- * of them (kernels/cpu/kv_cpu_attend.c).
+ * score / accum steps of the CPU kernels' format table,
+ * kernels/cpu/kv_cpu_fmt_int.c) and the attention loop's use of them
+ * (kernels/cpu/kv_cpu_attend.c).
  *
  * Step level, for INT4 and INT2, head_dim 16, 64 and 128, pages with
  * constant and wide groups: every token range (whole page, inside one
  * group, across group edges, single tokens) and 1..9 query rows (blocks of
  * four rows and their remainders) with row strides wider than the data:
- *   - attn_score against q . k over the rows the format's load decodes (the
+ *   - score against q . k over the rows the format's load decodes (the
  *     per-token path), summed in double: |error| <= 1e-5 * sum |q_c k_c|;
- *   - attn_accum (adds to acc) likewise: |error| <= 1e-5 * (|acc| +
+ *   - accum (adds to acc) likewise: |error| <= 1e-5 * (|acc| +
  *     sum |p_i v_ic|);
  *   - nothing outside the rows / tokens / channels asked for is written;
- *   - every build the CPU runs (portable, AVX2, AVX-512) gives the same bits.
+ *   - every build the CPU runs (portable, AVX2, AVX-512) gives the same bits;
+ *   - attention sees the bits kv_read sees: score with a one-hot query row
+ *     (q = e_c) gives exactly channel c of the rows the format's load
+ *     decodes, and accum with one-hot probabilities (p = e_i, acc = 0)
+ *     exactly token i's decoded V row, in every build (one INT
+ *     dequantization, kv_fmt_codec_dequant).
  * Kernel level (CPU backend), lists mixing FP16, INT4 and INT2 pages with
  * partly used pages and groups, each case with and without shapes: decode
  * (GQA groups of 1, 3, 4 and 5 query heads, so that row blocks of four have
@@ -21,39 +27,33 @@
  * prefixes of one chunk), with statistics: every output row within 1e-3
  * (norm-wise relative) of dense attention in double over the decoded values,
  * statistics per token within 1e-3 relative, their total == q rows counted,
- * entries past a list untouched. The traits table: INT4/INT2 have both
- * steps, FP16 and MERGED neither (never both a step and load_variant).
+ * entries past a list untouched. The kernels' format table, in every build:
+ * INT4/INT2 are read as codes (both steps), FP16 and MERGED as rows.
  * Pages, lists, calls and their checks: the shared fixture kv_test_kern.h.
  */
 #include <string.h>
 
-#include "kernels/kv_backend.h"
+#include "formats/kv_fmt_int.h"
+#include "kernels/cpu/kv_cpu.h"
 #include "kv_test.h"
 #include "kv_test_kern.h"
-#include "pages/fmt_int.h"
 
 /* ---- the traits table ------------------------------------------------ */
 
 static void test_table(void)
 {
-    for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
-        const kv_format_traits_t *e = kv_format_get(f);
-        if (!e)
-            continue;
-        CHECK((e->attn_score == NULL) == (e->attn_accum == NULL));
-        CHECK(!(e->attn_score && e->load_variant));
-    }
-    CHECK(kv_format_get(KV_FMT_INT4)->attn_score == kv_fmt_int4_attn_score);
-    CHECK(kv_format_get(KV_FMT_INT4)->attn_accum == kv_fmt_int4_attn_accum);
-    CHECK(kv_format_get(KV_FMT_INT2)->attn_score == kv_fmt_int2_attn_score);
-    CHECK(kv_format_get(KV_FMT_INT2)->attn_accum == kv_fmt_int2_attn_accum);
-    CHECK(kv_format_get(KV_FMT_FP16)->attn_score == NULL);
-    CHECK(kv_format_get(KV_FMT_MERGED)->attn_score == NULL);
-    uint32_t ni = 0;
-    const kv_fmt_int_attn_impl_t *im = kv_fmt_int_attn_impls(&ni);
-    CHECK(ni >= 1 && strcmp(im[0].isa, "portable") == 0);
-    printf("attn from codes: %u builds usable, best %s\n", ni,
-           im[ni - 1].isa);
+    uint32_t nb = 0;
+    const kv_cpu_loops_t *const *b = kv_cpu_builds(&nb);
+    CHECK(nb >= 1 && strcmp(b[0]->isa, "portable") == 0);
+    for (uint32_t i = 0; i < nb; i++)
+        for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
+            const kv_cpu_fmt_ops_t *o = &b[i]->fmt[f];
+            const int codes = f == KV_FMT_INT4 || f == KV_FMT_INT2;
+            CHECK_EQ(o->read, codes ? KV_CPU_READ_CODES : KV_CPU_READ_ROWS);
+            CHECK((o->score != NULL) == codes && (o->accum != NULL) == codes);
+            CHECK((o->load != NULL) == !codes);
+        }
+    printf("attention builds usable: %u, best %s\n", nb, b[nb - 1]->isa);
 }
 
 /* ---- the two steps against the per-token path --------------------------- */
@@ -87,7 +87,6 @@ static void check_range(uint32_t fmt, const kv_page_geom_t *g,
                         step_errs_t *e)
 {
     const uint32_t d = g->head_dim, qs = d + 5, ss = n + 3, as = d + 7;
-    const uint32_t fi = fmt == KV_FMT_INT2; /* impl index: [0] INT4 */
     float *q = kv_test_xcalloc((size_t)nr * qs, sizeof *q);
     float *p = kv_test_xcalloc((size_t)nr * ss, sizeof *p);
     float *acc0 = kv_test_xcalloc((size_t)nr * as, sizeof *acc0);
@@ -98,7 +97,7 @@ static void check_range(uint32_t fmt, const kv_page_geom_t *g,
     for (size_t j = 0; j < (size_t)nr * as; j++)
         acc0[j] = kv_test_randf(s);
     uint32_t ni = 0;
-    const kv_fmt_int_attn_impl_t *im = kv_fmt_int_attn_impls(&ni);
+    const kv_cpu_loops_t *const *im = kv_cpu_builds(&ni);
     /* [ni] results, one extra row each to catch writes past n_rows */
     float *sc = kv_test_xcalloc((size_t)ni * (nr + 1) * ss, sizeof *sc);
     float *ac = kv_test_xcalloc((size_t)ni * (nr + 1) * as, sizeof *ac);
@@ -110,8 +109,8 @@ static void check_range(uint32_t fmt, const kv_page_geom_t *g,
         for (size_t j = 0; j < (size_t)(nr + 1) * as; j++)
             ab[j] = j < (size_t)nr * as && j % as < d ? acc0[j]
                                                       : KV_TEST_SENTINEL;
-        im[b].score[fi](page, g, t0, n, q, qs, nr, sb, ss);
-        im[b].accum[fi](page, g, t0, n, p, ss, nr, ab, as);
+        im[b]->fmt[fmt].score(page, g, t0, n, q, qs, nr, sb, ss);
+        im[b]->fmt[fmt].accum(page, g, t0, n, p, ss, nr, ab, as);
     }
     const float *sbest = sc + (size_t)(ni - 1) * (nr + 1) * ss;
     const float *abest = ac + (size_t)(ni - 1) * (nr + 1) * as;
@@ -185,6 +184,58 @@ static void test_steps(uint32_t fmt, uint32_t d, uint64_t seed)
     free(page);
     free(kd);
     free(vd);
+}
+
+/* Score with q = e_c gives k^_t[c], accum with p = e_i (acc 0) gives v^_i,
+ * bit for bit, for every token and channel of the page and every build:
+ * the steps dequantize as the format's load does. */
+static void test_same_bits(uint32_t fmt, uint32_t d, uint64_t seed)
+{
+    uint64_t s = seed;
+    const uint32_t bits = fmt == KV_FMT_INT2 ? 2 : 4;
+    kv_page_geom_t g = {.head_dim = d,
+                        .page_bytes = 2 * KV_FMT_INT_GROUP_BYTES(d, bits)};
+    const uint32_t T = kv_test_traits(fmt)->tokens_per_page(&g);
+    float *kd = kv_test_xcalloc((size_t)T * d, sizeof *kd);
+    float *vd = kv_test_xcalloc((size_t)T * d, sizeof *vd);
+    void *page =
+        kv_test_make_page(fmt, &g, T, 4.0f, 1, &s, kd, vd, NULL, NULL);
+    float *q = kv_test_xcalloc((size_t)d * d, sizeof *q);     /* [d][d] */
+    float *sc = kv_test_xcalloc((size_t)d * T, sizeof *sc);   /* [d][T] */
+    float *p = kv_test_xcalloc((size_t)T * T, sizeof *p);     /* [T][T] */
+    float *ac = kv_test_xcalloc((size_t)T * d, sizeof *ac);   /* [T][d] */
+    for (uint32_t c = 0; c < d; c++)
+        q[(size_t)c * d + c] = 1.0f;
+    for (uint32_t i = 0; i < T; i++)
+        p[(size_t)i * T + i] = 1.0f;
+    uint32_t ni = 0;
+    const kv_cpu_loops_t *const *im = kv_cpu_builds(&ni);
+    long differ = 0;
+    for (uint32_t b = 0; b < ni; b++) {
+        memset(ac, 0, (size_t)T * d * sizeof *ac);
+        im[b]->fmt[fmt].score(page, &g, 0, T, q, d, d, sc, T);
+        im[b]->fmt[fmt].accum(page, &g, 0, T, p, T, T, ac, d);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t c = 0; c < d; c++) {
+                const float ks = sc[(size_t)c * T + t] + 0.0f;
+                const float kl = kd[(size_t)t * d + c] + 0.0f;
+                const float va = ac[(size_t)t * d + c] + 0.0f;
+                const float vl = vd[(size_t)t * d + c] + 0.0f;
+                differ += memcmp(&ks, &kl, sizeof ks) != 0;
+                differ += memcmp(&va, &vl, sizeof va) != 0;
+            }
+    }
+    if (differ)
+        fprintf(stderr, "same bits %s d=%u: %ld elements differ\n",
+                kv_test_traits(fmt)->name, d, differ);
+    CHECK_EQ(differ, 0);
+    free(page);
+    free(kd);
+    free(vd);
+    free(q);
+    free(sc);
+    free(p);
+    free(ac);
 }
 
 /* ---- the backend over mixed lists ------------------------------------ */
@@ -279,6 +330,8 @@ int main(void)
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         test_steps(KV_FMT_INT4, dims[i], 100 + i);
         test_steps(KV_FMT_INT2, dims[i], 200 + i);
+        test_same_bits(KV_FMT_INT4, dims[i], 300 + i);
+        test_same_bits(KV_FMT_INT2, dims[i], 400 + i);
     }
     test_backend();
     kv_backend_destroy(&be);

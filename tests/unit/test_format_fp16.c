@@ -4,7 +4,7 @@
  * Checks: kv_format_get gives the FP16 entry (same functions as kv_fmt_fp16),
  * NULL for unknown formats and for table entries not filled in yet;
  * geometry (tokens per page, 0 when a page cannot hold one token); the byte
- * layout matches fmt_fp16.h (K rows at offset 0, V rows at 2*T*D); store/load
+ * layout matches kv_fmt_fp16.h (K rows at offset 0, V rows at 2*T*D); store/load
  * of FP32 rows round-trips within FP16 rounding (and equals
  * kv_half_from_float exactly), FP16 rows bit-exactly, both with a source
  * stride larger than head_dim; loads of sub-ranges and of K or V alone;
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
+#include "formats/kv_fmt_fp16.h"
 
 static void test_table(void)
 {

@@ -1,5 +1,5 @@
 /*
- * test_format_int.c — the INT4 and INT2 page formats (pages/fmt_int.h).
+ * test_format_int.c — the INT4 and INT2 page formats (formats/kv_fmt_int.h).
  *
  * Checks, for b in {2, 4}:
  *   - the entries: names, bits notes, copy NULL; the traits table holds the
@@ -7,7 +7,7 @@
  *   - geometry: tokens per page vs FP16 for head_dim 64/128 and many page
  *     sizes (INT2 exactly 4x, INT4 8/3x on multiples of 192*D, floor
  *     otherwise), 0 when the page or head_dim cannot hold a group; the block
- *     offsets of fmt_int.h and bits/element computed from them (4 and 6);
+ *     offsets of kv_fmt_int.h and bits/element computed from them (4 and 6);
  *   - packing: a hand-built group (scale 1, min 0, known codes) gives the
  *     exact uint32 words of the spec (code j at bits b*j.., e.g. 0xE4E4E4E4);
  *   - every decoded element equals a scalar decoder written here from the
@@ -26,14 +26,16 @@
  *     (checked in a child process) or, in NDEBUG builds, writes nothing.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
-#include "pages/fmt_int.h"
+#include "formats/kv_fmt_codec.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_fmt_int.h"
 
 static const kv_format_traits_t *fmt_of(uint32_t bits)
 {
@@ -46,7 +48,7 @@ static uint32_t tpp_of(uint32_t bits, uint32_t d, uint32_t page_bytes)
     return fmt_of(bits)->tokens_per_page(&g);
 }
 
-/* ---- a scalar decoder written from the layout spec in fmt_int.h -------- */
+/* ---- a scalar decoder written from the layout spec in kv_fmt_int.h -------- */
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -95,15 +97,45 @@ static ref_q_t ref_v(const uint8_t *page, uint32_t d, uint32_t b, uint32_t t,
     return r;
 }
 
+/* x^ = q * scale + min rounded once (kv_fmt_int.h). */
 static float ref_dec(ref_q_t r)
 {
-    float x = (float)r.q * r.s; /* separate statements: no FMA */
-    return x + r.m;
+    return fmaf((float)r.q, r.s, r.m);
 }
 
 static int same_bits(float a, float b)
 {
     return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ---- the one dequantization ---------------------------------------------- */
+
+/* kv_fmt_codec_dequant (an exact product, then the sum) is the fused
+ * multiply-add fmaf(q, s, m) for every code q and every pair of finite
+ * binary16 values s, m: s over all of them, m over both signs of every
+ * exponent with three mantissas (0, 1, all ones), +-0 included. */
+static void test_dequant_fused(void)
+{
+    long bad = 0, n = 0;
+    for (uint32_t hs = 0; hs < 0x10000u; hs++) {
+        if ((hs & 0x7c00u) == 0x7c00u) /* Inf, NaN */
+            continue;
+        const float s = kv_half_to_float((kv_half_t)hs);
+        for (uint32_t e = 0; e < 31; e++)
+            for (uint32_t mi = 0; mi < 6; mi++) {
+                static const uint16_t man[3] = {0, 1, 0x3ff};
+                const uint16_t hm = (uint16_t)((mi & 1 ? 0x8000u : 0u) |
+                                               (e << 10) | man[mi / 2]);
+                const float m = kv_half_to_float(hm);
+                for (uint32_t q = 0; q < 16; q++, n++) {
+                    const float a = kv_fmt_codec_dequant(q, s, m);
+                    const float b = fmaf((float)q, s, m);
+                    bad += memcmp(&a, &b, sizeof a) != 0;
+                }
+            }
+    }
+    CHECK(n > 80000000);
+    CHECK_EQ(bad, 0);
 }
 
 /* ---- entries and geometry ------------------------------------------------ */
@@ -174,7 +206,7 @@ static void test_geometry(void)
     CHECK_EQ(tpp_of(4, 1024, 24576), 16);
     CHECK_EQ(tpp_of(2, 16, 0xffffffffu), 16 * (0xffffffffu / 256u));
 
-    /* block offsets (fmt_int.h), D = 64: INT2 */
+    /* block offsets (kv_fmt_int.h), D = 64: INT2 */
     kv_fmt_int_layout_t l = kv_fmt_int_layout(64, 2);
     CHECK_EQ(l.group_bytes, 1024);
     CHECK_EQ(l.k_codes, 0);
@@ -663,6 +695,7 @@ static void test_store_misaligned(uint32_t b)
 
 int main(void)
 {
+    test_dequant_fused();
     test_entries();
     test_geometry();
     for (uint32_t b = 2; b <= 4; b += 2) {

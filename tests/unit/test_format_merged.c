@@ -1,5 +1,5 @@
 /*
- * test_format_merged.c — the MERGED page format (pages/fmt_merged.h) and
+ * test_format_merged.c — the MERGED page format (formats/kv_fmt_merged.h) and
  * the CPU conversion kernels (kernels/cpu/kv_cpu_convert.c) at kernel
  * level: no page table, pages in test-owned buffers.
  *
@@ -39,9 +39,9 @@
 #include "kernels/cpu/kv_cpu_convert.h"
 #include "kernels/kv_backend.h"
 #include "kv_test.h"
-#include "pages/fmt_fp16.h"
-#include "pages/fmt_int.h"
-#include "pages/fmt_merged.h"
+#include "formats/kv_fmt_fp16.h"
+#include "formats/kv_fmt_int.h"
+#include "formats/kv_fmt_merged.h"
 
 #define PI 3.14159265358979323846
 
@@ -318,27 +318,27 @@ static void test_convert(void)
         /* errors first: nothing written */
         kv_convert_params_t bad = p;
         bad.n_tokens = n - 8;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_EINVAL);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_EINVAL);
         bad = p, bad.dst_off = 8;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_EINVAL);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_EINVAL);
         bad = p, bad.n_dst = nd - 1;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_EINVAL);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_EINVAL);
         bad = p, bad.n_tokens = n + 16 * 40; /* beyond the source run */
         bad.n_dst = nd;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_EINVAL);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_EINVAL);
         bad = p, bad.dst_format = KV_FMT_MERGED;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_ENOTSUP);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_ENOTSUP);
         bad = p, bad.dst_format = 9;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &bad), KV_ENOTSUP);
+        CHECK_EQ(kv_cpu_convert(NULL, &bad), KV_ENOTSUP);
         kp[1].variant = 1; /* FP16 pages have no variants */
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &p), KV_EINVAL);
+        CHECK_EQ(kv_cpu_convert(NULL, &p), KV_EINVAL);
         kp[1].variant = 0;
         kp[2].format = 9;
-        CHECK_EQ(kv_kern_cpu_convert(NULL, &p), KV_ENOTSUP);
+        CHECK_EQ(kv_cpu_convert(NULL, &p), KV_ENOTSUP);
         kp[2].format = KV_FMT_FP16;
         CHECK(memcmp(keep0, dst[0], g.page_bytes) == 0);
 
-        CHECK_OK(kv_kern_cpu_convert(NULL, &p));
+        CHECK_OK(kv_cpu_convert(NULL, &p));
         /* the first dst_off slots' group blocks are untouched */
         size_t gb = KV_FMT_INT_GROUP_BYTES(d, b);
         CHECK(memcmp(keep0, dst[0], (dst_off / 16) * gb) == 0);
@@ -372,7 +372,7 @@ static void test_convert(void)
                                  .src_off = dst_off + 5, .n_tokens = n2,
                                  .dst_format = KV_FMT_FP16, .dst = fd,
                                  .n_dst = nf, .scratch = NULL};
-        CHECK_OK(kv_kern_cpu_convert(NULL, &q));
+        CHECK_OK(kv_cpu_convert(NULL, &q));
         same = 1;
         float *row = xcalloc(d, 4), *dec = xcalloc(d, 4);
         for (uint32_t t = 0; t < n2; t++) {
@@ -399,7 +399,7 @@ static void test_convert(void)
                                  .src_off = 13, .n_tokens = 100,
                                  .dst_format = KV_FMT_FP16, .dst = fd,
                                  .n_dst = 3, .dst_off = 40};
-        CHECK_OK(kv_kern_cpu_convert(NULL, &q));
+        CHECK_OK(kv_cpu_convert(NULL, &q));
         float *row = xcalloc(d, 4);
         int same = 1;
         for (uint32_t t = 0; t < 100; t++) {
@@ -534,7 +534,7 @@ static int run_merge(pair_t *p, float t, float gamma, uint32_t df, merged_t *m)
                             .n_src = {p->np, p->np},
                             .n_tokens = n, .t = t, .gamma = gamma,
                             .dir_format = df, .retain = m->ret};
-    int rc = kv_kern_cpu_merge_select(NULL, &mp);
+    int rc = kv_cpu_merge_select(NULL, &mp);
     if (rc)
         return rc;
     for (uint32_t i = 0; i < n; i++)
@@ -555,10 +555,10 @@ static int run_merge(pair_t *p, float t, float gamma, uint32_t df, merged_t *m)
     /* short destinations are refused */
     if (nmp) {
         mp.n_dst = nmp - 1;
-        CHECK_EQ(kv_kern_cpu_merge(NULL, &mp), KV_EINVAL);
+        CHECK_EQ(kv_cpu_merge(NULL, &mp), KV_EINVAL);
         mp.n_dst = nmp;
     }
-    rc = kv_kern_cpu_merge(NULL, &mp);
+    rc = kv_cpu_merge(NULL, &mp);
     if (rc)
         return rc;
     m->ret_exact = 1;
@@ -861,34 +861,34 @@ static void test_merge_errors(void)
                             .retain = ret};
     kv_merge_params_t b = ok;
     b.t = 1.5f;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.gamma = NAN;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.gamma = -0.1f;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.dir_format = KV_FMT_INT2;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_ENOTSUP);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_ENOTSUP);
     b = ok, b.n_tokens = 21; /* beyond the source */
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.n_tokens = 0;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.retain = NULL;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
     b = ok, b.geom.head_dim = 40;
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &b), KV_EINVAL);
-    CHECK_EQ(kv_kern_cpu_merge(NULL, &ok), KV_EINVAL); /* no destinations */
+    CHECK_EQ(kv_cpu_merge_select(NULL, &b), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge(NULL, &ok), KV_EINVAL); /* no destinations */
     for (size_t i = 0; i < sizeof ret; i++)
         CHECK_EQ(ret[i], 7);
     /* select allocates its angles: an allocation failure changes nothing */
     kv_fault_arm(1);
-    CHECK_EQ(kv_kern_cpu_merge_select(NULL, &ok), KV_ENOMEM);
+    CHECK_EQ(kv_cpu_merge_select(NULL, &ok), KV_ENOMEM);
     kv_fault_arm(0);
     CHECK_EQ(ret[0], 7);
-    CHECK_OK(kv_kern_cpu_merge_select(NULL, &ok));
+    CHECK_OK(kv_cpu_merge_select(NULL, &ok));
     CHECK_EQ(ret[20], 7);
     pair_free(&p);
-    CHECK_EQ(kv_kern_cpu_convert(NULL, NULL), KV_EINVAL);
-    CHECK_EQ(kv_kern_cpu_merge(NULL, NULL), KV_EINVAL);
+    CHECK_EQ(kv_cpu_convert(NULL, NULL), KV_EINVAL);
+    CHECK_EQ(kv_cpu_merge(NULL, NULL), KV_EINVAL);
 }
 
 int main(void)

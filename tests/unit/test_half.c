@@ -1,5 +1,5 @@
 /*
- * test_half.c — binary16 <-> binary32 conversion (pages/kv_half.c).
+ * test_half.c — binary16 <-> binary32 conversion (formats/kv_half.c).
  *
  * Checks: every one of the 65536 halfs converts to the float a reference
  * decoder (ldexp of the fields, computed independently here) gives and back
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "pages/kv_half.h"
+#include "formats/kv_half.h"
 
 static uint32_t bits(float f)
 {

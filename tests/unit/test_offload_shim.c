@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "offload/kv_offload_engine.h"
+#include "offload/kv_offload_ioq.h"
 #include "offload/kv_offload_shim.h"
 
 static int popcount_diff(const uint8_t *a, const uint8_t *b, size_t n)

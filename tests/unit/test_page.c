@@ -175,9 +175,9 @@ static void test_fix_append(void)
     CHECK_EQ(kv_page_read(f.pt, s, 1, H, 0, 1, k, v, pos), KV_ERANGE);
     CHECK_EQ(kv_page_read(f.pt, s, L, 0, 0, 1, k, v, pos), KV_ERANGE);
     CHECK_EQ(kv_page_read(f.pt, s + 1, 0, 0, 0, 1, k, v, pos), KV_ENOENT);
-    /* kv_page_data: the page bytes are the FP16 layout of fmt_fp16.h. */
+    /* kv_page_addr: the page bytes are the FP16 layout of kv_fmt_fp16.h. */
     const kv_page_list_t *l = kv_page_list_get(f.pt, s, 1, 2);
-    const kv_half_t *pg = kv_page_data(f.pt, l->ents[1].id);
+    const kv_half_t *pg = kv_page_addr(f.pt, l->ents[1].id);
     CHECK(pg != NULL);
     if (pg) {
         CHECK(kv_half_to_float(pg[1 * D + 5]) == x->k[(3 + 1) * D + 5]);
@@ -216,7 +216,7 @@ static void test_append_f16(void)
         int same = 1;
         for (uint32_t i = 0; i < n; i++) {
             size_t t = total + i;
-            kv_half_t *pg = (kv_half_t *)kv_page_data(f.pt, l->ents[t / T].id);
+            kv_half_t *pg = (kv_half_t *)kv_page_addr(f.pt, l->ents[t / T].id);
             same &= memcmp(kv_fp16_k(pg, kv_page_table_geom(f.pt), T, t % T),
                            k + ((size_t)i * H + 1) * D, D * 2) == 0;
             same &= memcmp(kv_fp16_v(pg, kv_page_table_geom(f.pt), T, t % T),

@@ -44,8 +44,8 @@
 
 #include "kernels/kv_backend.h"
 #include "page_ref.h"
-#include "pages/fmt_int.h"
-#include "pages/fmt_merged.h"
+#include "formats/kv_fmt_int.h"
+#include "formats/kv_fmt_merged.h"
 #include "pages/kv_page_int.h" /* kv_page_residual: tests may look inside */
 
 #define D 64

@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "engine/kv_policy_int.h"
+#include "store/kv_policy_int.h"
 #include "pages/kv_page.h"
 #include "test_policy_env.h"
 

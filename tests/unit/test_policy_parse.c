@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "engine/kv_policy_int.h"
+#include "store/kv_policy_int.h"
 #include "kv_test.h"
 
 static void good(const char *spec)
@@ -96,7 +96,7 @@ int main(void)
     bad("h2o:hh=0.1,rw=0.1,", "h2o");
     CHECK_EQ(kv_policy_parse(NULL, NULL, NULL, 0), KV_EINVAL);
 
-    /* Defaults land where DESIGN §4 puts them. */
+    /* Defaults land where docs/policies.md puts them. */
     kv_policy_t *p;
     CHECK_OK(kv_policy_parse("minikv", &p, NULL, 0));
     CHECK(p->hh.is_ratio && p->hh.v == 0.25 && p->recent.v == 0.25);

@@ -2,11 +2,12 @@
  * cmd_stress.c — `kvpage stress`: drive the store like a serving engine
  * under constant memory pressure and verify it continuously (docs/stress.md).
  *
- * This file is the command: its option table, the main loop (engine
- * iterations until --ops or --seconds, a progress line), and the report
- * (text or --json, a reproducer command line on failure). The workload is
- * stress_gen.c, the policy mix stress_mix.c, the engine stress_driver.c +
- * stress_engine.c, the checks stress_verify.c. Public API only.
+ * This file is the command: its option table, the main loop (iterations
+ * until --ops or --seconds, a progress line), and the report (text or
+ * --json, a reproducer command line on failure). The workload is
+ * stress_gen.c, the policy mix stress_mix.c, the serving loop
+ * stress_driver.c + stress_step.c, the checks stress_verify.c. Public API
+ * only.
  *
  * With --offload the store gets a page file (stress_offload.c drives it):
  * a new file (FILE, or a unique name in DIR) that this command creates
@@ -51,7 +52,7 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPTD("--seconds", seconds, 0.001, 1e7, "S",
          "stop after S seconds (default 10 when --ops is not given)"),
     OPT("--ops", KV_CLI_UINT, ops, 1, UINT64_MAX / 2, "N",
-        "stop at the first engine iteration boundary at or after N ops\n"
+        "stop at the first iteration boundary at or after N ops\n"
         "(public calls); deterministic: same options, same run"),
     OPT("--seed", KV_CLI_UINT, seed, 0, UINT64_MAX, "N",
         "seed of arrivals, lengths, policies and every K/V/Q value (default 1)"),
@@ -64,7 +65,7 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPT("--dist", KV_CLI_STR, dist, 0, 0, "D",
         "request lengths: sharegpt (log-normal, means 161 in / 338 out,\n"
         "each clipped to [4, 1024]; default), fixed:N,M, uniform:a-b,c-d"),
-    OPTD("--rate", rate, 0.001, 64, "R", "mean Poisson arrivals per engine iteration (default 0.5)"),
+    OPTD("--rate", rate, 0.001, 64, "R", "mean Poisson arrivals per iteration (default 0.5)"),
     OPT("--layers", KV_CLI_UINT, layers, 1, STRESS_MAX_LAYERS, "N", "layers (default 4)"),
     OPT("--kv-heads", KV_CLI_UINT, kv_heads, 1, 64, "N", "kv heads (default 2)"),
     OPT("--q-heads", KV_CLI_UINT, q_heads, 1, 512, "N",
@@ -84,7 +85,7 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPT("--offload-pages", KV_CLI_UINT, offload_pages, 1, 1u << 26, "N",
         "slots of the page file (default 2 x --pool)"),
     OPT("--offload-pread", KV_CLI_FLAG, offload_pread, 0, 0, NULL,
-        "the pread/pwrite engine instead of io_uring (exact replays\n"
+        "the pread/pwrite I/O queue instead of io_uring (exact replays\n"
         "with --faults)"),
     OPT("--faults", KV_CLI_UINT, faults, 0, 1000000, "PPM",
         "faults injected per million page-file I/Os (one page each),\n"

@@ -1,6 +1,6 @@
 /*
  * plan_sim.c — one sequence of `kvpage plan` through the real store (see
- * plan_sim.h for the engine loop and the synthetic data).
+ * plan_sim.h for the serving loop and the synthetic data).
  *
  * Ownership: every buffer and the store live for one plan_sim_run call.
  */

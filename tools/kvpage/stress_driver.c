@@ -1,5 +1,5 @@
 /*
- * stress_driver.c — the simulated engine's state and its one door to the
+ * stress_driver.c — the simulated server's state and its one door to the
  * store, stress_call (stress_driver.h): issue a public call, count it, and
  * on KV_ENOMEM verify that nothing changed, preempt, retry.
  *

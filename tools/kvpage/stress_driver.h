@@ -1,6 +1,6 @@
 /*
- * stress_driver.h — the engine simulated by `kvpage stress`: a store with a
- * small pool, live sequences with their shadows, a queue of waiting
+ * stress_driver.h — the serving loop simulated by `kvpage stress`: a store
+ * with a small pool, live sequences with their shadows, a queue of waiting
  * requests, and every public call made through stress_call, which handles
  * running out of memory like a serving engine does.
  *
@@ -18,7 +18,7 @@
  * and sync), returned to the caller; kv_seq_wait's result always is (the
  * caller checks it: stress_verify_wait). Any other error is a violation.
  *
- * One engine iteration (stress_engine.c, stress_driver_step) runs the
+ * One iteration (stress_step.c, stress_driver_step) runs the
  * phases arrive, admit (create, policy, prefill, prefill_end, forks for
  * parallel sampling), decode (every layer: append one token per running
  * sequence, one batched kv_attn_decode; then step_end), finish, and the
@@ -32,7 +32,7 @@
  * driver decides only on results of calls that wait for the I/O they need
  * (kv_seq_wait, balance, sync, free), never on how far I/O got; injected
  * faults follow the order in which transfers reach the shim, which the
- * pread engine keeps and io_uring may not.
+ * pread I/O queue keeps and io_uring may not.
  *
  * Ownership: the driver owns the store, the verifier, the slots, the queue
  * and its scratch; it borrows cfg->mix.
@@ -93,14 +93,14 @@ typedef struct stress_cfg {
     uint64_t pool;          /* pool capacity, pages                        */
     uint32_t max_seqs;      /* store max_seqs                              */
     uint64_t seed;
-    double rate;            /* mean arrivals per engine iteration          */
+    double rate;            /* mean arrivals per iteration          */
     uint64_t verify_every;  /* ops between full verifications (0: end only) */
     stress_dist_t dist;
     const stress_mix_t *mix; /* borrowed; parsed for `layers`              */
     const char *offload_path; /* page file to create (borrowed); NULL: off */
     uint32_t offload_pages; /* its slots                                   */
     uint32_t fault_ppm;     /* kv_config_t.offload_fault_ppm (seed: seed)  */
-    int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite engine   */
+    int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite I/O queue   */
 } stress_cfg_t;
 
 #define STRESS_LOST_TRIES 2u /* prefetches of a sequence with lost pages */
@@ -229,7 +229,7 @@ void stress_off_sync(stress_driver_t *d);
 void stress_off_prefetch_slot(stress_driver_t *d, int i);
 void stress_off_settle(stress_driver_t *d, int i);
 
-/* One engine iteration (stress_engine.c). */
+/* One iteration (stress_step.c). */
 void stress_driver_step(stress_driver_t *d);
 /* Verify every live sequence and the store now; returns violations found. */
 uint64_t stress_driver_verify(stress_driver_t *d);

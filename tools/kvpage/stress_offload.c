@@ -1,7 +1,7 @@
 /*
  * stress_offload.c — the page-file tier in `kvpage stress` (docs/stress.md,
  * "Offload"): the settle phase and the offload, prefetch, balance and sync
- * events of stress_engine.c's tables, with the checks that go with them.
+ * events of stress_step.c's tables, with the checks that go with them.
  *
  * A slot's pages are where its shadow's res says (stress_shadow.h):
  *   RESIDENT --offload--> WRITING --settle--> ON_FILE  (pages on the file)

@@ -1,0 +1,204 @@
+/*
+ * kv_qpack.c — packing weight matrices into the 8-row interleaved layout and
+ * the matmul over it (layout and arithmetic in kv_quant.h).
+ *
+ * The work is split into units of KV_Q_GROUP packs (32 rows) run on the
+ * model's workers (kv_workers_run, kvpage.h); the split depends on
+ * the matrices only, and each output is computed entirely within one unit in
+ * the order fixed by kv_quant.h, so the thread count never changes a result.
+ * The scalar path (no AVX2) is the same loop nest written plainly; it is also
+ * the readable definition of the packed layout.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_gguf.h"
+#include "kv_quant.h"
+#include "kv_quant_simd.h"
+
+#define KV_Q_GROUP 4 /* packs per work unit */
+
+size_t kv_q_pack_block_bytes(uint32_t type)
+{
+    switch (type) {
+    case KV_GGML_Q4_1: return 160;
+    case KV_GGML_Q8_0: return 272;
+    case KV_GGML_F16: return 512;
+    case KV_GGML_F32: return 1024;
+    default: return 0;
+    }
+}
+
+/* Copy row i (0..7) of a pack from one file-layout block of 32 values. */
+static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int i)
+{
+    switch (type) {
+    case KV_GGML_Q4_1:
+        memcpy(dst + 2 * i, src, 2);      /* d */
+        memcpy(dst + 16 + 2 * i, src + 2, 2); /* m */
+        for (int k = 0; k < 32; k++) {
+            uint8_t q = k < 16 ? src[4 + k] & 15 : src[4 + k - 16] >> 4;
+            dst[32 + 4 * k + i / 2] |= (uint8_t)(q << (4 * (i % 2)));
+        }
+        break;
+    case KV_GGML_Q8_0:
+        memcpy(dst + 2 * i, src, 2);
+        for (int k = 0; k < 32; k++)
+            dst[16 + 8 * k + i] = src[2 + k];
+        break;
+    case KV_GGML_F16:
+        for (int k = 0; k < 32; k++)
+            memcpy(dst + 16 * k + 2 * i, src + 2 * k, 2);
+        break;
+    default: /* F32 */
+        for (int k = 0; k < 32; k++)
+            memcpy(dst + 32 * k + 4 * i, src + 4 * k, 4);
+        break;
+    }
+}
+
+int kv_q_pack(kv_q_mat_t *m)
+{
+    if (!m || !m->data)
+        return KV_EINVAL;
+    if (m->packed)
+        return 0;
+    const size_t bb = kv_q_pack_block_bytes(m->type);
+    const uint32_t nb = m->cols / 32, npk = (m->rows + 7) / 8;
+    const size_t src_bb = kv_q_row_bytes(m->type, 32);
+    if (!bb || !src_bb || m->cols % 32)
+        return KV_EINVAL;
+    uint8_t *pk = calloc((size_t)npk * nb, bb);
+    if (!pk)
+        return KV_ENOMEM;
+    const uint8_t *data = m->data;
+    for (uint32_t r = 0; r < m->rows; r++)
+        for (uint32_t b = 0; b < nb; b++)
+            pack_row(m->type, data + (size_t)r * m->row_bytes + (size_t)b * src_bb,
+                     pk + ((size_t)(r / 8) * nb + b) * bb, (int)(r % 8));
+    m->packed = pk;
+    m->pack_stride = (size_t)nb * bb;
+    return 0;
+}
+
+void kv_q_mat_release(kv_q_mat_t *m)
+{
+    if (!m)
+        return;
+    free(m->packed);
+    m->packed = NULL;
+    m->pack_stride = 0;
+}
+
+/* Weight of row i (0..7) at column k of a pack block, as kv_quant.h defines. */
+static float unpack1(uint32_t type, const uint8_t *blk, int k, int i)
+{
+    uint16_t h;
+    switch (type) {
+    case KV_GGML_Q4_1: {
+        memcpy(&h, blk + 2 * i, 2);
+        float d = kv_q_half_to_float(h);
+        memcpy(&h, blk + 16 + 2 * i, 2);
+        float mn = kv_q_half_to_float(h);
+        uint8_t q = (uint8_t)(blk[32 + 4 * k + i / 2] >> (4 * (i % 2))) & 15;
+        return (float)q * d + mn;
+    }
+    case KV_GGML_Q8_0:
+        memcpy(&h, blk + 2 * i, 2);
+        return (float)(int8_t)blk[16 + 8 * k + i] * kv_q_half_to_float(h);
+    case KV_GGML_F16:
+        memcpy(&h, blk + 16 * k + 2 * i, 2);
+        return kv_q_half_to_float(h);
+    default: {
+        float f;
+        memcpy(&f, blk + 32 * k + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+static void packed_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1, const float *x,
+                          uint32_t n, float *y, size_t ldy)
+{
+    const size_t bb = kv_q_pack_block_bytes(w->type);
+    for (uint32_t p = p0; p < p1; p++)
+        for (int i = 0; i < 8 && 8 * p + (uint32_t)i < w->rows; i++)
+            for (uint32_t t = 0; t < n; t++) {
+                const float *xt = x + (size_t)t * w->cols;
+                float acc = 0;
+                for (uint32_t k = 0; k < w->cols; k++)
+                    acc += xt[k] * unpack1(w->type, w->packed + p * w->pack_stride +
+                                                        (k / 32) * bb, (int)(k % 32), i);
+                y[(size_t)t * ldy + 8 * p + (uint32_t)i] = acc;
+            }
+}
+
+#define KV_Q_MAX_MANY 8
+
+typedef struct mm_job {
+    const kv_q_mat_t *const *w;
+    float *const *y;
+    const size_t *ldy;
+    uint32_t count;
+    uint32_t first[KV_Q_MAX_MANY + 1]; /* first work unit of each matrix */
+    const float *x;
+    uint32_t n;
+    int simd;
+} mm_job_t;
+
+static void mm_unit(void *arg, size_t u, uint32_t worker)
+{
+    const mm_job_t *j = arg;
+    uint32_t i = 0;
+    while (u >= j->first[i + 1])
+        i++;
+    const kv_q_mat_t *m = j->w[i];
+    const uint32_t npk = (m->rows + 7) / 8;
+    uint32_t p0 = ((uint32_t)u - j->first[i]) * KV_Q_GROUP;
+    uint32_t p1 = p0 + KV_Q_GROUP < npk ? p0 + KV_Q_GROUP : npk;
+    if (j->simd)
+        kv_q_packed_avx2(m->type, m->packed, m->pack_stride, m->cols, m->rows, p0, p1, j->x,
+                         j->n, j->y[i], j->ldy[i]);
+    else
+        packed_scalar(m, p0, p1, j->x, j->n, j->y[i], j->ldy[i]);
+}
+
+int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
+                     uint32_t count, const float *x, uint32_t n,
+                     kv_workers_t *workers, uint32_t n_threads)
+{
+    if (!w || !y || !ldy || !x || !count || count > KV_Q_MAX_MANY)
+        return KV_EINVAL;
+    mm_job_t j = {.w = w, .y = y, .ldy = ldy, .count = count, .x = x, .n = n,
+                  .simd = kv_q_have_avx2()};
+    for (uint32_t i = 0; i < count; i++) {
+        if (!w[i] || !w[i]->packed || !y[i] || ldy[i] < w[i]->rows || w[i]->cols != w[0]->cols)
+            return KV_EINVAL;
+        uint32_t npk = (w[i]->rows + 7) / 8;
+        j.first[i + 1] = j.first[i] + (npk + KV_Q_GROUP - 1) / KV_Q_GROUP;
+    }
+    if (n)
+        kv_workers_run(workers, n_threads, j.first[count], mm_unit, &j);
+    return 0;
+}
+
+int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_t ldy,
+                kv_workers_t *workers, uint32_t n_threads)
+{
+    return kv_q_matmul_many(&w, &y, &ldy, 1, x, n, workers, n_threads);
+}
+
+/* Scalar twin of kv_q_dot_avx2: 8 lanes over k, the same reduction tree. */
+static float dot_scalar(const float *a, const float *b, size_t n)
+{
+    float l[8] = {0};
+    for (size_t k = 0; k < n; k += 8)
+        for (int j = 0; j < 8; j++)
+            l[j] += a[k + j] * b[k + j];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+float kv_q_dot_f32(const float *a, const float *b, size_t n)
+{
+    return kv_q_have_avx2() ? kv_q_dot_avx2(a, b, n) : dot_scalar(a, b, n);
+}

@@ -1,0 +1,99 @@
+/*
+ * kv_quant.h — the weight formats of the model file and math over them.
+ *
+ * Block formats exactly as ggml defines them (little-endian, packed):
+ *   F32   1 value,  4 bytes.
+ *   F16   1 value,  2 bytes (IEEE binary16).
+ *   Q8_0  32 values, 34 bytes: { f16 d; int8 qs[32] }          x_j = d * qs[j]
+ *   Q4_1  32 values, 20 bytes: { f16 d; f16 m; uint8 qs[16] }  x_j = d * q_j + m,
+ *         q_j = qs[j] & 15 for j < 16, qs[j-16] >> 4 for j >= 16.
+ * A matrix of `rows` x `cols` is stored row-major: row r is row_bytes at
+ * data + r * row_bytes (ggml's ne[0] = cols, ne[1] = rows).
+ *
+ * For kv_q_matmul a matrix is repacked once (kv_q_pack), still quantized
+ * (same bytes per weight), with 8 rows interleaved so that one SIMD register
+ * holds the 8 rows' weights at one column. Packed layout: ceil(rows/8)
+ * packs (rows past `rows` are zero), each cols/32 pack blocks of:
+ *   Q4_1 (160 B): f16 d[8], f16 m[8], then for k = 0..31 a u32 whose bits
+ *                 4i..4i+3 hold row i's 4-bit code at column k;
+ *   Q8_0 (272 B): f16 d[8], then for k = 0..31 int8 q[8] (row i at byte i);
+ *   F16  (512 B): for k = 0..31 f16 w[8];   F32 (1 KiB): for k f32 w[8].
+ *
+ * Arithmetic (the contract the tests check): every output is
+ *   y[t][r] = sum over k = 0..cols-1, in increasing k, of fma(x[t][k], w[r][k], acc)
+ * starting from 0, with w[r][k] = d*q + m (Q4_1: q*d is exact, so one
+ * rounding), d*q (Q8_0, exact), or the value (F16/F32). The order does not
+ * depend on the batch size n, on which other rows are computed, or on the
+ * thread count, so results are bit-identical across all of those: a token's
+ * logits are the same whether it is prefilled in a chunk or decoded alone.
+ * AVX2+FMA+F16C is used when the CPU has it (checked at run time); the
+ * scalar fallback computes the same sum with separate multiply and add.
+ */
+#ifndef KV_QUANT_H
+#define KV_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpage/kvpage.h"
+
+/* A weight matrix: the file's blocks (borrowed) and its packed copy. */
+typedef struct kv_q_mat {
+    uint32_t type;       /* kv_gguf_ttype_t: F32, F16, Q8_0 or Q4_1        */
+    uint32_t rows;       /* output features                                */
+    uint32_t cols;       /* input features, a multiple of 32               */
+    size_t row_bytes;    /* bytes per row in the file layout               */
+    const void *data;    /* [rows][row_bytes], the file layout (borrowed)  */
+    uint8_t *packed;     /* [ceil(rows/8)][pack_stride] (kv_q_pack, owned) */
+    size_t pack_stride;  /* bytes per pack of 8 rows                       */
+} kv_q_mat_t;
+
+/* Can this type be dequantized/multiplied? */
+int kv_q_supported(uint32_t type);
+
+/* Bytes of a row of n values of this type (0: unsupported type or n not a
+ * multiple of the block). */
+size_t kv_q_row_bytes(uint32_t type, size_t n);
+
+/* Decode n values (a multiple of the block) of a file-layout row to FP32. */
+int kv_q_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
+
+/* Bind a matrix (not yet packed): checks the type, that cols is a multiple
+ * of 32 and that rows x cols fit in nbytes. */
+int kv_q_mat_init(kv_q_mat_t *m, uint32_t type, uint32_t rows, uint32_t cols,
+                  const void *data, uint64_t nbytes);
+
+/* Build m->packed from m->data (KV_ENOMEM). Idempotent. */
+int kv_q_pack(kv_q_mat_t *m);
+
+/* Free the packed copy (the binding stays usable for kv_q_pack again). */
+void kv_q_mat_release(kv_q_mat_t *m);
+
+/* y[t][r] = sum_k W[r][k] * x[t][k] for t < n, r < rows (see the top).
+ *   x: [n][cols]; y: [n][ldy] (ldy >= rows). The matrix must be packed.
+ * Work units of 32 rows run on the workers with at most n_threads threads
+ * (workers NULL: the caller alone; n_threads 0: all of them). Returns 0, or
+ * KV_EINVAL (unpacked matrix, bad arguments). */
+int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_t ldy,
+                kv_workers_t *workers, uint32_t n_threads);
+
+/* Several matrices of the same cols applied to the same x in one parallel
+ * region (fewer thread wake-ups): y[i] = x w[i]^T with ldy[i], i < count.
+ * Same results as count separate kv_q_matmul calls. count <= 8. */
+int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
+                     uint32_t count, const float *x, uint32_t n,
+                     kv_workers_t *workers, uint32_t n_threads);
+
+/* binary16 <-> binary32 (round to nearest even; overflow -> inf). */
+float kv_q_half_to_float(uint16_t h);
+uint16_t kv_q_float_to_half(float f);
+
+/* A dot product of n (a multiple of 8) FP32 values in a fixed order: 8
+ * lanes (k mod 8) summed with FMA in increasing k, then the lanes by a fixed
+ * tree. Used by the dense attention path. */
+float kv_q_dot_f32(const float *a, const float *b, size_t n);
+
+/* Bytes of one pack block (8 rows x 32 columns) of a type; 0 if unsupported. */
+size_t kv_q_pack_block_bytes(uint32_t type);
+
+#endif /* KV_QUANT_H */

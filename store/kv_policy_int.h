@@ -1,0 +1,187 @@
+/*
+ * kv_policy_int.h — policies inside the store: the parsed policy (immutable
+ * data), the per-sequence policy state the store keeps, and the functions the
+ * store/kv_policy_*.c files share. Not part of the public API.
+ *
+ * Files: kv_policy_parse.c (string -> kv_policy_t, describe, values: the
+ * method and key tables), kv_policy_info.c (kv_policy_info: what a policy
+ * resolves to, in numbers),
+ * kv_policy_state.c (the store's table of per-sequence states, set/fork/free,
+ * statistics collection during attention), kv_policy_select.c (which tokens
+ * a list keeps: StreamingLLM, H2O, SnapKV, MiniKV, SimLayerKV; list
+ * compaction + CaM merging), kv_policy_run.c (kv_seq_prefill_end,
+ * kv_seq_step_end).
+ *
+ * Invariants of a kv_pol_seq_t: vec[i] (i = layer * n_kv_heads + head) is
+ * parallel to the list of (layer, head): entry t scores token t. Lists only
+ * grow at their end between policy actions, so a vector is re-synced by
+ * zero-extending (new tokens) or truncating (a caller's restore) before use;
+ * policy compactions compact the vectors alongside.
+ * Ownership: the store owns its table (struct kv_store.pol) and every state.
+ */
+#ifndef KV_POLICY_INT_H
+#define KV_POLICY_INT_H
+
+#include <stdint.h>
+
+#include "kv_spec.h"
+#include "kv_store_int.h"
+
+/* Methods, in the order of the method table (kv_policy_parse.c) and of the
+ * canonical spec; method m is bit 1u << m of kv_policy_t.methods and of the
+ * public KV_POLICY_* bits. */
+enum {
+    KV_POL_M_FP16 = 0,
+    KV_POL_M_STREAM,
+    KV_POL_M_H2O,
+    KV_POL_M_SNAPKV,
+    KV_POL_M_MINIKV,
+    KV_POL_M_SIM,
+    KV_POL_M_MC,
+    KV_POL_M_CAM,
+    KV_POL_M_KIVI2,
+    KV_POL_M_KIVI4,
+    KV_POL_M_INT2,
+    KV_POL_M_INT4,
+    KV_POL_M_COUNT
+};
+
+enum { /* token selection, at most one per policy */
+    KV_POL_SEL_NONE = 0,
+    KV_POL_SEL_STREAM,
+    KV_POL_SEL_H2O,
+    KV_POL_SEL_SNAPKV,
+    KV_POL_SEL_MINIKV,
+};
+
+enum { KV_POL_SIM_DECODE = 0, KV_POL_SIM_PREFILL = 1 };
+
+/* A token budget: a fraction of the prompt length (ratio) or tokens. */
+typedef kv_spec_amount_t kv_pol_amount_t;
+
+/* A parsed policy. The fields of a method's keys hold their values when
+ * the method is in `methods` (the key table in kv_policy_parse.c says which
+ * key sets which field, its range and default), else 0. */
+struct kv_policy {
+    uint32_t sel;             /* KV_POL_SEL_*                                */
+    uint32_t sink;            /* streamingllm: sink tokens                   */
+    kv_pol_amount_t hh;       /* h2o/minikv heavy hitters; snapkv budget c;  */
+                              /* streamingllm unused                         */
+    kv_pol_amount_t recent;   /* streamingllm recent; h2o/minikv rw          */
+    uint32_t window, kernel;  /* snapkv: w observation rows, k pool kernel   */
+    uint32_t pyramid;         /* minikv: 0 = uniform, else the divisor       */
+    uint32_t fmt;             /* kept tokens' format: FP16, INT4, INT2       */
+    uint32_t fmt_given;       /* 1: a format part (kivi2/4, int2/4) given     */
+    uint32_t fmt_kivi;        /* 1: spelled kivi2/kivi4                      */
+    uint32_t residual;        /* r: FP16 residual tokens (must = store's R)  */
+    uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
+    /* SimLayerKV */
+    uint32_t sim;             /* 1: on                                       */
+    double sim_delta;         /* lazy when mass > delta                      */
+    uint32_t sim_w, sim_sink, sim_rows, sim_mode;
+    /* MiniCache */
+    uint32_t mc;
+    double mc_from, mc_t, mc_gamma;
+    uint32_t mc_every;        /* merge a pair's new tokens every N tokens    */
+    /* CaM */
+    uint32_t cam;
+    uint32_t cam_m;
+    uint64_t cam_seed;
+    uint32_t cam_force;       /* test hook: mask always 1                    */
+};
+
+/* A growable float vector (scores of one list). */
+typedef struct kv_pol_vec {
+    float *v;     /* [cap]                */
+    uint32_t n;   /* entries in use       */
+    uint32_t cap;
+} kv_pol_vec_t;
+
+/* What a sequence's policy needs from attention right now. */
+enum {
+    KV_POL_WANT_ACC = 1,   /* accumulated attention, every query row         */
+    KV_POL_WANT_WIN = 2,   /* prefill: the last `window` rows (snapkv)       */
+    KV_POL_WANT_SIM = 4,   /* simlayerkv mass (its rows / first decode row)  */
+};
+
+typedef struct kv_pol_seq {
+    kv_policy_t pol;         /* copy of the attached policy                  */
+    uint32_t n_lists;        /* n_layers * n_kv_heads                        */
+    uint32_t n_layers;
+    uint32_t decoding;       /* 1 after kv_seq_prefill_end                   */
+    uint32_t prompt_len;     /* T: list length at prefill end               */
+    uint64_t steps;          /* kv_seq_step_end calls done                   */
+    kv_pol_vec_t *acc;       /* [n_lists] accumulated attention (or NULL)    */
+    kv_pol_vec_t *win;       /* [n_lists] snapkv window scores (or NULL)     */
+    float *sim_mass;         /* [n_layers] mass measured (-1: not measured)  */
+    uint8_t *lazy;           /* [n_layers] 1: lazy layer                     */
+    uint32_t sim_decided;    /* 1: lazy layers decided                       */
+    uint32_t *hh_layer;      /* [n_layers] resolved heavy budget per layer   */
+    uint32_t recent;         /* resolved recent / window tokens              */
+    uint64_t rng;            /* CaM xorshift64 state, never 0                */
+} kv_pol_seq_t;
+
+/* The store's table: one state pointer per sequence id. */
+typedef struct kv_pol_table {
+    kv_pol_seq_t **seqs;     /* [max_seqs], NULL where no policy             */
+    uint32_t max_seqs;
+    uint64_t bytes;          /* kv_mem bytes held by the table and states    */
+} kv_pol_table_t;
+
+/* ---- kv_policy_state.c ---------------------------------------------------- */
+
+/* The state of seq, or NULL (no policy, no table). */
+kv_pol_seq_t *kv_pol_get(const kv_store_t *s, kv_seq_id_t seq);
+/* KV_POL_WANT_* bits the sequence needs from attention now. */
+uint32_t kv_pol_wants(const kv_pol_seq_t *ps);
+/* Store hooks (kv_store.c): free/fork a sequence's state, destroy all. */
+void kv_pol_seq_drop(kv_store_t *s, kv_seq_id_t seq);
+int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child);
+void kv_pol_table_destroy(kv_store_t *s);
+uint64_t kv_pol_meta_bytes(const kv_store_t *s);
+/* Attention with statistics collection for sequences with a policy. */
+int kv_pol_attn_prefill(kv_store_t *s, const kv_prefill_t *a, kv_pol_seq_t *ps);
+int kv_pol_attn_decode(kv_store_t *s, const kv_decode_t *a);
+/* Make v hold exactly n entries (zero-extending); KV_ENOMEM. */
+int kv_pol_vec_resize(kv_store_t *s, kv_pol_vec_t *v, uint32_t n);
+
+/* ---- kv_policy_select.c --------------------------------------------------- */
+
+/* Keep list indices keep[0..n_keep) of (seq, layer, head): compacts the list
+ * and the state's vectors; with CaM, merges the evicted tokens' values into
+ * the recent window first (win_tokens: size of the recent window after the
+ * compaction). On error nothing changed. */
+int kv_pol_keep(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
+                uint32_t layer, uint32_t head, const uint32_t *keep,
+                uint32_t n_keep, uint32_t win_tokens);
+/* Top-k selection: writes into keep (sorted) the indices of the k highest
+ * scores among [0, n_cand) (ties: lower index first), then the indices
+ * [n_cand, n); returns how many. keep: [n]. scratch: [n_cand] uint32. */
+uint32_t kv_pol_topk_keep(const float *score, uint32_t n_cand, uint32_t n,
+                          uint32_t k, uint32_t *keep, uint32_t *scratch);
+/* SnapKV pooling: out[i] = max of in[j], |i - j| <= kernel / 2, j < n. */
+void kv_pol_maxpool(const float *in, uint32_t n, uint32_t kernel, float *out);
+/* MiniKV pyramid budget of layer l of L for mean budget h and divisor p. */
+uint32_t kv_pol_pyramid(uint32_t h, uint32_t p, uint32_t l, uint32_t L);
+/* A policy amount resolved against prompt length T. */
+uint32_t kv_pol_amount(kv_pol_amount_t a, uint32_t T);
+/* The selection's budgets for prompt length T, as kv_seq_prefill_end fixes
+ * them: heavy hitters (snapkv: its c) before any pyramid, and the recent
+ * window (at least 1 token, but for snapkv). */
+void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *recent);
+/* MiniCache: the lower layer of the first merged pair of n_layers
+ * (pairs (S, S+1), (S+2, S+3), ... below n_layers). */
+uint32_t kv_pol_merge_first(const kv_policy_t *p, uint32_t n_layers);
+/* Selection of one list at prefill end or after a decode step. */
+int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
+                       uint32_t layer, uint32_t head, int at_prefill);
+/* SimLayerKV trim of one list to sink + last w (if longer). */
+int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
+                    uint32_t layer, uint32_t head);
+
+/* ---- test hooks ----------------------------------------------------------- */
+
+/* CaM: force the Bernoulli mask to 1 (on != 0) in a parsed policy. */
+void kv_pol_test_cam_force(kv_policy_t *p, int on);
+
+#endif /* KV_POLICY_INT_H */
