@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""config.py — the value types of the binding: page formats, flags, the store
+configuration (kv_config_t) and what the store reports (kv_stats_t,
+kv_estimate_t, kv_residency_t, kv_format_info_t), as dataclasses with the C
+field names, plus the functions that need no store:
+estimate(), format_note(), format_info().
+
+Config's defaults are kv_config_default()'s, read from the library at import;
+Config._to_c() starts from kv_config_default() again, so struct_size and
+version always come from the library.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import operator
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Type, TypeVar
+
+from . import _lib
+from ._lib import lib
+from .errors import KV_EINVAL, KV_ERANGE, KvError, check
+
+T = TypeVar("T")
+
+
+class Format(enum.IntEnum):
+    """Page formats (kv_format_t). The numbers are written into page files."""
+    FP16 = 0
+    INT4 = 1    # KIVI 4-bit, groups of 16: 6 bits/element
+    INT2 = 2    # KIVI 2-bit, groups of 16: 4 bits/element
+    MERGED = 3  # MiniCache merged layer pair
+
+
+CONFIG_NO_TCACHE = 0x1  # kv_config_t.flags: no per-thread page caches
+OFFLOAD_WAIT = 0x1      # offload_flags: read non-resident pages back and wait
+OFFLOAD_OPEN = 0x2      # offload_flags: open an existing page file, restore it
+OFFLOAD_PREAD = 0x4     # offload_flags: pread/pwrite even where io_uring runs
+
+_D = lib.kv_config_default()
+
+
+@dataclass
+class Config:
+    """Store configuration: kv_config_t without struct_size/version (see
+    include/kvpage/kvpage.h for every field's range). Set at least the model
+    shape (n_layers, n_q_heads, n_kv_heads, head_dim) and host_pages; the
+    other fields default as kv_config_default() sets them (0 = the library's
+    default). pressure and offload_path are str (or None)."""
+    n_layers: int = _D.n_layers
+    n_q_heads: int = _D.n_q_heads
+    n_kv_heads: int = _D.n_kv_heads
+    head_dim: int = _D.head_dim
+    page_bytes: int = _D.page_bytes
+    host_pages: int = _D.host_pages
+    max_seqs: int = _D.max_seqs
+    n_threads: int = _D.n_threads
+    backend: int = _D.backend
+    flags: int = _D.flags
+    kv_format: int = _D.kv_format
+    residual: int = _D.residual
+    pressure: Optional[str] = None
+    pressure_reserve: int = _D.pressure_reserve
+    offload_path: Optional[str] = None
+    offload_pages: int = _D.offload_pages
+    offload_qd: int = _D.offload_qd
+    offload_high: int = _D.offload_high
+    offload_low: int = _D.offload_low
+    offload_flags: int = _D.offload_flags
+    offload_fault_ppm: int = _D.offload_fault_ppm
+    offload_fault_seed: int = _D.offload_fault_seed
+
+    def _to_c(self) -> _lib.kv_config_t:
+        """The C struct. Its char pointers point into bytes objects the
+        struct keeps alive (ctypes holds them in the struct's _objects)."""
+        c = lib.kv_config_default()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("pressure", "offload_path"):
+                value = None if value is None else str(value).encode()
+            else:
+                value = u_int(f.name, value, 64 if f.name in _U64 else 32)
+            setattr(c, f.name, value)
+        return c
+
+    @classmethod
+    def _from_c(cls, c: _lib.kv_config_t) -> "Config":
+        fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(cls)}
+        for name in ("pressure", "offload_path"):
+            fields[name] = None if fields[name] is None else fields[name].decode()
+        return cls(**fields)
+
+
+_U64 = ("host_pages", "offload_fault_seed")
+
+
+def u_int(name: str, value: Any, bits: int = 32) -> int:
+    """value as an unsigned C integer of `bits` bits: TypeError if it is not
+    an integer, KvError(KV_ERANGE) if it does not fit (ctypes would wrap it
+    silently: -1 or 2**32 must not become a valid index)."""
+    v = operator.index(value)
+    if not 0 <= v < (1 << bits):
+        raise KvError(KV_ERANGE, f"{name} = {v} does not fit in uint{bits}")
+    return v
+
+
+def _from_struct(cls: Type[T], c: ctypes.Structure) -> T:
+    out = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        v = getattr(c, f.name)
+        out[f.name] = tuple(v) if isinstance(v, ctypes.Array) else v
+    return cls(**out)
+
+
+@dataclass
+class Stats:
+    """Store-wide statistics (kv_stats_t; every field documented there).
+    pages_by_format and bytes_by_format are indexed by Format.
+    compression_ratio() is fp16_bytes / (kv_bytes + meta_bytes)."""
+    page_bytes: int
+    fp16_tokens_per_page: int
+    pages_capacity: int
+    pages_used: int
+    pages_free: int
+    pages_peak: int
+    alloc_failures: int
+    n_seqs: int
+    tokens: int
+    pages_by_format: Tuple[int, int, int, int]
+    bytes_by_format: Tuple[int, int, int, int]
+    kv_bytes: int
+    meta_bytes: int
+    fp16_bytes: int
+    pressure_runs: int
+    pressure_rescued: int
+    pressure_pages_freed: int
+    pressure_converted_tokens: int
+    pressure_evicted_tokens: int
+    offload_slots: int
+    offload_slots_used: int
+    pages_on_file: int
+    pages_in_flight: int
+    pages_lost: int
+    pages_out: int
+    pages_in: int
+    bytes_out: int
+    bytes_in: int
+    io_errors: int
+    seqs_dropped: int
+    offload_faults: int
+    pressure_offloaded_pages: int
+
+    def compression_ratio(self) -> float:
+        """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""
+        held = self.kv_bytes + self.meta_bytes
+        return self.fp16_bytes / held if held else 0.0
+
+
+@dataclass
+class Estimate:
+    """Memory a configuration can take (kv_estimate_t), in bytes."""
+    meta_fixed: int
+    meta_per_seq: int
+    meta_per_page: int
+    meta_max: int
+    kv_max: int
+    meta_cap: int
+
+
+@dataclass
+class Residency:
+    """Where a sequence's page references are (kv_residency_t)."""
+    pages: int
+    resident: int
+    on_file: int
+    in_flight: int
+    lost: int
+
+
+@dataclass
+class FormatInfo:
+    """The numbers of a page format for a page geometry (kv_format_info_t)."""
+    name: str
+    note: str
+    bits_per_element: float
+    group_size: int
+    tokens_per_page: int
+
+
+def estimate(config: Config) -> Estimate:
+    """kv_config_estimate: validate config as Store() would (same KvErrors)
+    and estimate its memory, allocating nothing."""
+    c = config._to_c()
+    out = _lib.kv_estimate_t()
+    check(lib.kv_config_estimate(ctypes.byref(c), ctypes.byref(out)))
+    return _from_struct(Estimate, out)
+
+
+def format_note(fmt: Format) -> str:
+    """kv_format_note, e.g. "INT2 g16 = 4 bits/element". KvError(KV_EINVAL)
+    for an unknown format."""
+    note = lib.kv_format_note(u_int("fmt", fmt))
+    if note is None:
+        raise KvError(KV_EINVAL, f"unknown format {int(fmt)}")
+    return note.decode()
+
+
+def format_info(fmt: Format, head_dim: int, page_bytes: int = 0,
+                dir_format: Format = Format.FP16) -> FormatInfo:
+    """kv_format_info: bits per element, group size and tokens per page of
+    fmt for head_dim and page_bytes (0: 64 * head_dim). dir_format: MERGED's
+    direction format (FP16 or INT4); FP16 for the other formats."""
+    out = _lib.kv_format_info_t()
+    check(lib.kv_format_info(u_int("fmt", fmt), u_int("dir_format", dir_format),
+                             u_int("head_dim", head_dim), u_int("page_bytes", page_bytes),
+                             ctypes.byref(out)))
+    return FormatInfo(out.name.decode(), out.note.decode(), out.bits_per_element,
+                      out.group_size, out.tokens_per_page)
