@@ -27,11 +27,11 @@
 #include "plan_report.h"
 
 typedef struct plan_opts {
-    const char *model, *gpu, *policies, *workload, *eval_dir, *html;
+    const char *model, *gpu, *policies, *workload, *eval_dir, *html, *json, *md;
     uint64_t layers, q_heads, kv_heads, head_dim, samples, seed, chunk, ctx_base;
     uint64_t concurrency, trained_ctx;
     double gpu_gib, weights_gb, params_b, reserve, lazy_frac, retain_frac, rate, decode_tps;
-    int json, md;
+    int plain; /* stdout gets the table: neither --json nor --md is - */
 } plan_opts_t;
 
 #define PLAN_U(name, field, lo, hi, arg, help) \
@@ -40,8 +40,8 @@ typedef struct plan_opts {
     {name, KV_CLI_DOUBLE, offsetof(plan_opts_t, field), 0, 0, lo, hi, arg, help}
 #define PLAN_S(name, field, arg, help) \
     {name, KV_CLI_STR, offsetof(plan_opts_t, field), 0, 0, 0, 0, arg, help}
-#define PLAN_F(name, field, help) \
-    {name, KV_CLI_FLAG, offsetof(plan_opts_t, field), 0, 0, 0, 0, NULL, help}
+#define PLAN_O(name, field, help) \
+    {name, KV_CLI_OUT, offsetof(plan_opts_t, field), 0, 0, 0, 0, "FILE", help}
 static const kv_cli_opt_t plan_opts[] = {
     PLAN_S("--model", model, "NAME", "model preset (default SmolLM2-135M): SmolLM2-135M,\n"
            "Llama-2-7B, Llama-2-13B, Llama-3-8B, Llama-3-70B,\nMistral-7B, Qwen2.5-7B"),
@@ -85,8 +85,8 @@ static const kv_cli_opt_t plan_opts[] = {
     PLAN_S("--eval-dir", eval_dir, "DIR",
            "kvpage eval reports eval-*.json (default\n$KVPAGE_EVAL_DIR, else the installed or "
            "source\ntree's docs/results: docs/plan.md)"),
-    PLAN_F("--json", json, "one JSON object instead of the table"),
-    PLAN_F("--md", md, "a Markdown table instead of the plain one"),
+    PLAN_O("--json", json, KV_CLI_JSON_HELP),
+    PLAN_O("--md", md, KV_CLI_MD_HELP),
     PLAN_S("--html", html, "FILE", "also write an HTML report with SVG charts"),
 };
 
@@ -107,11 +107,7 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
                           argc, argv, o);
     if (rc)
         return rc;
-    if (o->json && o->md) {
-        fprintf(stderr, "kvpage plan: --json and --md exclude each other\n");
-        return 2;
-    }
-    return 0;
+    return kv_cli_outs_check("plan", o->json, o->md, &o->plain);
 }
 
 /* The model and GPU of the options into in; 2 after a message. */
@@ -235,29 +231,32 @@ int kv_cmd_plan(int argc, char **argv)
     int n = plan_specs(o.policies, sp);
     if (n < 0)
         return 2;
+    /* outputs, opened before the work: --json, --md, --html */
+    typedef int (*plan_writer_t)(FILE *, const plan_t *, const plan_result_t *, uint32_t);
+    const char *paths[3] = {o.json, o.md, o.html};
+    const char *names[3] = {"--json", "--md", "--html"};
+    const plan_writer_t writers[3] = {plan_report_json, plan_report_md, plan_report_html};
+    FILE *outs[3] = {NULL, NULL, NULL};
     int ret = 0;
-    FILE *html = o.html ? kv_cli_out_open("plan", "--html", o.html) : NULL; /* before the work */
-    if (o.html && !html)
-        ret = 2;
+    for (int k = 0; k < 3 && !ret; k++)
+        if (paths[k] && !(outs[k] = kv_cli_out_open("plan", names[k], paths[k])))
+            ret = 2;
     for (int i = 0; !ret && i < n; i++)
         if ((rc = plan_policy(&p, &sp[i], &res[i]))) {
             fprintf(stderr, "kvpage plan: simulating '%s' failed: %s\n", sp[i].given,
                     kv_strerror(rc));
             ret = 1;
         }
-    if (!ret) {
-        rc = o.json ? plan_report_json(stdout, &p, res, (uint32_t)n)
-             : o.md ? plan_report_md(stdout, &p, res, (uint32_t)n)
-                    : plan_report_table(stdout, &p, res, (uint32_t)n);
-        if (html && (plan_report_html(html, &p, res, (uint32_t)n) |
-                     kv_cli_out_close("plan", o.html, html)))
+    if (!ret && o.plain && plan_report_table(stdout, &p, res, (uint32_t)n))
+        ret = 1;
+    for (int k = 0; k < 3; k++) {
+        if (outs[k] && !ret && (writers[k](outs[k], &p, res, (uint32_t)n) |
+                                kv_cli_out_close("plan", paths[k], outs[k])))
             ret = 1;
-        html = NULL;
-        if (rc)
-            ret = 1;
+        else if (outs[k] && outs[k] != stdout && ret)
+            fclose(outs[k]); /* the work failed: nothing written */
+        outs[k] = NULL;
     }
-    if (html && html != stdout)
-        fclose(html); /* the work failed: nothing written */
     for (int i = 0; i < n; i++)
         plan_spec_destroy(&sp[i]);
     return ret;

@@ -71,7 +71,19 @@ typedef enum kv_cli_kind {
     KV_CLI_STR = 3,    /* a non-empty string                        */
     KV_CLI_TEXT = 4,   /* any string, empty included                */
     KV_CLI_ALIAS = 5,  /* another name of the entry named by arg    */
+    KV_CLI_OUT = 6,    /* an output file, "-" = stdout; a value that */
+                       /* starts with '-' otherwise is refused       */
 } kv_cli_kind_t;
+
+/* --json and --md mean the same in every subcommand that has them: the
+ * report as JSON / as Markdown written to FILE, "-" = stdout; both may be
+ * given, not both "-". Without "-" on either, stdout gets the command's
+ * usual report. Declare them with these (KV_CLI_OUT entries). */
+#define KV_CLI_JSON_HELP "write the report as JSON to FILE (- = stdout)"
+#define KV_CLI_MD_HELP "write the report as Markdown to FILE (- = stdout)"
+/* 0, or 2 after a message when both are "-"; *plain = stdout gets the
+ * usual report (neither is "-"). */
+int kv_cli_outs_check(const char *cmd, const char *json, const char *md, int *plain);
 
 typedef struct kv_cli_opt {
     const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
