@@ -5,7 +5,8 @@
  * prefill attention), one of them is forked for parallel sampling (pages
  * shared copy-on-write), then all decode token by token (append one token per
  * layer, batched decode attention). K, V and Q are pseudo-random (a fixed
- * seed). Prints a table of pages, bytes and attention throughput, or JSON.
+ * seed). Prints a table of pages, bytes and attention throughput; --json /
+ * --md FILE write the same figures as JSON / a Markdown table (kv_cli.h).
  * Uses only the public API.
  */
 #include <stddef.h>
@@ -19,7 +20,7 @@
 typedef struct demo_opts {
     uint64_t seqs, prompt, decode, layers, q_heads, kv_heads, head_dim;
     uint64_t threads, forks, seed;
-    int json;
+    kv_cli_outs_t out; /* --json, --md */
 } demo_opts_t;
 
 typedef struct demo_timing {
@@ -42,8 +43,7 @@ static const kv_cli_opt_t demo_opts[] = {
     DEMO_U("--head-dim", head_dim, 16, 1024, "N", "head dim (default 64)"),
     DEMO_U("--threads", threads, 0, 1024, "N", "attention threads (default: all CPUs)"),
     DEMO_U("--seed", seed, 0, UINT64_MAX, "N", "seed of the synthetic K/V/Q (default 1)"),
-    {"--json", KV_CLI_FLAG, offsetof(demo_opts_t, json), 0, 0, 0, 0, NULL,
-     "one JSON object instead of the table"},
+    KV_CLI_OUT_OPTS(demo_opts_t, out),
 };
 
 /* 0 ok, 1 help printed, 2 usage error. */
@@ -91,7 +91,7 @@ static int demo_prefill(kv_store_t *st, const demo_opts_t *o, const kv_seq_id_t 
     const size_t q_n = o->prompt * o->q_heads * o->head_dim;
     float *k = buf, *v = k + kv_n, *q = v + kv_n, *out = q + q_n;
     for (uint64_t s = 0; s < o->seqs; s++) {
-        if (!o->json)
+        if (o->out.plain)
             fprintf(stderr, "\rprefill: sequence %llu/%llu", (unsigned long long)s + 1,
                     (unsigned long long)o->seqs);
         for (uint64_t l = 0; l < o->layers; l++) {
@@ -110,7 +110,7 @@ static int demo_prefill(kv_store_t *st, const demo_opts_t *o, const kv_seq_id_t 
             t->prefill_tokens += o->prompt;
         }
     }
-    if (!o->json)
+    if (o->out.plain)
         fprintf(stderr, "\n");
     return 0;
 }
@@ -124,7 +124,7 @@ static int demo_decode(kv_store_t *st, const demo_opts_t *o, const kv_seq_id_t *
     const size_t q_n = (size_t)n_seqs * o->q_heads * o->head_dim;
     float *k = buf, *v = k + n_seqs * kv_row, *q = v + n_seqs * kv_row, *out = q + q_n;
     for (uint64_t step = 0; step < o->decode; step++) {
-        if (!o->json && (step % 8 == 0 || step + 1 == o->decode))
+        if (o->out.plain && (step % 8 == 0 || step + 1 == o->decode))
             fprintf(stderr, "\rdecode: step %llu/%llu", (unsigned long long)step + 1,
                     (unsigned long long)o->decode);
         for (uint64_t l = 0; l < o->layers; l++) {
@@ -152,36 +152,42 @@ static int demo_decode(kv_store_t *st, const demo_opts_t *o, const kv_seq_id_t *
             t->decode_kv_bytes += kv_tokens * 2u * o->head_dim * 2u;
         }
     }
-    if (!o->json && o->decode)
+    if (o->out.plain && o->decode)
         fprintf(stderr, "\n");
     return 0;
 }
 
-static void demo_report(const demo_opts_t *o, const kv_stats_t *st, const demo_timing_t *t,
-                        uint32_t threads)
+/* The fields of --json and --md. */
+static void demo_fields(kv_cli_report_t *r, const demo_opts_t *o, const kv_stats_t *st,
+                        const demo_timing_t *t, uint32_t threads, double pf_tps, double dq_ps,
+                        double gbps)
 {
-    double pf_tps = t->prefill_attn_s > 0 ? t->prefill_tokens / t->prefill_attn_s : 0;
-    double dq_ps = t->decode_attn_s > 0 ? t->decode_queries / t->decode_attn_s : 0;
-    double gbps = t->decode_attn_s > 0 ? t->decode_kv_bytes / t->decode_attn_s / 1e9 : 0;
-    if (o->json) {
-        printf("{\"command\":\"demo\",\"seqs\":%llu,\"forks\":%llu,\"prompt\":%llu,"
-               "\"decode\":%llu,\"layers\":%llu,\"q_heads\":%llu,\"kv_heads\":%llu,"
-               "\"head_dim\":%llu,\"threads\":%u,\"page_bytes\":%u,\"pages_used\":%llu,"
-               "\"pages_peak\":%llu,\"pages_capacity\":%llu,\"tokens\":%llu,"
-               "\"kv_bytes\":%llu,\"fp16_bytes\":%llu,\"meta_bytes\":%llu,"
-               "\"prefill_tokens_per_s\":%.1f,\"decode_queries_per_s\":%.1f,"
-               "\"decode_kv_gbps\":%.3f,\"wall_s\":%.3f}\n",
-               (unsigned long long)o->seqs, (unsigned long long)o->forks,
-               (unsigned long long)o->prompt, (unsigned long long)o->decode,
-               (unsigned long long)o->layers, (unsigned long long)o->q_heads,
-               (unsigned long long)o->kv_heads, (unsigned long long)o->head_dim, threads,
-               st->page_bytes, (unsigned long long)st->pages_used,
-               (unsigned long long)st->pages_peak, (unsigned long long)st->pages_capacity,
-               (unsigned long long)st->tokens, (unsigned long long)st->kv_bytes,
-               (unsigned long long)st->fp16_bytes, (unsigned long long)st->meta_bytes,
-               pf_tps, dq_ps, gbps, t->wall_s);
-        return;
-    }
+    kv_cli_rep_s(r, "command", "demo");
+    const char *const keys[] = {"seqs", "forks", "prompt", "decode", "layers", "q_heads",
+                                "kv_heads", "head_dim"};
+    const uint64_t vals[] = {o->seqs, o->forks, o->prompt, o->decode, o->layers, o->q_heads,
+                             o->kv_heads, o->head_dim};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        kv_cli_rep_u(r, keys[i], vals[i]);
+    kv_cli_rep_u(r, "threads", threads);
+    kv_cli_rep_u(r, "page_bytes", st->page_bytes);
+    kv_cli_rep_u(r, "pages_used", st->pages_used);
+    kv_cli_rep_u(r, "pages_peak", st->pages_peak);
+    kv_cli_rep_u(r, "pages_capacity", st->pages_capacity);
+    kv_cli_rep_u(r, "tokens", st->tokens);
+    kv_cli_rep_u(r, "kv_bytes", st->kv_bytes);
+    kv_cli_rep_u(r, "fp16_bytes", st->fp16_bytes);
+    kv_cli_rep_u(r, "meta_bytes", st->meta_bytes);
+    kv_cli_rep_d(r, "prefill_tokens_per_s", pf_tps, 1);
+    kv_cli_rep_d(r, "decode_queries_per_s", dq_ps, 1);
+    kv_cli_rep_d(r, "decode_kv_gbps", gbps, 3);
+    kv_cli_rep_d(r, "wall_s", t->wall_s, 3);
+}
+
+/* The table on stdout. */
+static void demo_table(const demo_opts_t *o, const kv_stats_t *st, const demo_timing_t *t,
+                       uint32_t threads, double pf_tps, double dq_ps, double gbps)
+{
     printf("\nkvpage demo: %llu sequences (+%llu forked) x %llu prompt + %llu decode tokens, "
            "%llu layers, %llu q / %llu kv heads x %llu, %u threads, CPU backend\n\n",
            (unsigned long long)o->seqs, (unsigned long long)o->forks,
@@ -207,6 +213,20 @@ static void demo_report(const demo_opts_t *o, const kv_stats_t *st, const demo_t
            "pages / unpaged FP16 < 1 counts that saving)\n");
 }
 
+/* The table on stdout (unless --json or --md is -), then --json and --md:
+ * 0, or 1 after a message (a write failed). */
+static int demo_report(demo_opts_t *o, const kv_stats_t *st, const demo_timing_t *t,
+                       uint32_t threads)
+{
+    double pf_tps = t->prefill_attn_s > 0 ? t->prefill_tokens / t->prefill_attn_s : 0;
+    double dq_ps = t->decode_attn_s > 0 ? t->decode_queries / t->decode_attn_s : 0;
+    double gbps = t->decode_attn_s > 0 ? t->decode_kv_bytes / t->decode_attn_s / 1e9 : 0;
+    kv_cli_report_t r = {.cmd = "demo"};
+    demo_fields(&r, o, st, t, threads, pf_tps, dq_ps, gbps);
+    if (o->out.plain)
+        demo_table(o, st, t, threads, pf_tps, dq_ps, gbps);
+    return kv_cli_outs_finish("demo", &o->out, &r) ? 1 : 0;
+}
 static double gib(uint64_t b)
 {
     return (double)b / (double)(1ull << 30);
@@ -258,12 +278,14 @@ int kv_cmd_demo(int argc, char **argv)
     cfg.n_threads = (uint32_t)o.threads;
     cfg.max_seqs = n_seqs;
     cfg.host_pages = (uint64_t)n_seqs * o.layers * o.kv_heads * pages_per_list;
-    if (demo_fits(&o, &cfg))
+    if (demo_fits(&o, &cfg) || kv_cli_outs_open("demo", &o.out)) /* outputs before the work */
         return 2;
     kv_store_t *st = NULL;
     int rc = kv_store_create(&cfg, &st);
-    if (rc)
+    if (rc) {
+        kv_cli_outs_finish("demo", &o.out, NULL);
         return demo_fail("kv_store_create", rc);
+    }
     kv_store_config(st, &cfg);
 
     size_t rows = o.prompt > n_seqs ? o.prompt : n_seqs;
@@ -298,9 +320,9 @@ int kv_cmd_demo(int argc, char **argv)
     kv_stats_t stats;
     kv_store_stats(st, &stats);
     t.wall_s = kv_cli_now() - wall0;
-    demo_report(&o, &stats, &t, cfg.n_threads);
-    ret = 0;
+    ret = demo_report(&o, &stats, &t, cfg.n_threads);
 done:
+    kv_cli_outs_finish("demo", &o.out, NULL); /* a failure: close what was opened */
     free(buf);
     free(seqs);
     kv_store_destroy(st);

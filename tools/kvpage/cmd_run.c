@@ -7,7 +7,9 @@
  * the instruct chat template, prefills it through the store, then samples
  * (greedy unless --temp > 0) and streams each token to stdout as it comes,
  * stopping at a control token (<|im_end|>) or --max-new. Then prints the
- * memory and speed table (or, with --json, one JSON object and no stream).
+ * memory and speed table. --json / --md FILE write the same figures (and the
+ * text) as JSON / a Markdown table (kv_cli.h); with either one "-", stdout
+ * gets only that report: no stream, no table.
  * Its compression ratio is against an unpaged FP16 cache of every token the
  * sequence has seen (prompt + decoded), so a policy that evicts tokens gets
  * credit for them; ratio_held is against the tokens still held (formats and
@@ -32,7 +34,7 @@ typedef struct run_opts {
     const char *prompt, *system, *model, *policy;
     uint64_t max_new, seed, threads;
     double temp;
-    int json;
+    kv_cli_outs_t out; /* --json, --md */
 } run_opts_t;
 
 static const kv_cli_opt_t run_opts[] = {
@@ -54,8 +56,7 @@ static const kv_cli_opt_t run_opts[] = {
     {"--policy", KV_CLI_STR, offsetof(run_opts_t, policy), 0, 0, 0, 0, "SPEC",
      "KV cache policy (default fp16), e.g. kivi2, h2o:hh=0.1,rw=0.1,\n"
      "minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)"},
-    {"--json", KV_CLI_FLAG, offsetof(run_opts_t, json), 0, 0, 0, 0, NULL,
-     "one JSON object on stdout instead of the stream and table"},
+    KV_CLI_OUT_OPTS(run_opts_t, out),
     /* short names, as llama.cpp users type them */
     {"-m", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--model", NULL},
     {"-p", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--prompt", NULL},
@@ -81,7 +82,7 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
         return 2;
     }
     kv_policy_destroy(pol);
-    return 0;
+    return kv_cli_outs_open("run", &o->out); /* outputs before the work */
 }
 
 
@@ -137,7 +138,9 @@ typedef struct run_out {
     uint32_t head_dim;
 } run_out_t;
 
-static void run_report(const run_out_t *r)
+/* The table on stdout; then --json and --md (the same figures): 0, or 1
+ * after a message (a write failed). */
+static int run_report(const run_out_t *r, kv_cli_outs_t *out)
 {
     const kv_stats_t *st = r->st;
     const kv_model_gen_result_t *g = r->g;
@@ -150,44 +153,53 @@ static void run_report(const run_out_t *r)
     double ratio = st->kv_bytes ? (double)fp16_seen / (double)st->kv_bytes : 0;
     double ratio_held = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
     const char *stop = r->stopped_control ? "eos" : "max_new";
-    if (r->o->json) {
-        printf("{\"command\":\"run\",\"model\":");
-        kv_cli_json_str(stdout, r->path);
-        printf(",\"policy\":\"%s\",\"threads\":%u,\"temp\":%g,\"seed\":%llu,"
-               "\"prompt_tokens\":%u,\"generated_tokens\":%u,\"stop\":\"%s\",\"text\":",
-               r->o->policy, r->threads, r->o->temp, (unsigned long long)r->o->seed,
-               g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop);
-        kv_cli_json_strn(stdout, r->text, r->text_len);
-        printf(",\"tokens_seen\":%llu,\"fp16_seen_bytes\":%llu,\"kv_bytes\":%llu,"
-               "\"fp16_bytes\":%llu,\"ratio\":%.4f,\"ratio_held\":%.4f,\"page_bytes\":%u,"
-               "\"pages_used\":%llu,\"pages_capacity\":%llu,\"tier\":\"host\","
-               "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
-               "\"prefill_s\":%.3f,\"decode_s\":%.3f}\n",
-               (unsigned long long)seen, (unsigned long long)fp16_seen,
-               (unsigned long long)st->kv_bytes, (unsigned long long)st->fp16_bytes, ratio,
-               ratio_held, st->page_bytes, (unsigned long long)st->pages_used,
-               (unsigned long long)st->pages_capacity, pf, dc, g->prefill_s, g->decode_s);
-        return;
+    kv_cli_report_t rep = {.cmd = "run"};
+    kv_cli_rep_s(&rep, "command", "run");
+    kv_cli_rep_s(&rep, "model", r->path);
+    kv_cli_rep_s(&rep, "policy", r->o->policy);
+    kv_cli_rep_u(&rep, "threads", r->threads);
+    kv_cli_rep_d(&rep, "temp", r->o->temp, -1);
+    kv_cli_rep_u(&rep, "seed", r->o->seed);
+    kv_cli_rep_u(&rep, "prompt_tokens", g->n_prompt);
+    kv_cli_rep_u(&rep, "generated_tokens", g->n_new - (r->stopped_control ? 1u : 0u));
+    kv_cli_rep_s(&rep, "stop", stop);
+    kv_cli_rep_sn(&rep, "text", r->text, r->text_len);
+    kv_cli_rep_u(&rep, "tokens_seen", seen);
+    kv_cli_rep_u(&rep, "fp16_seen_bytes", fp16_seen);
+    kv_cli_rep_u(&rep, "kv_bytes", st->kv_bytes);
+    kv_cli_rep_u(&rep, "fp16_bytes", st->fp16_bytes);
+    kv_cli_rep_d(&rep, "ratio", ratio, 4);
+    kv_cli_rep_d(&rep, "ratio_held", ratio_held, 4);
+    kv_cli_rep_u(&rep, "page_bytes", st->page_bytes);
+    kv_cli_rep_u(&rep, "pages_used", st->pages_used);
+    kv_cli_rep_u(&rep, "pages_capacity", st->pages_capacity);
+    kv_cli_rep_s(&rep, "tier", "host");
+    kv_cli_rep_d(&rep, "prefill_tokens_per_s", pf, 2);
+    kv_cli_rep_d(&rep, "decode_tokens_per_s", dc, 2);
+    kv_cli_rep_d(&rep, "prefill_s", g->prefill_s, 3);
+    kv_cli_rep_d(&rep, "decode_s", g->decode_s, 3);
+    if (r->o->out.plain) {
+        printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
+               "%u threads, CPU backend\n\n",
+               g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
+               r->threads);
+        printf("  %-36s %16s\n", "metric", "value");
+        printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
+        printf("  %-36s %16llu\n", "FP16 bytes of all tokens seen", (unsigned long long)fp16_seen);
+        printf("  %-36s %16llu\n", "FP16 bytes of the tokens held",
+               (unsigned long long)st->fp16_bytes);
+        printf("  %-36s %16.3f\n", "compression ratio (seen / held)", ratio);
+        printf("  %-36s %16.3f\n", "held ratio (FP16 of held / held)", ratio_held);
+        printf("  %-36s %16u\n", "page bytes", st->page_bytes);
+        printf("  %-36s %9llu / %llu\n", "pages used / capacity (tier host)",
+               (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
+        printf("  %-36s %16.1f\n", "prefill tokens/s", pf);
+        printf("  %-36s %16.1f\n", "decode tokens/s", dc);
+        printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
+               "(layer, kv head) lists is partly filled)\n",
+               r->n_lists);
     }
-    printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
-           "%u threads, CPU backend\n\n",
-           g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
-           r->threads);
-    printf("  %-36s %16s\n", "metric", "value");
-    printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
-    printf("  %-36s %16llu\n", "FP16 bytes of all tokens seen", (unsigned long long)fp16_seen);
-    printf("  %-36s %16llu\n", "FP16 bytes of the tokens held",
-           (unsigned long long)st->fp16_bytes);
-    printf("  %-36s %16.3f\n", "compression ratio (seen / held)", ratio);
-    printf("  %-36s %16.3f\n", "held ratio (FP16 of held / held)", ratio_held);
-    printf("  %-36s %16u\n", "page bytes", st->page_bytes);
-    printf("  %-36s %9llu / %llu\n", "pages used / capacity (tier host)",
-           (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
-    printf("  %-36s %16.1f\n", "prefill tokens/s", pf);
-    printf("  %-36s %16.1f\n", "decode tokens/s", dc);
-    printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
-           "(layer, kv head) lists is partly filled)\n",
-           r->n_lists);
+    return kv_cli_outs_finish("run", out, &rep) ? 1 : 0;
 }
 
 int kv_cmd_run(int argc, char **argv)
@@ -198,11 +210,16 @@ int kv_cmd_run(int argc, char **argv)
         return prc == 1 ? 0 : 2;
     char path[4096], err[512] = "";
     int pinned = 0, rc, ret = 1;
-    if ((rc = kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err)))
-        return run_fail("finding the model", rc, err);
-    fprintf(stderr, "kvpage run: model %s\n", path);
-    if ((rc = kv_model_verify(path, pinned, err, sizeof err)))
-        return run_fail("checking the model", rc, err);
+    const char *what = "finding the model";
+    if (!(rc = kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err))) {
+        fprintf(stderr, "kvpage run: model %s\n", path);
+        what = "checking the model";
+        rc = kv_model_verify(path, pinned, err, sizeof err);
+    }
+    if (rc) {
+        kv_cli_outs_finish("run", &o.out, NULL); /* opened by run_parse */
+        return run_fail(what, rc, err);
+    }
     kv_model_t *m = NULL;
     kv_tok_t *tok = NULL;
     kv_store_t *store = NULL;
@@ -261,7 +278,7 @@ int kv_cmd_run(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "kvpage run: %zu prompt tokens, prefilling...\n", n_prompt);
-    run_stream_t rs = {.tok = tok, .print = !o.json, .store = store, .seq = seq};
+    run_stream_t rs = {.tok = tok, .print = o.out.plain, .store = store, .seq = seq};
     kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
                               .seed = o.seed, .on_token = run_on_token, .user = &rs};
     kv_model_gen_result_t gr;
@@ -288,9 +305,9 @@ int kv_cmd_run(int argc, char **argv)
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,
                     .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim};
-    run_report(&ro);
-    ret = 0;
+    ret = run_report(&ro, &o.out);
 done:
+    kv_cli_outs_finish("run", &o.out, NULL); /* a failure: close what was opened */
     free(text);
     free(out);
     free(ids);

@@ -3,8 +3,10 @@
  * under constant memory pressure and verify it continuously (docs/stress.md).
  *
  * This file is the command: its option table, the main loop (iterations
- * until --ops or --seconds, a progress line), and the report (text or
- * --json, a reproducer command line on failure). The workload is
+ * until --ops or --seconds, a progress line), and the report (text on
+ * stdout unless --json or --md is "-"; --json / --md FILE write the same
+ * figures as JSON / a Markdown table, kv_cli.h; a reproducer command line
+ * on failure). The workload is
  * stress_gen.c, the policy mix stress_mix.c, the serving loop
  * stress_driver.c + stress_step.c, the checks stress_verify.c. Public API
  * only.
@@ -39,7 +41,8 @@ typedef struct stress_opts {
     double rate;
     const char *policy, *dist;
     const char *offload;   /* --offload FILE_OR_DIR, or NULL      */
-    int json, progress, offload_pread;
+    int progress, offload_pread;
+    kv_cli_outs_t out;     /* --json, --md                        */
     char offload_file[4096]; /* the page file (a name in DIR)     */
 } stress_opts_t;
 
@@ -91,7 +94,7 @@ static const kv_cli_opt_t stress_opt_table[] = {
         "faults injected per million page-file I/Os (one page each),\n"
         "split evenly over EIO, ENOSPC, short, torn, bit flip, EAGAIN,\n"
         "EINTR (kv_config_t.offload_fault_ppm); needs --offload"),
-    OPT("--json", KV_CLI_FLAG, json, 0, 0, NULL, "one JSON object instead of the text report"),
+    KV_CLI_OUT_OPTS(stress_opts_t, out),
     OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
         "progress line on stderr about once a second (default: when stderr is a tty)"),
 };
@@ -129,73 +132,77 @@ static uint64_t stress_fault_ppm(const stress_opts_t *o)
     return o->faults == STRESS_NOT_GIVEN ? 0 : o->faults;
 }
 
-static void stress_report_json(const stress_opts_t *o, const stress_driver_t *d,
-                               const stress_mix_t *mix, const kv_stats_t *st, double secs)
+/* The fields of --json and --md. */
+static void stress_fields(kv_cli_report_t *r, const stress_opts_t *o,
+                          const stress_driver_t *d, const stress_mix_t *mix,
+                          const kv_stats_t *st, double secs)
 {
-    printf("{\"command\":\"stress\",\"seed\":%llu,\"seconds\":%.3f,\"cpu_seconds\":%.3f,"
-           "\"ops\":%llu,\"ops_per_s\":%.1f,\"iterations\":%llu,\"violations\":%llu,"
-           "\"leaks\":%llu,\"alloc_failures\":%llu,\"limit_failures\":%llu,"
-           "\"pool_alloc_failures\":%llu,",
-           (unsigned long long)o->seed, secs, stress_cpu_seconds(), (unsigned long long)d->ops,
-           secs > 0 ? (double)d->ops / secs : 0.0, (unsigned long long)d->iterations,
-           (unsigned long long)d->vf.violations, (unsigned long long)d->vf.leaks,
-           (unsigned long long)d->alloc_failures, (unsigned long long)d->limit_failures,
-           (unsigned long long)st->alloc_failures);
-    printf("\"policy\":");
-    kv_cli_json_str(stdout, o->policy);
-    printf(",\"policies\":[");
-    for (uint32_t i = 0; i < mix->n; i++) {
-        printf(i ? "," : "");
-        kv_cli_json_str(stdout, mix->pol[i].spec);
-    }
-    printf("],\"dist\":");
-    kv_cli_json_str(stdout, o->dist);
-    printf(",\"rate\":%g,\"pool\":%llu,\"max_seqs\":%llu,\"layers\":%llu,\"kv_heads\":%llu,"
-           "\"q_heads\":%llu,\"head_dim\":%llu,\"op_counts\":{",
-           o->rate, (unsigned long long)o->pool, (unsigned long long)o->max_seqs,
-           (unsigned long long)o->layers, (unsigned long long)o->kv_heads,
-           (unsigned long long)o->q_heads, (unsigned long long)o->head_dim);
+    kv_cli_rep_s(r, "command", "stress");
+    kv_cli_rep_u(r, "seed", o->seed);
+    kv_cli_rep_d(r, "seconds", secs, 3);
+    kv_cli_rep_d(r, "cpu_seconds", stress_cpu_seconds(), 3);
+    kv_cli_rep_u(r, "ops", d->ops);
+    kv_cli_rep_d(r, "ops_per_s", secs > 0 ? (double)d->ops / secs : 0.0, 1);
+    kv_cli_rep_u(r, "iterations", d->iterations);
+    kv_cli_rep_u(r, "violations", d->vf.violations);
+    kv_cli_rep_u(r, "leaks", d->vf.leaks);
+    kv_cli_rep_u(r, "alloc_failures", d->alloc_failures);
+    kv_cli_rep_u(r, "limit_failures", d->limit_failures);
+    kv_cli_rep_u(r, "pool_alloc_failures", st->alloc_failures);
+    kv_cli_rep_s(r, "policy", o->policy);
+    kv_cli_rep_open(r, "policies", 1);
+    for (uint32_t i = 0; i < mix->n; i++)
+        kv_cli_rep_s(r, NULL, mix->pol[i].spec);
+    kv_cli_rep_close(r);
+    kv_cli_rep_s(r, "dist", o->dist);
+    kv_cli_rep_d(r, "rate", o->rate, -1);
+    const char *const shape[] = {"pool", "max_seqs", "layers", "kv_heads", "q_heads",
+                                 "head_dim"};
+    const uint64_t shape_v[] = {o->pool, o->max_seqs, o->layers, o->kv_heads, o->q_heads,
+                                o->head_dim};
+    for (size_t i = 0; i < sizeof shape_v / sizeof shape_v[0]; i++)
+        kv_cli_rep_u(r, shape[i], shape_v[i]);
+    kv_cli_rep_open(r, "op_counts", 0);
     for (int i = 0; i < STRESS_OP_COUNT; i++)
-        printf("%s\"%s\":%llu", i ? "," : "", stress_op_name((stress_op_t)i),
-               (unsigned long long)d->op_count[i]);
-    printf("},\"events\":{");
+        kv_cli_rep_u(r, stress_op_name((stress_op_t)i), d->op_count[i]);
+    kv_cli_rep_close(r);
+    kv_cli_rep_open(r, "events", 0);
     for (int i = 0; i < STRESS_EV_COUNT; i++)
-        printf("%s\"%s\":%llu", i ? "," : "", stress_ev_name((stress_ev_t)i),
-               (unsigned long long)d->ev_count[i]);
-    printf("},\"verify_runs\":%llu,\"reads\":%llu,\"tokens_checked\":%llu,"
-           "\"merged_by_norm\":%llu,\"max_live\":%u,\"pages_peak\":%llu,"
-           "\"max_err\":{\"exact\":%g,\"int2\":%g,\"int4\":%g},"
-           "\"err_bound\":{\"int2\":%g,\"int4\":%g},",
-           (unsigned long long)d->verify_runs, (unsigned long long)d->vf.reads,
-           (unsigned long long)d->vf.tokens, (unsigned long long)d->vf.by_norm, d->max_live,
-           (unsigned long long)st->pages_peak, d->vf.max_err[0], d->vf.max_err[2],
-           d->vf.max_err[4], stress_check_qbound(2), stress_check_qbound(4));
+        kv_cli_rep_u(r, stress_ev_name((stress_ev_t)i), d->ev_count[i]);
+    kv_cli_rep_close(r);
+    kv_cli_rep_u(r, "verify_runs", d->verify_runs);
+    kv_cli_rep_u(r, "reads", d->vf.reads);
+    kv_cli_rep_u(r, "tokens_checked", d->vf.tokens);
+    kv_cli_rep_u(r, "merged_by_norm", d->vf.by_norm);
+    kv_cli_rep_u(r, "max_live", d->max_live);
+    kv_cli_rep_u(r, "pages_peak", st->pages_peak);
+    kv_cli_rep_open(r, "max_err", 0);
+    kv_cli_rep_d(r, "exact", d->vf.max_err[0], -1);
+    kv_cli_rep_d(r, "int2", d->vf.max_err[2], -1);
+    kv_cli_rep_d(r, "int4", d->vf.max_err[4], -1);
+    kv_cli_rep_close(r);
+    kv_cli_rep_open(r, "err_bound", 0);
+    kv_cli_rep_d(r, "int2", stress_check_qbound(2), -1);
+    kv_cli_rep_d(r, "int4", stress_check_qbound(4), -1);
+    kv_cli_rep_close(r);
     const stress_off_count_t *c = &d->off;
     const kv_stats_t *f = &d->final;
-    printf("\"offload\":");
-    if (o->offload)
-        kv_cli_json_str(stdout, o->offload_file);
-    else
-        printf("null");
-    printf(",\"offload_pages\":%llu,\"fault_ppm\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
-           "\"waits\":%llu,\"wait_errors\":%llu,\"balances\":%llu,\"balance_pages\":%llu,"
-           "\"syncs\":%llu,\"sync_errors\":%llu,\"file_full\":%llu,\"enotres_checked\":%llu,"
-           "\"read_back\":%llu,\"skipped_reads\":%llu,\"pages_out\":%llu,\"pages_in\":%llu,"
-           "\"io_errors\":%llu,\"lost_reports\":%llu,\"pages_lost\":%llu,"
-           "\"lost_recovered\":%llu,\"lost_seqs\":%llu,\"faults_injected\":%llu,\"ok\":%s}\n",
-           (unsigned long long)f->offload_slots, (unsigned long long)stress_fault_ppm(o),
-           (unsigned long long)c->offloads, (unsigned long long)c->prefetches,
-           (unsigned long long)c->waits, (unsigned long long)c->wait_errors,
-           (unsigned long long)c->balances, (unsigned long long)c->balance_pages,
-           (unsigned long long)c->syncs, (unsigned long long)c->sync_errors,
-           (unsigned long long)c->file_full,
-           (unsigned long long)(c->enotres_checked + d->vf.enotres),
-           (unsigned long long)c->read_back, (unsigned long long)d->vf.skipped,
-           (unsigned long long)f->pages_out, (unsigned long long)f->pages_in,
-           (unsigned long long)f->io_errors, (unsigned long long)c->lost_reports,
-           (unsigned long long)c->pages_lost, (unsigned long long)c->lost_recovered,
-           (unsigned long long)c->lost_seqs, (unsigned long long)f->offload_faults,
-           d->vf.violations || d->vf.leaks ? "false" : "true");
+    kv_cli_rep_s(r, "offload", o->offload ? o->offload_file : NULL);
+    const char *const off[] = {
+        "offload_pages", "fault_ppm", "offloads", "prefetches", "waits", "wait_errors",
+        "balances", "balance_pages", "syncs", "sync_errors", "file_full", "enotres_checked",
+        "read_back", "skipped_reads", "pages_out", "pages_in", "io_errors", "lost_reports",
+        "pages_lost", "lost_recovered", "lost_seqs", "faults_injected"};
+    const uint64_t off_v[] = {
+        f->offload_slots, stress_fault_ppm(o), c->offloads, c->prefetches, c->waits,
+        c->wait_errors, c->balances, c->balance_pages, c->syncs, c->sync_errors, c->file_full,
+        c->enotres_checked + d->vf.enotres, c->read_back, d->vf.skipped, f->pages_out,
+        f->pages_in, f->io_errors, c->lost_reports, c->pages_lost, c->lost_recovered,
+        c->lost_seqs, f->offload_faults};
+    _Static_assert(sizeof off / sizeof off[0] == sizeof off_v / sizeof off_v[0], "off");
+    for (size_t i = 0; i < sizeof off_v / sizeof off_v[0]; i++)
+        kv_cli_rep_u(r, off[i], off_v[i]);
+    kv_cli_rep_b(r, "ok", !d->vf.violations && !d->vf.leaks);
 }
 
 static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
@@ -361,6 +368,10 @@ int kv_cmd_stress(int argc, char **argv)
     int rc = stress_setup(argc, argv, &o, &mix, &cfg);
     if (rc)
         return rc == 1 ? 0 : 2;
+    if (kv_cli_outs_open("stress", &o.out)) { /* outputs before the work */
+        stress_mix_destroy(&mix);
+        return 2;
+    }
     stress_driver_t d;
     char err[512];
     rc = stress_driver_create(&cfg, &d, stderr, err, sizeof err);
@@ -368,6 +379,7 @@ int kv_cmd_stress(int argc, char **argv)
         fprintf(stderr, "kvpage stress: %s\n", err);
         if (o.offload)
             stress_offload_remove(&o); /* it did not exist before */
+        kv_cli_outs_finish("stress", &o.out, NULL);
         stress_mix_destroy(&mix);
         return rc == KV_ENOMEM || rc == KV_EIO ? 1 : 2;
     }
@@ -391,16 +403,17 @@ int kv_cmd_stress(int argc, char **argv)
     kv_store_stats(d.st, &st);
     stress_driver_finish(&d);
     double secs = kv_cli_now() - t0;
-    if (o.json)
-        stress_report_json(&o, &d, &mix, &st, secs);
-    else
+    kv_cli_report_t rep = {.cmd = "stress"};
+    stress_fields(&rep, &o, &d, &mix, &st, secs);
+    if (o.out.plain)
         stress_report_text(&o, &d, &st, secs);
     int bad = d.vf.violations || d.vf.leaks;
+    int lost = kv_cli_outs_finish("stress", &o.out, &rep);
     if (bad)
         stress_repro(&o, ops_at_stop);
     stress_driver_destroy(&d);
     if (o.offload)
         stress_offload_remove(&o);
     stress_mix_destroy(&mix);
-    return bad ? 1 : 0;
+    return bad || lost ? 1 : 0;
 }

@@ -85,6 +85,75 @@ typedef enum kv_cli_kind {
  * usual report (neither is "-"). */
 int kv_cli_outs_check(const char *cmd, const char *json, const char *md, int *plain);
 
+/* ---- reports as JSON and Markdown (kv_cli_report.c) -----------------------
+ * A command whose report is a list of fields (run, demo, stress) builds it
+ * once as a kv_cli_report_t; --json writes it as one JSON object, --md as a
+ * two-column Markdown table of the same fields in the same order (a nested
+ * object's fields as "obj.key" rows, an array as one row of its values), so
+ * the two cannot disagree. Plan and eval, whose reports are tables of their
+ * own, write them with their own writers and share only the options. */
+#define KV_CLI_REPORT_MAX 192 /* fields, nesting marks included */
+
+typedef enum kv_cli_fkind {
+    KV_CLI_F_U64 = 0, /* u                                         */
+    KV_CLI_F_DBL = 1, /* d, prec digits after the point (-1: %g)   */
+    KV_CLI_F_STR = 2, /* s[0..n); s NULL: null                      */
+    KV_CLI_F_BOOL = 3, /* u != 0                                    */
+    KV_CLI_F_OBJ = 4, /* opens an object, to the next END          */
+    KV_CLI_F_ARR = 5, /* opens an array (its fields' keys unused)   */
+    KV_CLI_F_END = 6, /* closes the innermost OBJ/ARR              */
+} kv_cli_fkind_t;
+
+typedef struct kv_cli_field {
+    const char *key; /* a JSON-safe name: [a-z0-9_]; not copied   */
+    kv_cli_fkind_t kind;
+    int prec;        /* DBL: digits after the point, -1: %g        */
+    uint64_t u;
+    double d;
+    const char *s;   /* STR: not copied; lives until written       */
+    size_t n;        /* STR: bytes                                 */
+} kv_cli_field_t;
+
+typedef struct kv_cli_report {
+    const char *cmd;  /* "run": the Markdown heading "## kvpage run" */
+    kv_cli_field_t f[KV_CLI_REPORT_MAX];
+    size_t n;
+    int overflow;     /* a field did not fit: the writers fail       */
+} kv_cli_report_t;
+
+void kv_cli_rep_u(kv_cli_report_t *r, const char *key, uint64_t v);
+void kv_cli_rep_d(kv_cli_report_t *r, const char *key, double v, int prec);
+void kv_cli_rep_s(kv_cli_report_t *r, const char *key, const char *s); /* NULL: null */
+void kv_cli_rep_sn(kv_cli_report_t *r, const char *key, const char *s, size_t n);
+void kv_cli_rep_b(kv_cli_report_t *r, const char *key, int v);
+void kv_cli_rep_open(kv_cli_report_t *r, const char *key, int array);
+void kv_cli_rep_close(kv_cli_report_t *r);
+/* The report as one JSON object and a newline / as "## kvpage <cmd>" and a
+ * Markdown table "| field | value |". 0, or -1 (overflowed or unbalanced:
+ * a message on stderr, nothing written). Write errors show in ferror(f). */
+int kv_cli_report_json(FILE *f, const kv_cli_report_t *r);
+int kv_cli_report_md(FILE *f, const kv_cli_report_t *r);
+
+/* The --json / --md outputs of a command with a kv_cli_report_t. */
+typedef struct kv_cli_outs {
+    const char *json, *md; /* the option values (NULL: not given; "-": stdout) */
+    FILE *fj, *fm;         /* opened by kv_cli_outs_open                      */
+    int plain;             /* stdout gets the command's usual report          */
+} kv_cli_outs_t;
+/* Check (kv_cli_outs_check) and open both before the work: 0, or 2 after a
+ * message (nothing left open). */
+int kv_cli_outs_open(const char *cmd, kv_cli_outs_t *o);
+/* The two option-table entries, for an options struct holding a
+ * kv_cli_outs_t named field: KV_CLI_OUT_OPTS(run_opts_t, out). */
+#define KV_CLI_OUT_OPTS(type, field)                                                   \
+    {"--json", KV_CLI_OUT, offsetof(type, field.json), 0, 0, 0, 0, "FILE",             \
+     KV_CLI_JSON_HELP},                                                                \
+    {"--md", KV_CLI_OUT, offsetof(type, field.md), 0, 0, 0, 0, "FILE", KV_CLI_MD_HELP}
+/* Write r (NULL: the work failed, write nothing) to the opened outputs and
+ * close them (stdout: flushed). 0, or -1 after a message naming what
+ * failed (a write error, a full disk). */
+int kv_cli_outs_finish(const char *cmd, kv_cli_outs_t *o, const kv_cli_report_t *r);
+
 typedef struct kv_cli_opt {
     const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
     kv_cli_kind_t kind;
