@@ -77,6 +77,7 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_A(KV_POL_M_MINIKV, "hh", P, hh, 0.25),
     KV_SPEC_A(KV_POL_M_MINIKV, "rw", P, recent, 0.25),
     KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
+    KV_SPEC_U(KV_POL_M_MINIKV, "rot", P, rot, 0, 1, 0),
     KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
     KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
     KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),
@@ -93,6 +94,12 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_U_RULE(KV_POL_M_KIVI4, "r", P, residual, 16, 65536, 128, 16, 0),
     KV_SPEC_U_RULE(KV_POL_M_INT2, "r", P, residual, 16, 65536, 128, 16, 0),
     KV_SPEC_U_RULE(KV_POL_M_INT4, "r", P, residual, 16, 65536, 128, 16, 0),
+    /* rot=1: rotated INT pages (head_dim a power of two, else the policy
+     * is refused when attached: KV_EINVAL) */
+    KV_SPEC_U(KV_POL_M_KIVI2, "rot", P, rot, 0, 1, 0),
+    KV_SPEC_U(KV_POL_M_KIVI4, "rot", P, rot, 0, 1, 0),
+    KV_SPEC_U(KV_POL_M_INT2, "rot", P, rot, 0, 1, 0),
+    KV_SPEC_U(KV_POL_M_INT4, "rot", P, rot, 0, 1, 0),
 };
 
 static const kv_spec_table_t table = {keys, sizeof keys / sizeof keys[0]};
@@ -175,6 +182,9 @@ static int check_composition(P *p, char *err, size_t len)
     if (p->mc && p->fmt_given && p->fmt != KV_FMT_INT4)
         return kv_spec_err(KV_EINVAL, err, len, "'minicache' with int2: merged directions "
                            "are FP16 or INT4 only (use +int4)");
+    if (p->mc && p->rot)
+        return kv_spec_err(KV_EINVAL, err, len, "'rot=1' with minicache: merged "
+                           "directions are not rotated");
     if (p->sel == KV_POL_SEL_MINIKV && !p->fmt_given)
         p->fmt = KV_FMT_INT2; /* MiniKV keeps its tokens INT2 */
     return 0;
