@@ -278,6 +278,19 @@ void kv_spec_printf(kv_spec_buf_t *s, const char *fmt, ...)
     s->at += w > 0 ? (size_t)w : 0;
 }
 
+/* The shortest decimal that reads back (strtod, as the parser reads it) as
+ * exactly v: "0.2", not "0.20000000000000001". */
+static void spec_print_real(kv_spec_buf_t *out, double v)
+{
+    char b[32];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v)
+            break;
+    }
+    kv_spec_printf(out, "%s", b);
+}
+
 uint32_t kv_spec_describe(kv_spec_table_t t, uint32_t part, const void *obj,
                           kv_spec_buf_t *out)
 {
@@ -297,7 +310,7 @@ uint32_t kv_spec_describe(kv_spec_table_t t, uint32_t part, const void *obj,
         else if (k->kind == KV_SPEC_AMOUNT && v >= 1.0)
             kv_spec_printf(out, "%.0f", v);
         else
-            kv_spec_printf(out, "%.17g", v);
+            spec_print_real(out, v);
     }
     return n;
 }

@@ -121,8 +121,8 @@ void kv_spec_printf(kv_spec_buf_t *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Append part's keys of obj as "k=v,k=v" in table order (nothing when part
- * has no keys): reals and fractions "%.17g" (they parse back to the same
- * double), tokens and integers in decimal, ENUM the name. Returns how many
+ * has no keys): reals and fractions as the shortest decimal that parses
+ * back to the same double ("0.2", not "%.17g"'s 0.20000000000000001), tokens and integers in decimal, ENUM the name. Returns how many
  * keys it wrote. */
 uint32_t kv_spec_describe(kv_spec_table_t t, uint32_t part, const void *obj,
                           kv_spec_buf_t *out);

@@ -437,7 +437,8 @@ typedef struct kv_policy kv_policy_t; /* opaque, immutable once parsed */
 KV_API int kv_policy_parse(const char *spec, kv_policy_t **out, char *err,
                            size_t err_len);
 KV_API void kv_policy_destroy(kv_policy_t *policy);
-/* The canonical spec (every key with its value), NUL-terminated; KV_ERANGE
+/* The canonical spec (every key with its value, numbers in the shortest
+ * form that parses back to the same value: "hh=0.2"), NUL-terminated; KV_ERANGE
  * if it does not fit in len. */
 KV_API int kv_policy_describe(const kv_policy_t *policy, char *buf, size_t len);
 

@@ -29,7 +29,7 @@ static kv_offload_config_t cfg(void)
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = PB;
     c.capacity = CAP;
-    c.engine = KV_OFFLOAD_ENGINE_PREAD;
+    c.ioq = KV_OFFLOAD_IOQ_PREAD;
     c.queue_depth = 4;
     return c;
 }

@@ -74,6 +74,12 @@ readelf -d "$libdir/libkvpage.so.$version" | grep -q "SONAME.*\[libkvpage.so.$ma
 out=$(env -u LD_LIBRARY_PATH "$prefix/bin/kvpage" --version) ||
   fail "the installed kvpage command does not run"
 grep -q "^kvpage $version" <<<"$out" || fail "kvpage --version printed: $out"
+# `kvpage plan` finds the installed eval reports beside the binary, from any
+# directory (docs/plan.md, "Quality")
+out=$(cd / && env -u LD_LIBRARY_PATH -u KVPAGE_EVAL_DIR "$prefix/bin/kvpage" plan \
+      --workload fixed:161,338 --policies fp16,kivi2) || fail "the installed kvpage plan failed"
+grep -q "quality: the kvpage eval reports in $prefix/bin/.*/docs/results" <<<"$out" &&
+  grep -q "dPPL" <<<"$out" || fail "the installed kvpage plan did not read its eval reports: $out"
 
 command -v pkg-config >/dev/null || fail "pkg-config missing (scripts/setup.sh installs it)"
 export PKG_CONFIG_PATH=$libdir/pkgconfig

@@ -383,6 +383,42 @@ static void test_reports(void)
     plan_spec_destroy(&sp[1]);
 }
 
+/* Round axes (kv_cli_axis, shared with the eval SVG): 1-2-5 steps, the
+ * range widened to whole steps, at most max_steps, short labels. */
+static void test_axis(void)
+{
+    struct { double lo, hi; int max; const char *last; } c[] = {
+        {0, 121660, 5, "150000"}, {0, 6741, 6, "8000"}, {0, 1, 5, "1.0"},
+        {-0.3, 4.54, 5, "6"}, {0, 0.0123, 4, "0.015"}, {0, 23.5, 5, "25"}, {2, 2, 4, "4.0"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        kv_cli_axis_t a = kv_cli_axis(c[i].lo, c[i].hi, c[i].max);
+        CHECK(a.n <= c[i].max && a.n >= 1);
+        CHECK(a.lo <= c[i].lo && a.hi >= c[i].hi);
+        double m = a.step / pow(10, floor(log10(a.step) + 1e-9));
+        CHECK(fabs(m - 1) < 1e-9 || fabs(m - 2) < 1e-9 || fabs(m - 5) < 1e-9);
+        CHECK(fabs(a.lo / a.step - round(a.lo / a.step)) < 1e-9);
+        CHECK(fabs(a.hi - (a.lo + a.n * a.step)) < 1e-9 * a.step);
+        if (c[i].last) {
+            char lab[32];
+            kv_cli_axis_label(&a, a.n, 1, lab, sizeof lab);
+            CHECK(!strcmp(lab, c[i].last));
+            if (strcmp(lab, c[i].last))
+                fprintf(stderr, "  axis %zu: last label %s, want %s\n", i, lab, c[i].last);
+        }
+    }
+    kv_cli_axis_t a = kv_cli_axis(0, 121660, 5);
+    CHECK(a.step == 50000 && a.hi == 150000 && a.n == 3);
+    a = kv_cli_axis(-0.3, 4.54, 5); /* -1..5 in steps of 1 would be 6 steps */
+    CHECK(a.step == 2 && a.lo == -2 && a.hi == 6 && kv_cli_axis_tick(&a, 1) == 0);
+    char lab[32];
+    a = kv_cli_axis(0, 2.4e6, 4);
+    kv_cli_axis_label(&a, 1, 1e6, lab, sizeof lab);
+    CHECK(a.step == 1e6 && !strcmp(lab, "1"));
+    a = kv_cli_axis(0, NAN, 4);
+    CHECK(a.lo == 0 && a.hi == 1);
+}
+
 static void test_bad_input(void)
 {
     CHECK(plan_model_find("llama-9") == NULL && plan_gpu_find("h100") == NULL);
@@ -428,6 +464,7 @@ int main(void)
     test_spec();
     test_evalq();
     test_reports();
+    test_axis();
     test_bad_input();
     return kv_test_end();
 }

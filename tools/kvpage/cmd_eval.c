@@ -81,9 +81,9 @@ static const kv_cli_opt_t eval_opts[] = {
     EVAL_U("--seed", seed, 0, UINT64_MAX, "N", "item generator seed (default 1)"),
     EVAL_U("--threads", threads, 0, 1024, "N", "compute threads (default: all CPUs)"),
     EVAL_S("--model", model, "FILE", "the .gguf file (as for kvpage run)"),
-    EVAL_S("--json", json, "FILE", "write the JSON report (- = stdout)"),
-    EVAL_S("--md", md, "FILE", "write the Markdown table (- = stdout; default: stdout\n"
-           "when no other output is asked for)"),
+    {"--json", KV_CLI_OUT, offsetof(eval_opts_t, json), 0, 0, 0, 0, "FILE", KV_CLI_JSON_HELP},
+    {"--md", KV_CLI_OUT, offsetof(eval_opts_t, md), 0, 0, 0, 0, "FILE", KV_CLI_MD_HELP
+     "\n(stdout gets the Markdown table unless --json or --md is -)"},
     EVAL_S("--svg", svg, "FILE", "write the plot of quality against KV bytes"),
 };
 
@@ -622,7 +622,10 @@ int kv_cmd_eval(int argc, char **argv)
     snprintf(pbuf, sizeof pbuf, "%s", o.policies);
     snprintf(xbuf, sizeof xbuf, "%s", o.texts);
     int want[EVAL_TASK_COUNT + 2] = {0}; /* tasks..., ppl, fidelity */
-    const char *md = o.md ? o.md : (!o.json && !o.svg) ? "-" : NULL;
+    int plain;
+    if (kv_cli_outs_check("eval", o.json, o.md, &plain))
+        return 2;
+    const char *md = o.md;
     FILE *out_json = NULL, *out_md = NULL, *out_svg = NULL; /* opened before the work */
     char path[4096], err[512] = "";
     int pinned = 0, rc, ret = 1;
@@ -732,6 +735,7 @@ int kv_cmd_eval(int argc, char **argv)
                          .n_items = E.n_items, .fidelity = E.fid, .n_fidelity = E.n_fid};
     int w = write_out(out_json, o.json, eval_report_json, &rep);
     w |= write_out(out_md, md, eval_report_md, &rep);
+    w |= write_out(plain ? stdout : NULL, "-", eval_report_md, &rep); /* the usual report */
     w |= write_out(out_svg, o.svg, eval_report_svg, &rep);
     out_json = out_md = out_svg = NULL;
     if (!w)

@@ -9,6 +9,9 @@
  * `kvpage eval` where a report exists. Footprints come from the real store
  * (plan_sim.h, plan_calc.h); docs/plan.md describes the method.
  *
+ * KV_BIN_TO_RESULTS (the installed docs/results relative to the installed
+ * binary) and KV_SOURCE_RESULTS (the source tree's) come from the build.
+ *
  * Uses only the public API. Exit codes: 0 ok, 1 a simulation failed, 2
  * usage error (unknown preset, bad policy or workload, no room for a pool).
  */
@@ -17,17 +20,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kv_cli.h"
 #include "plan_calc.h"
 #include "plan_report.h"
 
 typedef struct plan_opts {
-    const char *model, *gpu, *policies, *workload, *eval_dir, *html;
+    const char *model, *gpu, *policies, *workload, *eval_dir, *html, *json, *md;
     uint64_t layers, q_heads, kv_heads, head_dim, samples, seed, chunk, ctx_base;
-    uint64_t concurrency;
+    uint64_t concurrency, trained_ctx;
     double gpu_gib, weights_gb, params_b, reserve, lazy_frac, retain_frac, rate, decode_tps;
-    int json, md;
+    int plain; /* stdout gets the table: neither --json nor --md is - */
 } plan_opts_t;
 
 #define PLAN_U(name, field, lo, hi, arg, help) \
@@ -36,11 +40,14 @@ typedef struct plan_opts {
     {name, KV_CLI_DOUBLE, offsetof(plan_opts_t, field), 0, 0, lo, hi, arg, help}
 #define PLAN_S(name, field, arg, help) \
     {name, KV_CLI_STR, offsetof(plan_opts_t, field), 0, 0, 0, 0, arg, help}
-#define PLAN_F(name, field, help) \
-    {name, KV_CLI_FLAG, offsetof(plan_opts_t, field), 0, 0, 0, 0, NULL, help}
+#define PLAN_O(name, field, help) \
+    {name, KV_CLI_OUT, offsetof(plan_opts_t, field), 0, 0, 0, 0, "FILE", help}
 static const kv_cli_opt_t plan_opts[] = {
     PLAN_S("--model", model, "NAME", "model preset (default SmolLM2-135M): SmolLM2-135M,\n"
            "Llama-2-7B, Llama-2-13B, Llama-3-8B, Llama-3-70B,\nMistral-7B, Qwen2.5-7B"),
+    PLAN_U("--trained-ctx", trained_ctx, 1, UINT32_MAX, "N",
+           "the model's trained context, tokens: caps max ctx\n"
+           "(default the preset's max_position_embeddings)"),
     PLAN_U("--layers", layers, 1, 4096, "N", "layers (overrides the preset's)"),
     PLAN_U("--q-heads", q_heads, 1, 1u << 20, "N", "query heads"),
     PLAN_U("--kv-heads", kv_heads, 1, 1024, "N", "kv heads"),
@@ -76,9 +83,10 @@ static const kv_cli_opt_t plan_opts[] = {
     PLAN_U("--ctx-base", ctx_base, 64, 1u << 20, "N",
            "max-context probe prompt (default 2048; see docs)"),
     PLAN_S("--eval-dir", eval_dir, "DIR",
-           "kvpage eval reports eval-*.json (default docs/results)"),
-    PLAN_F("--json", json, "one JSON object instead of the table"),
-    PLAN_F("--md", md, "a Markdown table instead of the plain one"),
+           "kvpage eval reports eval-*.json (default\n$KVPAGE_EVAL_DIR, else the installed or "
+           "source\ntree's docs/results: docs/plan.md)"),
+    PLAN_O("--json", json, KV_CLI_JSON_HELP),
+    PLAN_O("--md", md, KV_CLI_MD_HELP),
     PLAN_S("--html", html, "FILE", "also write an HTML report with SVG charts"),
 };
 
@@ -91,7 +99,7 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
 {
     *o = (plan_opts_t){.model = "SmolLM2-135M", .gpu = "H100-80G", .workload = "sharegpt",
                        .policies = "fp16,kivi4,kivi2,minikv,minicache+int4,simlayerkv",
-                       .eval_dir = "docs/results", .samples = 16, .seed = 1, .chunk = 512,
+                       .samples = 16, .seed = 1, .chunk = 512,
                        .ctx_base = 2048, .gpu_gib = -1, .weights_gb = -1, .params_b = -1,
                        .reserve = 0.10, .lazy_frac = 0.55, .retain_frac = 0.05,
                        .decode_tps = 30};
@@ -99,11 +107,7 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
                           argc, argv, o);
     if (rc)
         return rc;
-    if (o->json && o->md) {
-        fprintf(stderr, "kvpage plan: --json and --md exclude each other\n");
-        return 2;
-    }
-    return 0;
+    return kv_cli_outs_check("plan", o->json, o->md, &o->plain);
 }
 
 /* The model and GPU of the options into in; 2 after a message. */
@@ -124,6 +128,9 @@ static int plan_setup(const plan_opts_t *o, plan_in_t *in, char *name, size_t na
         snprintf(name, name_len, "%s (shape changed)", m->name);
         in->model.name = name;
     }
+    if (o->trained_ctx)
+        in->model.ctx_len = (uint32_t)o->trained_ctx;
+    in->trained_ctx_given = o->trained_ctx != 0;
     if (o->params_b > 0)
         in->model.params = (uint64_t)llround(o->params_b * 1e9);
     const plan_gpu_t *g = plan_gpu_find(o->gpu);
@@ -135,6 +142,36 @@ static int plan_setup(const plan_opts_t *o, plan_in_t *in, char *name, size_t na
     in->gpu_name = o->gpu_gib >= 0 ? "custom" : g->name;
     in->gpu_bytes = (o->gpu_gib >= 0 ? o->gpu_gib : g->gib) * 1073741824.0;
     in->weights_bytes = o->weights_gb >= 0 ? o->weights_gb * 1e9 : 2.0 * in->model.params;
+    return 0;
+}
+
+/* Where the quality reports are, into buf (docs/plan.md, "Quality"):
+ * --eval-dir, else $KVPAGE_EVAL_DIR — either must be a directory (2 after
+ * a message otherwise) —, else the installed docs beside the executable
+ * (<bin>/KV_BIN_TO_RESULTS), else the source tree the binary was built from
+ * (KV_SOURCE_RESULTS); never the current directory. buf = "" when none
+ * exists (quality n/a). */
+static int plan_eval_dir(const char *given, char *buf, size_t len)
+{
+    const char *env = getenv("KVPAGE_EVAL_DIR");
+    const char *dir = given ? given : env && *env ? env : NULL;
+    struct stat st;
+    buf[0] = 0;
+    if (dir) {
+        if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "kvpage plan: %s '%s' is not a directory\n",
+                    given ? "--eval-dir" : "$KVPAGE_EVAL_DIR", dir);
+            return 2;
+        }
+        snprintf(buf, len, "%s", dir);
+        return 0;
+    }
+    if (!kv_cli_exe_path(KV_BIN_TO_RESULTS, buf, len) && !stat(buf, &st) && S_ISDIR(st.st_mode))
+        return 0;
+    if (!stat(KV_SOURCE_RESULTS, &st) && S_ISDIR(st.st_mode))
+        snprintf(buf, len, "%s", KV_SOURCE_RESULTS);
+    else
+        buf[0] = 0;
     return 0;
 }
 
@@ -165,12 +202,15 @@ int kv_cmd_plan(int argc, char **argv)
     int prc = plan_parse(argc, argv, &o);
     if (prc)
         return prc == 1 ? 0 : 2;
-    char err[512] = "", name[96];
+    char err[512] = "", name[96], eval_dir[4096];
+    if (plan_eval_dir(o.eval_dir, eval_dir, sizeof eval_dir))
+        return 2;
     plan_in_t in = {.workload = o.workload, .samples = (uint32_t)o.samples, .seed = o.seed,
                     .chunk = (uint32_t)o.chunk, .ctx_base = (uint32_t)o.ctx_base,
                     .lazy_frac = o.lazy_frac, .retain_frac = o.retain_frac, .rate = o.rate,
                     .decode_tps = o.decode_tps, .concurrency = o.concurrency,
-                    .reserve = o.reserve, .curves = o.html != NULL, .eval_dir = o.eval_dir};
+                    .reserve = o.reserve, .curves = o.html != NULL,
+                    .eval_dir = eval_dir[0] ? eval_dir : NULL};
     if (plan_setup(&o, &in, name, sizeof name))
         return 2;
     if (stress_dist_parse(o.workload, &in.dist, err, sizeof err)) {
@@ -191,29 +231,32 @@ int kv_cmd_plan(int argc, char **argv)
     int n = plan_specs(o.policies, sp);
     if (n < 0)
         return 2;
+    /* outputs, opened before the work: --json, --md, --html */
+    typedef int (*plan_writer_t)(FILE *, const plan_t *, const plan_result_t *, uint32_t);
+    const char *paths[3] = {o.json, o.md, o.html};
+    const char *names[3] = {"--json", "--md", "--html"};
+    const plan_writer_t writers[3] = {plan_report_json, plan_report_md, plan_report_html};
+    FILE *outs[3] = {NULL, NULL, NULL};
     int ret = 0;
-    FILE *html = o.html ? kv_cli_out_open("plan", "--html", o.html) : NULL; /* before the work */
-    if (o.html && !html)
-        ret = 2;
+    for (int k = 0; k < 3 && !ret; k++)
+        if (paths[k] && !(outs[k] = kv_cli_out_open("plan", names[k], paths[k])))
+            ret = 2;
     for (int i = 0; !ret && i < n; i++)
         if ((rc = plan_policy(&p, &sp[i], &res[i]))) {
             fprintf(stderr, "kvpage plan: simulating '%s' failed: %s\n", sp[i].given,
                     kv_strerror(rc));
             ret = 1;
         }
-    if (!ret) {
-        rc = o.json ? plan_report_json(stdout, &p, res, (uint32_t)n)
-             : o.md ? plan_report_md(stdout, &p, res, (uint32_t)n)
-                    : plan_report_table(stdout, &p, res, (uint32_t)n);
-        if (html && (plan_report_html(html, &p, res, (uint32_t)n) |
-                     kv_cli_out_close("plan", o.html, html)))
+    if (!ret && o.plain && plan_report_table(stdout, &p, res, (uint32_t)n))
+        ret = 1;
+    for (int k = 0; k < 3; k++) {
+        if (outs[k] && !ret && (writers[k](outs[k], &p, res, (uint32_t)n) |
+                                kv_cli_out_close("plan", paths[k], outs[k])))
             ret = 1;
-        html = NULL;
-        if (rc)
-            ret = 1;
+        else if (outs[k] && outs[k] != stdout && ret)
+            fclose(outs[k]); /* the work failed: nothing written */
+        outs[k] = NULL;
     }
-    if (html && html != stdout)
-        fclose(html); /* the work failed: nothing written */
     for (int i = 0; i < n; i++)
         plan_spec_destroy(&sp[i]);
     return ret;

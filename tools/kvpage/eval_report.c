@@ -416,7 +416,8 @@ static void svg_text(FILE *f, double x, double y, const char *anchor, const char
     fputs("</text>\n", f);
 }
 
-/* One panel at x0: x = KV bytes (0..xmax), y from y0 to y1. */
+/* One panel at x0: x = KV bytes (0..xmax), y = ΔPPL (which 0) or accuracy;
+ * both axes tick at round values (kv_cli_axis). */
 static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int which, double x0,
                       double xmax)
 {
@@ -428,8 +429,9 @@ static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int w
                 hi = fmax(hi, s[p].dppl_max);
                 lo = fmin(lo, s[p].dppl_min);
             }
-        hi *= 1.15;
     }
+    const kv_cli_axis_t xa = kv_cli_axis(0, xmax, 4), ya = kv_cli_axis(lo, hi, 5);
+    lo = ya.lo, hi = ya.hi, xmax = xa.hi;
     double px = x0 + SVG_M, py = 30, w = SVG_PW - SVG_M - 20, h = SVG_PH - 30 - SVG_M;
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
                "stroke=\"#444\"/>\n", px, py, w, h);
@@ -438,15 +440,16 @@ static void svg_panel(FILE *f, const eval_report_t *r, const summary_t *s, int w
                         : "retrieval accuracy, all items: bar 95% Wilson");
     svg_text(f, px + w / 2, py + h + 40, "middle", "KV bytes held (MB)");
     char lab[64];
-    for (int i = 0; i <= 4; i++) {
-        double yv = lo + (hi - lo) * i / 4, yy = py + h - h * i / 4;
-        double xv = xmax * i / 4, xx = px + w * i / 4;
-        snprintf(lab, sizeof lab, which == 0 ? "%.3g" : "%.2f", yv);
+    for (int i = 0; i <= ya.n; i++) {
+        double yy = py + h - h * i / ya.n;
+        kv_cli_axis_label(&ya, i, 1, lab, sizeof lab);
         svg_text(f, px - 6, yy + 4, "end", lab);
-        snprintf(lab, sizeof lab, "%.2f", xv / 1e6);
-        svg_text(f, xx, py + h + 18, "middle", lab);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
                 px, yy, px + w, yy);
+    }
+    for (int i = 0; i <= xa.n; i++) {
+        kv_cli_axis_label(&xa, i, 1e6, lab, sizeof lab);
+        svg_text(f, px + w * i / xa.n, py + h + 18, "middle", lab);
     }
     for (uint32_t p = 0; p < r->n_policies; p++) {
         double v, b0, b1;

@@ -42,6 +42,10 @@ FILE *kv_cli_out_open(const char *cmd, const char *opt, const char *path);
 /* Flush and close an output (stdout: flushed, left open); 0, or -1 after a
  * message if any write to it failed. NULL: 0. */
 int kv_cli_out_close(const char *cmd, const char *path, FILE *f);
+/* rel, a path relative to the directory of the running executable
+ * (/proc/self/exe, links resolved), into buf: "<exe dir>/<rel>". 0, or -1
+ * (unreadable link, too long). */
+int kv_cli_exe_path(const char *rel, char *buf, size_t len);
 /* main.c, after every command: flush and close stdout; -1 after a message
  * if output was lost (then the command exits 1). */
 int kv_cli_stdout_close(const char *cmd);
@@ -67,7 +71,19 @@ typedef enum kv_cli_kind {
     KV_CLI_STR = 3,    /* a non-empty string                        */
     KV_CLI_TEXT = 4,   /* any string, empty included                */
     KV_CLI_ALIAS = 5,  /* another name of the entry named by arg    */
+    KV_CLI_OUT = 6,    /* an output file, "-" = stdout; a value that */
+                       /* starts with '-' otherwise is refused       */
 } kv_cli_kind_t;
+
+/* --json and --md mean the same in every subcommand that has them: the
+ * report as JSON / as Markdown written to FILE, "-" = stdout; both may be
+ * given, not both "-". Without "-" on either, stdout gets the command's
+ * usual report. Declare them with these (KV_CLI_OUT entries). */
+#define KV_CLI_JSON_HELP "write the report as JSON to FILE (- = stdout)"
+#define KV_CLI_MD_HELP "write the report as Markdown to FILE (- = stdout)"
+/* 0, or 2 after a message when both are "-"; *plain = stdout gets the
+ * usual report (neither is "-"). */
+int kv_cli_outs_check(const char *cmd, const char *json, const char *md, int *plain);
 
 typedef struct kv_cli_opt {
     const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
@@ -99,5 +115,22 @@ void kv_cli_usage(FILE *f, const char *cmd, const char *synopsis,
  * skipped. Returns the number of specs, or -1 (message on stderr naming
  * opt) if there are more than max or the list starts with a key=value. */
 int kv_cli_split_specs(const char *opt, char *buf, char **out, uint32_t max);
+
+/* ---- chart axes (kv_cli_axis.c) -------------------------------------------
+ * A round axis for the SVG charts: ticks every `step` = 1, 2 or 5 x 10^k,
+ * from lo to hi (the data range widened outward to whole steps), n steps
+ * (n + 1 ticks), n <= max_steps. An empty range becomes [lo, lo + |lo|]
+ * (or [0, 1]); a NaN or infinite bound gives [0, 1]. */
+typedef struct kv_cli_axis {
+    double lo, hi, step; /* lo, hi: multiples of step              */
+    int n;               /* steps; ticks are lo + i * step, i 0..n */
+} kv_cli_axis_t;
+
+kv_cli_axis_t kv_cli_axis(double lo, double hi, int max_steps);
+/* Tick i (0..n), exactly 0 where it rounds to zero. */
+double kv_cli_axis_tick(const kv_cli_axis_t *a, int i);
+/* The label of tick i in units of scale (e.g. 1e6 for MB): "0.5", "10",
+ * "1500" — no more digits than the step needs. */
+void kv_cli_axis_label(const kv_cli_axis_t *a, int i, double scale, char *buf, size_t len);
 
 #endif /* KV_CLI_H */

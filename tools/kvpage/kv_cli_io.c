@@ -126,3 +126,18 @@ int kv_cli_stdout_close(const char *cmd)
     }
     return rc;
 }
+
+int kv_cli_exe_path(const char *rel, char *buf, size_t len)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    *slash = 0;
+    int w = snprintf(buf, len, "%s/%s", exe, rel);
+    return w < 0 || (size_t)w >= len ? -1 : 0;
+}

@@ -100,6 +100,14 @@ static int cli_store(const kv_cli_opt_t *op, const char *val, void *o)
     case KV_CLI_TEXT:
         *(const char **)(void *)dst = val;
         return 0;
+    case KV_CLI_OUT:
+        if (!*val || (val[0] == '-' && val[1])) {
+            fprintf(stderr, "kvpage: %s takes a FILE ('-' = stdout), got '%s'\n", op->name,
+                    val);
+            return -1;
+        }
+        *(const char **)(void *)dst = val;
+        return 0;
     case KV_CLI_FLAG:
         *(int *)(void *)dst = 1;
         return 0;
@@ -200,4 +208,16 @@ int kv_cli_split_specs(const char *opt, char *buf, char **out, uint32_t max)
         p = c ? c + 1 : NULL;
     }
     return (int)n;
+}
+
+int kv_cli_outs_check(const char *cmd, const char *json, const char *md, int *plain)
+{
+    int js = json && !strcmp(json, "-"), ms = md && !strcmp(md, "-");
+    *plain = !js && !ms;
+    if (js && ms) {
+        fprintf(stderr, "kvpage %s: --json - and --md - both ask for stdout: give one a FILE\n",
+                cmd);
+        return 2;
+    }
+    return 0;
 }

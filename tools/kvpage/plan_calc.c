@@ -169,6 +169,26 @@ static int calc_ctx(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t *r)
     return rc;
 }
 
+/* The cap at the model's trained context and the sequences of that length
+ * the pool holds (plan_calc.h). */
+static int calc_trained_ctx(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t *r)
+{
+    const uint32_t T = p->in->model.ctx_len;
+    r->pool_ctx = r->max_ctx;
+    if (!T)
+        return 0;
+    if (r->max_ctx <= T)
+        return 0; /* not even one sequence of T tokens fits: seqs_at_ctx 0 */
+    r->max_ctx = T;
+    r->ctx_capped = 1;
+    uint32_t G = p->ctx_out < T ? p->ctx_out : T - 1, P = T - G;
+    plan_foot_t f;
+    int rc = plan_sim_run(c, 1, P, G, &f);
+    if (!rc && f.pages)
+        r->seqs_at_ctx = p->pool_pages / ((uint64_t)f.pages * p->in->model.kv_heads);
+    return rc;
+}
+
 static int calc_curve(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t *r)
 {
     const plan_closed_in_t ci = closed_in(p);
@@ -217,6 +237,8 @@ int plan_policy(const plan_t *p, const plan_spec_t *spec, plan_result_t *r)
     int rc = calc_workload(p, &c, r);
     if (!rc)
         rc = calc_ctx(p, &c, r);
+    if (!rc)
+        rc = calc_trained_ctx(p, &c, r);
     if (!rc && p->in->curves)
         rc = calc_curve(p, &c, r);
     if (!rc && p->in->eval_dir)

@@ -38,6 +38,14 @@
  * extrapolated linearly from the two probes, minus a margin of 2 pages per
  * list for page rounding: a lower bound ("extrapolated").
  *
+ * Trained context: a model with ctx_len (its max_position_embeddings)
+ * attends no further than that, so max_ctx is capped at ctx_len (pool_ctx
+ * keeps the pool's answer) and the room the pool has beyond one such
+ * sequence is reported as seqs_at_ctx: how many sequences of ctx_len
+ * tokens (ctx_len - ctx_out prompt + ctx_out output, one exact run, its
+ * final pages as for max_seqs) the pool holds at once (0 when the pool
+ * does not hold one: max_ctx < ctx_len).
+ *
  * Ownership: plan_t borrows the input and specs; results are arrays the
  * caller owns. Errors: 0 or a negative KV_E* code.
  */
@@ -80,6 +88,7 @@ typedef struct plan_in {
     uint64_t concurrency;       /* target concurrent sequences (0: none)   */
     int curves;                 /* compute bytes/token vs context          */
     const char *eval_dir;       /* kvpage eval reports (NULL: none)        */
+    int trained_ctx_given;      /* model.ctx_len from --trained-ctx        */
 } plan_in_t;
 
 typedef struct plan_curve_pt {
@@ -97,8 +106,15 @@ typedef struct plan_result {
     double kv_bytes_per_token, meta_bytes_per_token, bytes_per_token;
     double closed_bytes_per_token; /* NAN when not available              */
     uint64_t max_seqs;
-    uint64_t max_ctx;           /* max prompt + ctx_out; 0 with NONE       */
+    uint64_t max_ctx;           /* max prompt + ctx_out; 0 with NONE;      */
+                                /* at most the model's ctx_len             */
     plan_ctx_method_t ctx_method;
+    uint64_t pool_ctx;          /* max_ctx before the cap: what the pool   */
+                                /* would hold for one sequence             */
+    int ctx_capped;             /* pool_ctx > ctx_len: max_ctx = ctx_len   */
+    uint64_t seqs_at_ctx;       /* sequences of ctx_len tokens (ctx_len -  */
+                                /* ctx_out prompt + ctx_out) the pool      */
+                                /* holds, as max_seqs; 0 without ctx_len   */
     int fits;                   /* -1 no target; 0/1 max_seqs >= target    */
     plan_quality_t quality;
     plan_curve_pt_t curve[PLAN_CURVE_MAX];

@@ -15,19 +15,19 @@
 #define HF "https://huggingface.co/"
 
 const plan_model_t plan_models[] = {
-    {"SmolLM2-135M", 30, 9, 3, 64, 134515008ull,
+    {"SmolLM2-135M", 30, 9, 3, 64, 134515008ull, 8192,
      HF "HuggingFaceTB/SmolLM2-135M/blob/main/config.json"},
-    {"Llama-2-7B", 32, 32, 32, 128, 6738415616ull,
+    {"Llama-2-7B", 32, 32, 32, 128, 6738415616ull, 4096,
      HF "meta-llama/Llama-2-7b-hf/blob/main/config.json"},
-    {"Llama-2-13B", 40, 40, 40, 128, 13015864320ull,
+    {"Llama-2-13B", 40, 40, 40, 128, 13015864320ull, 4096,
      HF "meta-llama/Llama-2-13b-hf/blob/main/config.json"},
-    {"Llama-3-8B", 32, 32, 8, 128, 8030261248ull,
+    {"Llama-3-8B", 32, 32, 8, 128, 8030261248ull, 8192,
      HF "meta-llama/Meta-Llama-3-8B/blob/main/config.json"},
-    {"Llama-3-70B", 80, 64, 8, 128, 70553706496ull,
+    {"Llama-3-70B", 80, 64, 8, 128, 70553706496ull, 8192,
      HF "meta-llama/Meta-Llama-3-70B/blob/main/config.json"},
-    {"Mistral-7B", 32, 32, 8, 128, 7241732096ull,
+    {"Mistral-7B", 32, 32, 8, 128, 7241732096ull, 32768,
      HF "mistralai/Mistral-7B-v0.1/blob/main/config.json"},
-    {"Qwen2.5-7B", 28, 28, 4, 128, 7615616512ull,
+    {"Qwen2.5-7B", 28, 28, 4, 128, 7615616512ull, 131072,
      HF "Qwen/Qwen2.5-7B/blob/main/config.json"},
 };
 const size_t plan_n_models = sizeof plan_models / sizeof plan_models[0];

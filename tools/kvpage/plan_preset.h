@@ -6,7 +6,8 @@
  * count (FP16 weights = 2 bytes per parameter), computed from the same
  * config (embeddings, attention and MLP matrices, norms, biases; matches the
  * checkpoint's safetensors total). A GPU preset is the nominal memory of the
- * card in GiB. Sources are in each entry and in docs/plan.md.
+ * card in GiB. A model's trained context (max_position_embeddings) caps
+ * the longest context the plan reports. Sources are in each entry and in docs/plan.md.
  *
  * The tables are constant data; lookups are case-insensitive and return a
  * pointer into them (never NULL-terminated lists: use the counts).
@@ -24,6 +25,8 @@ typedef struct plan_model {
     uint32_t kv_heads;     /* num_key_value_heads                            */
     uint32_t head_dim;     /* hidden_size / num_attention_heads (or head_dim) */
     uint64_t params;       /* parameters; FP16 weights are 2 * params bytes  */
+    uint32_t ctx_len;      /* max_position_embeddings: the trained context,  */
+                           /* tokens (0: unknown, no cap)                    */
     const char *source;    /* the config.json the shape comes from           */
 } plan_model_t;
 

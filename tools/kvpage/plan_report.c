@@ -38,6 +38,17 @@ void plan_report_quality(const plan_quality_t *q, char *buf, size_t len)
                                   plan_evalq_tasks[t], q->acc[t]);
 }
 
+char *plan_report_ctx(const plan_t *p, const plan_result_t *r, int seqs, char buf[32])
+{
+    if (seqs)
+        snprintf(buf, 32, p->in->model.ctx_len ? "%llu" : "-",
+                 (unsigned long long)r->seqs_at_ctx);
+    else
+        snprintf(buf, 32, "%llu%s", (unsigned long long)r->max_ctx,
+                 r->ctx_capped ? " (cap)" : "");
+    return buf;
+}
+
 /* ratio a / b, 0 when b is 0 */
 static double ratio(double a, double b)
 {
@@ -70,7 +81,13 @@ void plan_report_setup(FILE *f, const plan_t *p, const char *prefix)
                 "output tokens\n", prefix, in->workload, p->n_samples,
                 (unsigned long long)in->seed, p->mean_prompt, p->mean_out);
     fprintf(f, "%smax context: one sequence, the longest prompt that fits + %u output "
-            "tokens\n", prefix, p->ctx_out);
+            "tokens", prefix, p->ctx_out);
+    if (m->ctx_len)
+        fprintf(f, ", capped at the model's trained context of %u tokens (%s: it attends no "
+                "further); seqs@ctx: how many sequences of %u tokens the pool holds at once",
+                m->ctx_len, in->trained_ctx_given ? "--trained-ctx" : "max_position_embeddings",
+                m->ctx_len);
+    fputc('\n', f);
     if (p->target > 0)
         fprintf(f, "%starget: %.1f concurrent sequences (%s)\n", prefix, p->target,
                 in->concurrency ? "--concurrency"
@@ -90,11 +107,19 @@ void plan_report_notes(FILE *f, const plan_t *p, const plan_result_t *r, uint32_
     fprintf(f, "%ssimulated with 1 and 2 kv heads and scaled to %u (pages exactly, metadata "
             "affinely); head_dim %u for FP16/INT4/INT2 (page counts do not depend on it), "
             "%u with MERGED pages\n", bullet, m->kv_heads, 16u, m->head_dim);
+    if (p->in->eval_dir)
+        fprintf(f, "%squality: the kvpage eval reports in %s\n", bullet, p->in->eval_dir);
+    else
+        fprintf(f, "%squality: no kvpage eval reports found (--eval-dir, $KVPAGE_EVAL_DIR, the "
+                "installed docs/results, the source tree's)\n", bullet);
     for (uint32_t i = 0; i < n; i++) {
         fprintf(f, "%s%s = %s: simulated head_dim %u, %.2f s; peak %.1f pages/seq; max "
                 "context %s", bullet, r[i].spec->given, r[i].spec->ep.spec,
                 r[i].sim_head_dim, r[i].seconds, r[i].peak_pages_per_seq,
                 plan_report_ctx_method(r[i].ctx_method));
+        if (r[i].ctx_capped)
+            fprintf(f, ", capped (the pool alone: %llu tokens)",
+                    (unsigned long long)r[i].pool_ctx);
         if (!r[i].heads_exact)
             fprintf(f, "; WARNING: 2 heads did not take exactly twice the pages of 1");
         if (r[i].assumption[0])
@@ -121,18 +146,18 @@ int plan_report_table(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t
     }
     fprintf(f, "kvpage plan\n");
     plan_report_setup(f, p, "  ");
-    fprintf(f, "\n%-*s %11s %11s %7s %10s %9s %7s %7s %11s  %s\n", w, "policy", "bytes/tok",
-            "closed", "diff", "pages/seq", "max seqs", "seqs x", "B/tok x", "max ctx",
-            "quality (kvpage eval)");
+    fprintf(f, "\n%-*s %11s %11s %7s %10s %9s %7s %7s %11s %9s  %s\n", w, "policy",
+            "bytes/tok", "closed", "diff", "pages/seq", "max seqs", "seqs x", "B/tok x",
+            "max ctx", "seqs@ctx", "quality (kvpage eval)");
     for (uint32_t i = 0; i < n; i++) {
-        char q[160];
+        char q[160], c0[32], c1[32];
         plan_report_quality(&r[i].quality, q, sizeof q);
-        fprintf(f, "%-*s %11.1f %11.1f %+6.1f%% %10.1f %9llu %6.2fx %6.2fx %11llu  %s%s\n", w,
-                r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
+        fprintf(f, "%-*s %11.1f %11.1f %+6.1f%% %10.1f %9llu %6.2fx %6.2fx %11s %9s  %s%s\n",
+                w, r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
                 diff_pct(&r[i]), r[i].pages_per_seq, (unsigned long long)r[i].max_seqs,
                 ratio((double)r[i].max_seqs, (double)r[0].max_seqs),
                 ratio(r[0].kv_bytes_per_token, r[i].kv_bytes_per_token),
-                (unsigned long long)r[i].max_ctx, q,
+                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1), q,
                 r[i].fits == 0 ? "  [below target]" : "");
     }
     fputc('\n', f);
@@ -185,10 +210,12 @@ static void json_result(FILE *f, const plan_result_t *r, const plan_result_t *fi
     fputc(',', f);
     json_num(f, "diff_pct", diff_pct(r), "%.2f");
     fprintf(f, ",\"pages_per_seq\":%.2f,\"peak_pages_per_seq\":%.2f,\"max_seqs\":%llu,"
-            "\"max_ctx\":%llu,\"max_ctx_method\":\"%s\",\"seqs_vs_first\":%.4f,"
+            "\"max_ctx\":%llu,\"max_ctx_method\":\"%s\",\"max_ctx_capped\":%s,"
+            "\"pool_max_ctx\":%llu,\"seqs_at_ctx\":%llu,\"seqs_vs_first\":%.4f,"
             "\"bytes_vs_first\":%.4f,", r->pages_per_seq, r->peak_pages_per_seq,
             (unsigned long long)r->max_seqs, (unsigned long long)r->max_ctx,
-            plan_report_ctx_method(r->ctx_method),
+            plan_report_ctx_method(r->ctx_method), r->ctx_capped ? "true" : "false",
+            (unsigned long long)r->pool_ctx, (unsigned long long)r->seqs_at_ctx,
             ratio((double)r->max_seqs, (double)first->max_seqs),
             ratio(first->kv_bytes_per_token, r->kv_bytes_per_token));
     fprintf(f, "\"fits_target\":%s,\"sim_head_dim\":%u,\"heads_exact\":%s,\"seconds\":%.3f,"
@@ -229,9 +256,10 @@ int plan_report_json(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t 
             p->page_bytes, (unsigned long long)p->pool_pages);
     kv_cli_json_str(f, in->workload);
     fprintf(f, ",\"samples\":%u,\"seed\":%llu,\"mean_prompt\":%.2f,\"mean_output\":%.2f,"
-            "\"ctx_output\":%u,\"target_seqs\":%.2f,\"lazy_frac\":%.4f,\"retain_frac\":%.4f,"
-            "\"chunk\":%u,\"results\":[", p->n_samples, (unsigned long long)in->seed,
-            p->mean_prompt, p->mean_out, p->ctx_out, p->target, in->lazy_frac,
+            "\"ctx_output\":%u,\"trained_ctx\":%u,\"target_seqs\":%.2f,\"lazy_frac\":%.4f,"
+            "\"retain_frac\":%.4f,\"chunk\":%u,\"results\":[", p->n_samples,
+            (unsigned long long)in->seed, p->mean_prompt, p->mean_out, p->ctx_out,
+            m->ctx_len, p->target, in->lazy_frac,
             in->retain_frac, in->chunk);
     for (uint32_t i = 0; i < n; i++) {
         if (i)
@@ -249,17 +277,17 @@ int plan_report_md(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t n)
     fprintf(f, "## kvpage plan: %s on %s\n\n", p->in->model.name, p->in->gpu_name);
     plan_report_setup(f, p, "- ");
     fprintf(f, "\n| policy | bytes/token | closed form | diff | pages/seq | max seqs | seqs x | "
-            "B/tok x | max ctx | quality (kvpage eval) |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+            "B/tok x | max ctx | seqs@ctx | quality (kvpage eval) |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (uint32_t i = 0; i < n; i++) {
-        char q[160];
+        char q[160], c0[32], c1[32];
         plan_report_quality(&r[i].quality, q, sizeof q);
-        fprintf(f, "| `%s` | %.1f | %.1f | %+.1f%% | %.1f | %llu | %.2fx | %.2fx | %llu | %s |\n",
-                r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
+        fprintf(f, "| `%s` | %.1f | %.1f | %+.1f%% | %.1f | %llu | %.2fx | %.2fx | %s | %s | "
+                "%s |\n", r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
                 diff_pct(&r[i]), r[i].pages_per_seq, (unsigned long long)r[i].max_seqs,
                 ratio((double)r[i].max_seqs, (double)r[0].max_seqs),
                 ratio(r[0].kv_bytes_per_token, r[i].kv_bytes_per_token),
-                (unsigned long long)r[i].max_ctx, q);
+                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1), q);
     }
     fputc('\n', f);
     plan_report_notes(f, p, r, n, "- ");

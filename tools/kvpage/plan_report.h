@@ -31,5 +31,9 @@ void plan_report_setup(FILE *f, const plan_t *p, const char *prefix);
 void plan_report_notes(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t n,
                        const char *bullet);
 const char *plan_report_ctx_method(plan_ctx_method_t m);
+/* The "max ctx" cell (seqs 0: "4096 (cap)" when capped at the trained
+ * context) or the "seqs@ctx" cell (seqs 1: "-" without a trained context)
+ * into buf; returns buf. */
+char *plan_report_ctx(const plan_t *p, const plan_result_t *r, int seqs, char buf[32]);
 
 #endif /* PLAN_REPORT_H */
