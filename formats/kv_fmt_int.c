@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kv_fmt_codec.h"
+#include "kv_fmt_rot.h"
 
 /* Operations as written (GCC contracts nothing under -std=c11; clang would,
  * per statement). */
@@ -309,6 +310,50 @@ void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        const void *v, size_t src_stride)
 {
     int_store(2u, page, g, t0, n, dtype, k, v, src_stride);
+}
+
+/* ---- rotated pages (variant 1) ------------------------------------------- */
+
+uint32_t kv_fmt_int_variants(const kv_page_geom_t *g)
+{
+    return g && kv_fmt_rot_ok(g->head_dim) ? 2u : 1u;
+}
+
+void kv_fmt_int_to_variant(const kv_page_geom_t *g, uint32_t variant,
+                           uint32_t n, float *k, float *v)
+{
+    if (variant != 1u)
+        return;
+    if (k)
+        kv_fmt_rot_fwd_rows(k, n, g->head_dim, g->head_dim);
+    if (v)
+        kv_fmt_rot_fwd_rows(v, n, g->head_dim, g->head_dim);
+}
+
+static void int_load_variant(uint32_t bits, const void *page,
+                             const kv_page_geom_t *g, uint32_t variant,
+                             uint32_t t0, uint32_t n, float *k, float *v)
+{
+    int_load_body(bits, page, g, t0, n, k, v);
+    if (variant == 1u) {
+        if (k)
+            kv_fmt_rot_inv_rows(k, n, g->head_dim, g->head_dim);
+        if (v)
+            kv_fmt_rot_inv_rows(v, n, g->head_dim, g->head_dim);
+    }
+}
+
+void kv_fmt_int4_load_variant(const void *page, const kv_page_geom_t *g,
+                              uint32_t variant, uint32_t t0, uint32_t n,
+                              float *k, float *v)
+{
+    int_load_variant(4u, page, g, variant, t0, n, k, v);
+}
+void kv_fmt_int2_load_variant(const void *page, const kv_page_geom_t *g,
+                              uint32_t variant, uint32_t t0, uint32_t n,
+                              float *k, float *v)
+{
+    int_load_variant(2u, page, g, variant, t0, n, k, v);
 }
 
 const kv_format_traits_t kv_fmt_int4 = KV_FMT_INT4_TRAITS;

@@ -35,6 +35,13 @@
  * tail that is not a whole group stays FP16 (KIVI), or the caller pads it.
  * copy is NULL: compaction decodes and re-encodes.
  *
+ * Variant 1 (rotated, kv_fmt_rot.h): the page stores R k and R v instead
+ * of k and v (same layout, same bytes per token); load_variant(1) gives
+ * R^T of the decoded rows. Which variant a page is, is its page entry's
+ * (pages/kv_page.h: bit 0 of the entry's flags; page files record it), not
+ * the page's bytes: page files written before rotation existed read as
+ * variant 0.
+ *
  * Attention reads the codes directly (kernels/cpu/kv_cpu_fmt_int.c, the
  * CUDA kernels) with the same dequantization, so it sees the floats load
  * gives.
@@ -69,6 +76,20 @@ void kv_fmt_int4_store(void *page, const kv_page_geom_t *g, uint32_t t0,
 void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
                        uint32_t n, kv_dtype_t dtype, const void *k,
                        const void *v, size_t src_stride);
+/* Rotated pages (variant 1, kv_fmt_rot.h; head_dim a power of two): the
+ * same bytes, of rows rotated by R before quantization. load_variant 1
+ * decodes and applies R^T, so readers get rows in the original space (with
+ * the rounding of the rotation on top of the quantization's). */
+void kv_fmt_int4_load_variant(const void *page, const kv_page_geom_t *g,
+                              uint32_t variant, uint32_t t0, uint32_t n,
+                              float *k, float *v);
+void kv_fmt_int2_load_variant(const void *page, const kv_page_geom_t *g,
+                              uint32_t variant, uint32_t t0, uint32_t n,
+                              float *k, float *v);
+uint32_t kv_fmt_int_variants(const kv_page_geom_t *g);
+void kv_fmt_int_to_variant(const kv_page_geom_t *g, uint32_t variant,
+                           uint32_t n, float *k, float *v);
+
 /* Initialisers of the two entries, for kv_format_table (kv_format.c) and
  * for kv_fmt_int4 / kv_fmt_int2 themselves: one definition of each entry.
  * KV_FMT_INT_TRAITS(b, note): the entry of INT<b> (b: 4 or 2). */
@@ -77,7 +98,9 @@ void kv_fmt_int2_store(void *page, const kv_page_geom_t *g, uint32_t t0,
         .name = "int" #b, .bits_note = note,                                \
         .tokens_per_page = kv_fmt_int##b##_tokens_per_page,                 \
         .load = kv_fmt_int##b##_load, .store = kv_fmt_int##b##_store,       \
-        .copy = NULL, .cost = kv_fmt_int##b##_cost,                         \
+        .copy = NULL, .load_variant = kv_fmt_int##b##_load_variant,         \
+        .variants = kv_fmt_int_variants,                                    \
+        .to_variant = kv_fmt_int_to_variant, .cost = kv_fmt_int##b##_cost,  \
     }
 #define KV_FMT_INT4_TRAITS KV_FMT_INT_TRAITS(4, "INT4 g16 = 6 bits/element")
 #define KV_FMT_INT2_TRAITS KV_FMT_INT_TRAITS(2, "INT2 g16 = 4 bits/element")

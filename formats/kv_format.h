@@ -66,6 +66,16 @@ typedef struct kv_format_traits {
     void (*load_variant)(const void *page, const kv_page_geom_t *g,
                          uint32_t variant, uint32_t t0, uint32_t n, float *k,
                          float *v);
+    /* Variants a page of this format may be stored as (INT4/INT2: 1 =
+     * rotated, kv_fmt_rot.h; the bytes are the format's, of rows rotated
+     * before encoding): how many there are at geometry g (>= 1), and the
+     * transform of FP32 rows (k, v: [n][head_dim], either NULL) into the
+     * space variant `variant` stores, applied before store; its load_variant
+     * undoes it, so every reader sees the original rows. NULL: variant 0
+     * only (a MERGED page's variants are its readers', not its bytes'). */
+    uint32_t (*variants)(const kv_page_geom_t *g);
+    void (*to_variant)(const kv_page_geom_t *g, uint32_t variant, uint32_t n,
+                       float *k, float *v);
     /* The cost at geometry g (a valid store geometry) of variant `sub` of
      * the encoding, derived from the page layout: MERGED's sub is its
      * directions' format (KV_FMT_FP16 or KV_FMT_INT4), its bits one layer's
@@ -94,6 +104,26 @@ static inline void kv_format_load(uint32_t fmt, uint32_t variant,
         tr->load_variant(page, g, variant, t0, n, k, v);
     else
         tr->load(page, g, t0, n, k, v);
+}
+
+/* Variants a page of format fmt (a registered format) may be stored as at
+ * geometry g: 1 if the format stores one way only. */
+static inline uint32_t kv_format_variants(uint32_t fmt, const kv_page_geom_t *g)
+{
+    const kv_format_traits_t *tr = &kv_format_table[fmt];
+    return tr->variants ? tr->variants(g) : 1u;
+}
+
+/* FP32 rows (k, v: [n][head_dim], either NULL) to the space in which
+ * format fmt stores variant `variant` (a stored variant < kv_format_variants;
+ * 0 changes nothing): what a conversion applies before the format's store. */
+static inline void kv_format_to_variant(uint32_t fmt, uint32_t variant,
+                                        const kv_page_geom_t *g, uint32_t n,
+                                        float *k, float *v)
+{
+    const kv_format_traits_t *tr = &kv_format_table[fmt];
+    if (variant && tr->to_variant)
+        tr->to_variant(g, variant, n, k, v);
 }
 
 #endif /* KV_FORMAT_H */

@@ -30,7 +30,8 @@ typedef struct kv_kern_page {
     uint32_t n_tokens; /* tokens used in this page                     */
     uint32_t format;   /* kv_format_t                                  */
     uint32_t variant;  /* how this list reads a shared page: MERGED 0 = */
-                       /* layer l-1 of the pair, 1 = layer l; else 0.   */
+                       /* layer l-1 of the pair, 1 = layer l; INT4/INT2 */
+                       /* 1 = rotated (kv_fmt_rot.h); else 0.           */
                        /* Decode with kv_format_load(format, variant..) */
 } kv_kern_page_t;
 
@@ -89,6 +90,8 @@ typedef struct kv_convert_params {
     uint32_t src_off;          /* first token: token src_off of src[0]     */
     uint32_t n_tokens;         /* tokens to convert; INT: a multiple of 16  */
     uint32_t dst_format;       /* KV_FMT_FP16, KV_FMT_INT4 or KV_FMT_INT2   */
+    uint32_t dst_variant;      /* stored variant of the dst pages: 0, or   */
+                               /* 1 = rotated INT (kv_format_to_variant)   */
     void *const *dst;          /* [n_dst] destination pages of dst_format   */
     uint32_t n_dst;
     uint32_t dst_off;          /* first slot in dst[0] (INT: multiple of    */

@@ -10,7 +10,7 @@
  * KV_KERN_MAX_DIM), the scale, every page of every list (data, 1 <=
  * n_tokens <= the format's tokens per page, a format with traits:
  * KV_ENOTSUP otherwise, variant 0, or 0/1 for a format read per variant
- * (MERGED)), page counts summing to seq_len, and stats strides covering the
+ * (MERGED) or stored rotated (INT4/INT2 at a power-of-two head_dim)), page counts summing to seq_len, and stats strides covering the
  * lists they describe. The page array length itself cannot be checked:
  * indptr is trusted to index inside it once it is monotonic.
  * Conversions: kv_kern_check_run, the source-run rules. No state.
@@ -43,7 +43,8 @@ static int check_pages(const kv_page_geom_t *g, const kv_kern_page_t *pages,
             return KV_ENOTSUP;
         if (!pages[i].data || pages[i].n_tokens == 0 ||
             pages[i].n_tokens > f->tokens_per_page(g) ||
-            pages[i].variant > (f->load_variant ? 1u : 0u))
+            pages[i].variant >= (f->variants ? f->variants(g)
+                                             : f->load_variant ? 2u : 1u))
             return KV_EINVAL;
         *sum += pages[i].n_tokens;
     }

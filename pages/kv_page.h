@@ -20,7 +20,8 @@
  *     head of a residual; appends fill the last); entries of other formats
  *     may be partly filled;
  *   - flags: KV_PAGE_ENT_UPPER only on MERGED entries (and only in lists of
- *     layer >= 1), KV_PAGE_ENT_RETAINED only on FP16 entries, the residency
+ *     layer >= 1), bit 0 as KV_PAGE_ENT_ROT only on INT4/INT2 entries and
+ *     only when head_dim is a power of two, KV_PAGE_ENT_RETAINED only on FP16 entries, the residency
  *     bits (below) only in their valid combinations on non-MERGED entries,
  *     no other bit; list.n_busy counts the entries with residency bits; an
  *     entry that holds no page (OFFLOADED) is not counted in the pool or
@@ -32,7 +33,8 @@
  *     so does a conversion that adds groups to a shared INT page;
  *   - pos holds list.n_tokens positions, or is NULL meaning pos[i] == i.
  *   - pages_by_format[f] counts distinct held pages of format f.
- *   - list.target is KV_FMT_FP16, KV_FMT_INT4 or KV_FMT_INT2.
+ *   - list.target is KV_FMT_FP16, KV_FMT_INT4 or KV_FMT_INT2, the INT ones
+ *     possibly | KV_FMT_ROT (then head_dim is a power of two).
  *
  * The residual of a list is its trailing run of unflagged FP16 entries (all
  * its tokens after the last converted, merged or retained one). With a
@@ -71,8 +73,12 @@ typedef struct kv_page_ent {
 } kv_page_ent_t;
 
 /* kv_page_ent_t.flags. Bit 0 is the entry's variant (kv_format_load): for a
- * MERGED entry, which layer of the pair this list is. */
+ * MERGED entry, which layer of the pair this list is; for an INT4/INT2
+ * entry, whether its page stores rotated rows (every entry naming the page
+ * says the same: the page was written so; page files record the bit). */
 #define KV_PAGE_ENT_UPPER    0x1u /* MERGED: read as layer l (else l-1)  */
+#define KV_PAGE_ENT_ROT      0x1u /* INT4/INT2: stored rotated           */
+                                  /* (variant 1, formats/kv_fmt_rot.h)   */
 #define KV_PAGE_ENT_RETAINED 0x2u /* FP16: retained originals of tokens  */
                                   /* of a merged pair (not residual)     */
 #define KV_PAGE_ENT_VARIANT  0x1u /* the flag bits that are the variant  */
@@ -101,6 +107,17 @@ static inline uint32_t kv_page_ent_variant(const kv_page_ent_t *e)
     return e->flags & KV_PAGE_ENT_VARIANT;
 }
 
+/* A list's target (kv_page_list_t.target): a format, or'ed with KV_FMT_ROT
+ * (kvpage.h) for rotated INT pages: its format and its stored variant. */
+static inline uint32_t kv_page_target_format(uint32_t target)
+{
+    return target & ~(uint32_t)KV_FMT_ROT;
+}
+static inline uint32_t kv_page_target_variant(uint32_t target)
+{
+    return (target & KV_FMT_ROT) ? 1u : 0u;
+}
+
 /* 1 if the entry's data is in its pool page (resident or being written). */
 static inline int kv_page_ent_readable(const kv_page_ent_t *e)
 {
@@ -125,7 +142,8 @@ typedef struct kv_page_list {    /* one (sequence, layer, kv_head)   */
                                  /* merge reorders, so the last      */
                                  /* token need not hold the largest) */
     uint32_t target;             /* format the residual converts to  */
-                                 /* (KV_FMT_FP16: never)             */
+                                 /* (KV_FMT_FP16: never), | KV_FMT_ROT */
+                                 /* for rotated INT pages            */
     uint32_t n_busy;             /* entries with residency flags     */
 } kv_page_list_t;
 

@@ -46,9 +46,12 @@ static int flags_ok(const kv_page_table_t *pt, const kv_page_ent_t *e,
     if (r && (e->format == KV_FMT_MERGED ||
               ((r & KV_PAGE_ENT_LOST) && r != (KV_PAGE_ENT_OFFLOADED | KV_PAGE_ENT_LOST))))
         return 0;
-    if ((f & KV_PAGE_ENT_UPPER) &&
-        (e->format != KV_FMT_MERGED || li / pt->cfg.n_kv_heads == 0))
+    if ((f & KV_PAGE_ENT_UPPER) && e->format == KV_FMT_MERGED &&
+        li / pt->cfg.n_kv_heads == 0)
         return 0;
+    if ((f & KV_PAGE_ENT_VARIANT) && e->format != KV_FMT_MERGED &&
+        kv_page_ent_variant(e) >= kv_format_variants(e->format, &pt->cfg.geom))
+        return 0; /* FP16; INT rotated at a head_dim that cannot be */
     return !(f & KV_PAGE_ENT_RETAINED) || e->format == KV_FMT_FP16;
 }
 
@@ -126,8 +129,10 @@ int kv_page_table_check(const kv_page_table_t *pt)
                 (l->pos && l->cap_pos < l->n_tokens) || (!l->pos && l->cap_pos))
                 FAIL("seq %u list %u: arrays (n_ents %u cap %u, pos cap %u)", s,
                      li, l->n_ents, l->cap_ents, l->cap_pos);
-            if (l->target != KV_FMT_FP16 && l->target != KV_FMT_INT4 &&
-                l->target != KV_FMT_INT2)
+            const uint32_t tf = kv_page_target_format(l->target);
+            if ((tf != KV_FMT_FP16 && tf != KV_FMT_INT4 && tf != KV_FMT_INT2) ||
+                (kv_page_target_variant(l->target) &&
+                 kv_format_variants(tf, &pt->cfg.geom) < 2u))
                 FAIL("seq %u list %u: target format %u", s, li, l->target);
             if (l->pos && l->cap_pos >= l->n_tokens) {
                 int64_t next = 0; /* pos_next == 1 + the largest position */

@@ -141,8 +141,9 @@ static void plan_list(const kv_page_table_t *pt, const kv_page_list_t *l,
                       uint32_t keep, conv_plan_t *p)
 {
     memset(p, 0, sizeof *p);
-    uint32_t tpp = kv_page_fmt_tpp(pt, l->target);
-    if (l->target == KV_FMT_FP16 || tpp == 0)
+    const uint32_t tgt = kv_page_target_format(l->target);
+    uint32_t tpp = kv_page_fmt_tpp(pt, tgt);
+    if (tgt == KV_FMT_FP16 || tpp == 0)
         return;
     uint32_t r0, res = kv_page_residual(l, &r0);
     if (keep == UINT32_MAX)
@@ -153,7 +154,8 @@ static void plan_list(const kv_page_table_t *pt, const kv_page_list_t *l,
         return;
     if (r0 > 0) {
         const kv_page_ent_t *b = &l->ents[r0 - 1];
-        if (b->format == l->target && b->flags == 0 && b->n_tokens < tpp) {
+        if (b->format == tgt && b->flags == kv_page_target_variant(l->target) &&
+            b->n_tokens < tpp) {
             p->b_fill = tpp - b->n_tokens < p->c ? tpp - b->n_tokens : p->c;
             p->b_cow = kv_alloc_refcount(pt->pool, b->id) > 1;
         }
@@ -168,7 +170,9 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l,
                        kv_kern_page_t *src, void **dst, float *scratch)
 {
     const kv_page_geom_t *g = &pt->cfg.geom;
-    const uint32_t tgt = l->target, tpp = kv_page_fmt_tpp(pt, tgt);
+    const uint32_t tgt = kv_page_target_format(l->target);
+    const uint32_t var = kv_page_target_variant(l->target);
+    const uint32_t tpp = kv_page_fmt_tpp(pt, tgt);
     const kv_page_cut_t *cut = &p->cut;
     uint32_t n_dst = 0, dst_off = 0;
     if (p->b_fill) {
@@ -189,7 +193,8 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l,
     kv_page_kern_pages(pt, l, cut->r0, n_src, src);
     kv_convert_params_t cp = {
         .geom = *g, .src = src, .n_src = n_src, .src_off = 0,
-        .n_tokens = p->c, .dst_format = tgt, .dst = dst, .n_dst = n_dst,
+        .n_tokens = p->c, .dst_format = tgt, .dst_variant = var,
+        .dst = dst, .n_dst = n_dst,
         .dst_off = dst_off, .scratch = scratch,
     };
     int rc = kv_backend_convert(pt->cfg.backend, &cp);
@@ -206,7 +211,7 @@ static void write_list(kv_page_table_t *pt, kv_page_list_t *l,
     for (uint32_t i = 0; i < p->n_int; i++) {
         uint32_t cnt = left < tpp ? left : tpp;
         ins[i] = (kv_page_ent_t){.id = ids[i], .format = (uint8_t)tgt,
-                                 .flags = 0, .n_tokens = (uint16_t)cnt};
+                                 .flags = (uint8_t)var, .n_tokens = (uint16_t)cnt};
         left -= cnt;
     }
     pt->pages_by_format[tgt] += p->n_int;
@@ -311,10 +316,17 @@ int kv_page_convert_residual(kv_page_table_t *pt, uint32_t seq,
 
 /* ---- the entry points ---------------------------------------------------- */
 
-/* 0 if fmt is a target format this table's pages can hold. */
-static int check_target(const kv_page_table_t *pt, uint32_t fmt)
+/* 0 if target (a format, INT ones possibly | KV_FMT_ROT) is one this
+ * table's pages can hold; rotation needs a power-of-two head_dim
+ * (KV_EINVAL otherwise). */
+static int check_target(const kv_page_table_t *pt, uint32_t target)
 {
+    const uint32_t fmt = kv_page_target_format(target);
     if (fmt != KV_FMT_FP16 && fmt != KV_FMT_INT4 && fmt != KV_FMT_INT2)
+        return KV_EINVAL;
+    if (kv_page_target_variant(target) &&
+        (fmt == KV_FMT_FP16 ||
+         kv_format_variants(fmt, &pt->cfg.geom) < 2u))
         return KV_EINVAL;
     return kv_page_fmt_tpp(pt, fmt) ? KV_OK : KV_ENOTSUP;
 }

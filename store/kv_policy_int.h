@@ -74,6 +74,8 @@ struct kv_policy {
     uint32_t fmt_given;       /* 1: a format part (kivi2/4, int2/4) given     */
     uint32_t fmt_kivi;        /* 1: spelled kivi2/kivi4                      */
     uint32_t residual;        /* r: FP16 residual tokens (must = store's R)  */
+    uint32_t rot;             /* rot=1: INT pages stored rotated (target    */
+                              /* fmt | KV_FMT_ROT; kv_pol_target)           */
     uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
     /* SimLayerKV */
     uint32_t sim;             /* 1: on                                       */
@@ -89,6 +91,13 @@ struct kv_policy {
     uint64_t cam_seed;
     uint32_t cam_force;       /* test hook: mask always 1                    */
 };
+
+/* The list target the policy's INT format sets: fmt, | KV_FMT_ROT with
+ * rot=1 (an FP16 fmt is never rotated). */
+static inline uint32_t kv_pol_target(const struct kv_policy *p)
+{
+    return p->fmt | (p->rot && p->fmt != KV_FMT_FP16 ? KV_FMT_ROT : 0u);
+}
 
 /* A growable float vector (scores of one list). */
 typedef struct kv_pol_vec {

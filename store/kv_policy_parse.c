@@ -64,6 +64,12 @@ _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
 static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
                                         [KV_POL_SIM_PREFILL] = "prefill", NULL};
 
+/* rot=1 (rotated INT pages): quiet, so policies without it describe as
+ * before rotation existed. */
+#define KV_POL_ROT(m)                                                       \
+    {.part = (m), .name = "rot", .kind = KV_SPEC_UINT, KV_SPEC_FIELD(P, rot), \
+     .lo = 0, .hi = 1, .dflt = 0, .quiet = 1}
+
 /* Every key of every method (docs/policies.md, "Grammar"; the test
  * test_policy_keys checks that table against this one). */
 static const kv_spec_key_t keys[] = {
@@ -77,6 +83,7 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_A(KV_POL_M_MINIKV, "hh", P, hh, 0.25),
     KV_SPEC_A(KV_POL_M_MINIKV, "rw", P, recent, 0.25),
     KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
+    KV_POL_ROT(KV_POL_M_MINIKV),
     KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
     KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
     KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),
@@ -93,6 +100,12 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_U_RULE(KV_POL_M_KIVI4, "r", P, residual, 16, 65536, 128, 16, 0),
     KV_SPEC_U_RULE(KV_POL_M_INT2, "r", P, residual, 16, 65536, 128, 16, 0),
     KV_SPEC_U_RULE(KV_POL_M_INT4, "r", P, residual, 16, 65536, 128, 16, 0),
+    /* rot=1: rotated INT pages (head_dim a power of two, else the policy
+     * is refused when attached: KV_EINVAL) */
+    KV_POL_ROT(KV_POL_M_KIVI2),
+    KV_POL_ROT(KV_POL_M_KIVI4),
+    KV_POL_ROT(KV_POL_M_INT2),
+    KV_POL_ROT(KV_POL_M_INT4),
 };
 
 static const kv_spec_table_t table = {keys, sizeof keys / sizeof keys[0]};
@@ -175,6 +188,9 @@ static int check_composition(P *p, char *err, size_t len)
     if (p->mc && p->fmt_given && p->fmt != KV_FMT_INT4)
         return kv_spec_err(KV_EINVAL, err, len, "'minicache' with int2: merged directions "
                            "are FP16 or INT4 only (use +int4)");
+    if (p->mc && p->rot)
+        return kv_spec_err(KV_EINVAL, err, len, "'rot=1' with minicache: merged "
+                           "directions are not rotated");
     if (p->sel == KV_POL_SEL_MINIKV && !p->fmt_given)
         p->fmt = KV_FMT_INT2; /* MiniKV keeps its tokens INT2 */
     return 0;

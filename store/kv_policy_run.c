@@ -86,7 +86,7 @@ static int requantize(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *p)
         uint32_t r = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
         if (r < R)
             continue;
-        int rc = kv_seq_set_format(s, seq, l, (kv_format_t)p->fmt);
+        int rc = kv_seq_set_format(s, seq, l, (kv_format_t)kv_pol_target(p));
         if (!rc)
             rc = kv_seq_quantize(s, seq, l, r % R);
         if (rc)
@@ -154,7 +154,7 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
         const uint32_t R = s->cfg.residual;
         for (uint32_t l = 0; l < s->cfg.n_layers && !rc; l++) {
             uint32_t r = residual_tokens(kv_page_list_get(s->pt, seq, l, 0));
-            rc = kv_seq_set_format(s, seq, l, (kv_format_t)p->fmt);
+            rc = kv_seq_set_format(s, seq, l, (kv_format_t)kv_pol_target(p));
             if (!rc && r)
                 rc = kv_seq_quantize(s, seq, l, r % R);
         }

@@ -232,10 +232,10 @@ static uint32_t start_format(const kv_store_t *s, const kv_policy_t *p, uint32_t
         int paired = l >= S && (l - S) / 2 * 2 + S + 1 < s->cfg.n_layers;
         if (paired)
             return KV_FMT_FP16;
-        return p->fmt_given ? p->fmt : UINT32_MAX;
+        return p->fmt_given ? kv_pol_target(p) : UINT32_MAX;
     }
     if (p->fmt_given && !p->sel)
-        return p->fmt;
+        return kv_pol_target(p);
     if (p->sel)
         return KV_FMT_FP16; /* prompt stays exact until selection */
     return UINT32_MAX;
@@ -276,9 +276,12 @@ int kv_seq_set_policy(kv_store_t *s, kv_seq_id_t seq, const kv_policy_t *policy)
         uint32_t f = start_format(s, policy, l);
         if (f != UINT32_MAX)
             rc = kv_page_set_format(s->pt, seq, l, f);
-        if (!rc && policy->fmt_given && policy->sel) /* checked now, set later */
-            rc = kv_page_set_format(s->pt, seq, l, policy->fmt) ? KV_ENOTSUP : 0;
-        if (!rc && policy->fmt_given && policy->sel)
+        const int check = policy->sel && (policy->fmt_given || policy->rot);
+        if (!rc && check) { /* checked now, set later */
+            rc = kv_page_set_format(s->pt, seq, l, kv_pol_target(policy));
+            rc = rc && rc != KV_EINVAL ? KV_ENOTSUP : rc; /* EINVAL: rot=1 */
+        }
+        if (!rc && check)
             rc = kv_page_set_format(s->pt, seq, l, KV_FMT_FP16);
     }
     if (rc) {

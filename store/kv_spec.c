@@ -299,8 +299,10 @@ uint32_t kv_spec_describe(kv_spec_table_t t, uint32_t part, const void *obj,
         const kv_spec_key_t *k = &t.keys[i];
         if (k->part != part)
             continue;
-        kv_spec_printf(out, "%s%s=", n++ ? "," : "", k->name);
         double v = kv_spec_value(k, obj);
+        if (k->quiet && v == k->dflt)
+            continue;
+        kv_spec_printf(out, "%s%s=", n++ ? "," : "", k->name);
         if (k->kind == KV_SPEC_ENUM)
             kv_spec_printf(out, "%s", k->names[get_uint(k, obj)]);
         else if (k->kind == KV_SPEC_UINT)

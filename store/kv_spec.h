@@ -53,6 +53,9 @@ typedef struct kv_spec_key {
                               /* AMOUNT a fraction when < 1                  */
     uint32_t mult, rem;       /* UINT rule: value % mult == rem (0: none)    */
     const char *const *names; /* ENUM: the values, NULL-terminated           */
+    uint32_t quiet;           /* 1: kv_spec_describe leaves it out while it  */
+                              /* holds its default (a key added later, so    */
+                              /* canonical texts without it stay the same)   */
 } kv_spec_key_t;
 
 /* Rows of a table: array and length. */

@@ -14,10 +14,13 @@
  *    16 u32 n_kv_heads    20 u32 head_dim    24 u32 page_bytes
  *    28 u32 chunks        32 u64 bytes (the whole record)   40..63 zero
  *   then per list (layer-major, kv_head inner), 16 bytes:
- *     0 u32 entries   4 u32 tokens   8 u32 target format   12 u32 has_pos
+ *     0 u32 entries   4 u32 tokens   8 u32 target format (| KV_FMT_ROT:
+ *     rotated INT)   12 u32 has_pos
  *   followed by its entries, 16 bytes each:
- *     0 u64 generation   8 u16 tokens   10 u8 format   11 u8 flags (UPPER,
- *     RETAINED bits only)   12 u32 zero
+ *     0 u64 generation   8 u16 tokens   10 u8 format   11 u8 flags (the
+ *     structural bits only: RETAINED on FP16; bit 0 on INT4/INT2 = ROT, a
+ *     page stored rotated; files written before rotation existed have 0
+ *     there, so their INT pages read as they were written)   12 u32 zero
  *   and, if has_pos, tokens x i32 positions.
  * It is cut into page_bytes chunks, each one page of the file with key
  * bit 63 | seq << 24 | chunk, format tag 255, and the record's generation
@@ -337,10 +340,15 @@ static void lists_free(kv_page_list_t *lists, uint32_t n)
 /* 1 if a page of format fmt with these shape flags may hold `tokens`. */
 static int page_ok(const kv_page_table_t *pt, uint32_t fmt, uint32_t flags, uint32_t tokens)
 {
+    const kv_page_geom_t *g = kv_page_table_geom(pt);
     if ((fmt != KV_FMT_FP16 && fmt != KV_FMT_INT4 && fmt != KV_FMT_INT2) ||
-        (flags & ~(uint32_t)KV_PAGE_ENT_RETAINED) || (flags && fmt != KV_FMT_FP16))
+        (flags & ~(uint32_t)KV_PAGE_ENT_SHAPE))
         return 0;
-    uint32_t tpp = kv_format_get(fmt)->tokens_per_page(kv_page_table_geom(pt));
+    if (fmt == KV_FMT_FP16 ? (flags & KV_PAGE_ENT_UPPER) != 0 /* RETAINED only */
+                           : (flags & KV_PAGE_ENT_RETAINED) != 0 ||
+                                 (flags & KV_PAGE_ENT_ROT) >= kv_format_variants(fmt, g))
+        return 0;
+    uint32_t tpp = kv_format_get(fmt)->tokens_per_page(g);
     return tokens >= 1 && tokens <= tpp && (fmt == KV_FMT_FP16 || tokens % 16 == 0);
 }
 
@@ -355,7 +363,10 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
     uint32_t ne = kv_offload_get32(p), nt = kv_offload_get32(p + 4);
     uint32_t tg = kv_offload_get32(p + 8), hp = kv_offload_get32(p + 12);
     *at += REC_LIST;
-    if (hp > 1 || (hp && !nt) || (tg != KV_FMT_FP16 && tg != KV_FMT_INT4 && tg != KV_FMT_INT2) ||
+    const uint32_t tf = kv_page_target_format(tg);
+    if (hp > 1 || (hp && !nt) || (tf != KV_FMT_FP16 && tf != KV_FMT_INT4 && tf != KV_FMT_INT2) ||
+        (kv_page_target_variant(tg) &&
+         kv_format_variants(tf, kv_page_table_geom(s->pt)) < 2u) ||
         (uint64_t)ne * REC_ENT + (hp ? 4ull * nt : 0) > total - *at)
         return KV_ECORRUPT;
     l->target = tg;

@@ -308,6 +308,15 @@ uint64_t kv_store_press_layer_need(const kv_store_t *s, kv_seq_id_t seq,
 
 /* ---- conversion steps -------------------------------------------------------- */
 
+/* The target a conversion step to fmt sets: fmt, rotated if the list's
+ * target is a rotated INT format (the ladder keeps a policy's rotation). */
+static uint32_t rot_target(uint32_t old_target, uint32_t fmt)
+{
+    return fmt | (kv_page_target_format(old_target) != KV_FMT_FP16
+                      ? (old_target & KV_FMT_ROT)
+                      : 0u);
+}
+
 /* The FP16 residual of every kv head of (seq, layer) for a conversion to
  * fmt (tpp tokens per page): the longest (*rmax), the least room in the
  * heads' last fmt pages (*room, tokens), the total (*sum). 0 if the layer
@@ -322,7 +331,7 @@ static int conv_scan(const kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
     *sum = 0;
     for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
         const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, h);
-        if (fmt == KV_FMT_INT4 && l->target == KV_FMT_INT2)
+        if (fmt == KV_FMT_INT4 && kv_page_target_format(l->target) == KV_FMT_INT2)
             return 1;
         uint32_t e = l->n_ents, res = 0, rm = 0;
         while (e > 0 && l->ents[e - 1].format == KV_FMT_FP16 &&
@@ -331,7 +340,8 @@ static int conv_scan(const kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
                 return 1;
             res += l->ents[e].n_tokens;
         }
-        if (e > 0 && l->ents[e - 1].format == fmt && l->ents[e - 1].flags == 0 &&
+        if (e > 0 && l->ents[e - 1].format == fmt &&
+            l->ents[e - 1].flags == kv_page_target_variant(rot_target(l->target, fmt)) &&
             l->ents[e - 1].n_tokens < tpp) {
             if (shared(s, &l->ents[e - 1]))
                 return 1; /* the conversion would copy it first */
@@ -357,6 +367,7 @@ static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
     const uint32_t H = s->cfg.n_kv_heads;
     const uint32_t tpp = kv_format_get(fmt)->tokens_per_page(kv_page_table_geom(s->pt));
     const uint32_t old_target = kv_page_list_get(s->pt, seq, layer, 0)->target;
+    const uint32_t new_target = rot_target(old_target, fmt);
     uint64_t converted = 0;
     int set = 0;
     for (;;) {
@@ -369,7 +380,7 @@ static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
         c = c > rmax ? rmax : c / 16 * 16;
         if (c == 0)
             break;
-        if (!set && kv_page_set_format(s->pt, seq, layer, fmt))
+        if (!set && kv_page_set_format(s->pt, seq, layer, new_target))
             break;
         set = 1;
         if (kv_page_quantize(s->pt, seq, layer, rmax - (uint32_t)c))

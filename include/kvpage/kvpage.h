@@ -85,6 +85,15 @@ typedef enum kv_format {
     KV_FMT_COUNT  = 4,
 } kv_format_t;
 
+/* Or'ed into a TARGET format (kv_seq_set_format, the policies' rot=1):
+ * KV_FMT_INT4 | KV_FMT_ROT and KV_FMT_INT2 | KV_FMT_ROT store rows rotated
+ * per head (a normalized Walsh-Hadamard transform with a fixed sign
+ * diagonal, docs/policies.md "Rotated INT pages") before quantization:
+ * same bytes per token, lower error on outlier channels; every reader
+ * (kv_read, attention) sees rows in the original space. head_dim must be a
+ * power of two (else KV_EINVAL). Never part of a page's own format number. */
+#define KV_FMT_ROT 0x100u
+
 /* Compute backends. The CPU backend is always present. */
 typedef enum kv_backend_kind {
     KV_BACKEND_CPU  = 0,
@@ -321,8 +330,10 @@ KV_API int kv_compact(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
 /* Set the format that (seq, layer)'s FP16 residual is converted to from now
  * on (all kv heads): KV_FMT_FP16 stops converting; KV_FMT_INT4/INT2 convert
  * each time R tokens have accumulated (KIVI). Pages already converted stay as
- * they are. Forks inherit it. Errors: KV_ENOENT, KV_ERANGE, KV_EINVAL (fmt
- * not INT4/INT2/FP16), KV_ENOTSUP (this page size holds no 16-token group
+ * they are. Forks inherit it. fmt may be KV_FMT_INT4 | KV_FMT_ROT or
+ * KV_FMT_INT2 | KV_FMT_ROT: pages converted from now on are stored rotated.
+ * Errors: KV_ENOENT, KV_ERANGE, KV_EINVAL (fmt not INT4/INT2/FP16, or
+ * KV_FMT_ROT on FP16 or with a head_dim that is not a power of two), KV_ENOTSUP (this page size holds no 16-token group
  * of fmt), KV_ENOTRES (see "offload"). Allocates nothing. */
 KV_API int kv_seq_set_format(kv_store_t *store, kv_seq_id_t seq, uint32_t layer,
                              kv_format_t fmt);

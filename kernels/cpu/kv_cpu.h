@@ -18,7 +18,10 @@
  * format's pages is the format's entry in the kernels-side format table
  * (kv_cpu_loops_t.fmt, as ggml's CPU backend keeps its own per-type ops
  * beside the type traits): rows decoded to FP32 tiles (FP16, MERGED), or
- * scores and sums computed straight from the codes (INT4, INT2). The format
+ * scores and sums computed straight from the codes (INT4, INT2; a rotated
+ * INT page, variant 1, is scored with the rotated query R q and its sum of
+ * p * v, which is in the rotated space, is rotated back by R^T before it is
+ * added: q . k = Rq . Rk, sum p v = R^T sum p Rv). The format
  * traits (formats/kv_format.h) say what the bytes mean; this table says how
  * the CPU reads them fast. Results do not depend on the number of threads
  * nor on the build: work is split into units whose boundaries depend only
@@ -83,7 +86,8 @@ static inline uint32_t kv_cpu_tile_stride(uint32_t d)
 }
 
 /* Per-thread scratch floats for tasks of at most max_rows rows: K tile, V
- * tile, a row of logits per query row (kv_cpu_plan.c). */
+ * tile, a row of logits per query row, a head_dim row per query row
+ * (kv_cpu_plan.c). */
 size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows);
 
 /* ---- the builds of the hot loops ----------------------------------------
@@ -126,6 +130,9 @@ typedef void (*kv_cpu_accum_fn)(const void *page, const kv_page_geom_t *g,
 
 typedef struct kv_cpu_fmt_ops {
     uint32_t read;         /* KV_CPU_READ_*                              */
+    uint32_t rotated;      /* CODES: bit v set if variant v's codes are  */
+                           /* of rotated rows (formats/kv_fmt_rot.h):    */
+                           /* score then gets R q, accum's sums get R^T  */
     kv_cpu_load_fn load;   /* ROWS: the decoder                          */
     kv_cpu_score_fn score; /* CODES                                      */
     kv_cpu_accum_fn accum; /* CODES                                      */

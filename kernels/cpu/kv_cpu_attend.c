@@ -35,6 +35,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "formats/kv_fmt_rot.h"
 #include "kv_cpu.h"
 #include "kv_cpu_simd.h"
 
@@ -298,6 +299,31 @@ KV_CPU_BODY void load_chunk(const kv_page_geom_t *g, const chunk_t *c,
     c->ops->load(c->pg->data, g, c->pg->variant, c->off, c->n, kt, vt);
 }
 
+/* Rotated INT pages (kv_cpu_fmt_ops_t.rotated): 1 if the chunk's codes are
+ * of rotated rows. */
+KV_CPU_BODY int chunk_rotated(const chunk_t *c)
+{
+    return c->ops->read == KV_CPU_READ_CODES &&
+           ((c->ops->rotated >> c->pg->variant) & 1u);
+}
+
+/* rq[r] = R q[r] for n rows of d (rq: the scratch after the logits rows). */
+KV_CPU_BODY const float *rotate_q(const float *q, uint32_t n, uint32_t d,
+                                  float *rq)
+{
+    memcpy(rq, q, (size_t)n * d * sizeof *rq);
+    kv_fmt_rot_fwd_rows(rq, n, d, d);
+    return rq;
+}
+
+/* acc[r] += R^T sum[r] for n rows of d (sum: the rotated sums, clobbered). */
+KV_CPU_BODY void add_unrotated(float *acc, float *sum, uint32_t n, uint32_t d)
+{
+    kv_fmt_rot_inv_rows(sum, n, d, d);
+    for (size_t i = 0; i < (size_t)n * d; i += KV_CPU_VW)
+        KV_CPU_ST(acc + i, kv_v8f_ld(acc + i) + kv_v8f_ld(sum + i));
+}
+
 /* Online-softmax step of the chunk for its rows: logits (the format's score
  * step for all rows at once when it is read as codes, else its load to the
  * tiles and q . k per row), the per-row softmax update, then sum p * v (the
@@ -309,11 +335,14 @@ KV_CPU_BODY void attend_chunk(const kv_cpu_task_t *t, const chunk_t *c,
     const uint32_t d = g->head_dim, ts = kv_cpu_tile_stride(d), nr = t->n_rows - c->r0;
     float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
     float *srow = vt + KV_CPU_TILE_FLOATS;
+    float *rq = srow + (size_t)t->n_rows * ts; /* [nr][d]: rotated pages */
     const int codes = c->ops->read == KV_CPU_READ_CODES;
+    const int rot = chunk_rotated(c);
+    const float *q = t->q + (size_t)c->r0 * d;
     if (codes)
         c->ops->score(c->pg->data, g, c->off, c->n,
-                          t->q + (size_t)c->r0 * d, d, nr,
-                          srow + (size_t)c->r0 * ts, ts);
+                      rot ? rotate_q(q, nr, d, rq) : q, d, nr,
+                      srow + (size_t)c->r0 * ts, ts);
     else
         load_chunk(g, c, kt, vt);
     for (uint32_t r = c->r0; r < t->n_rows; r++) {
@@ -327,10 +356,16 @@ KV_CPU_BODY void attend_chunk(const kv_cpu_task_t *t, const chunk_t *c,
         else if (nvr < c->n) /* tokens the row does not see: p = 0 */
             memset(s + nvr, 0, (c->n - nvr) * sizeof *s);
     }
-    if (codes)
+    if (codes && rot) {
+        memset(rq, 0, (size_t)nr * d * sizeof *rq);
         c->ops->accum(c->pg->data, g, c->off, c->n,
-                          srow + (size_t)c->r0 * ts, ts, nr,
-                          t->acc + (size_t)c->r0 * d, d);
+                      srow + (size_t)c->r0 * ts, ts, nr, rq, d);
+        add_unrotated(t->acc + (size_t)c->r0 * d, rq, nr, d);
+    } else if (codes) {
+        c->ops->accum(c->pg->data, g, c->off, c->n,
+                      srow + (size_t)c->r0 * ts, ts, nr,
+                      t->acc + (size_t)c->r0 * d, d);
+    }
 }
 
 /* Statistics of the chunk: stats[t0 + i] += exp(logit - lse[r]) over its
@@ -343,15 +378,18 @@ KV_CPU_BODY void stats_chunk(const kv_cpu_task_t *t, const chunk_t *c,
     const kv_page_geom_t *g = t->geom;
     const uint32_t d = g->head_dim, ts = kv_cpu_tile_stride(d);
     float *kt = scratch, *srow = scratch + 2 * KV_CPU_TILE_FLOATS;
+    float *rq = srow + (size_t)t->n_rows * ts; /* rotated pages */
     const int codes = c->ops->read == KV_CPU_READ_CODES;
+    const int rot = chunk_rotated(c);
     const uint32_t blk = codes ? 2 * KV_CPU_TILE_FLOATS / ts : t->n_rows;
     if (!codes)
         load_chunk(g, c, kt, NULL);
     for (uint32_t rb = c->r0; rb < t->n_rows; rb += blk) {
         const uint32_t nb = t->n_rows - rb < blk ? t->n_rows - rb : blk;
+        const float *q = t->q + (size_t)rb * d;
         if (codes)
             c->ops->score(c->pg->data, g, c->off, c->n,
-                              t->q + (size_t)rb * d, d, nb, kt, ts);
+                          rot ? rotate_q(q, nb, d, rq) : q, d, nb, kt, ts);
         for (uint32_t r = rb; r < rb + nb; r++) {
             const uint32_t nv = row_visible(t, r, c->t0, c->n);
             float *s = codes ? kt + (size_t)(r - rb) * ts : srow;
@@ -453,10 +491,10 @@ const kv_cpu_loops_t KV_CPU_SYM(kv_cpu_loops) = {
     .fmt = {
         [KV_FMT_FP16] = {.read = KV_CPU_READ_ROWS,
                          .load = KV_CPU_SYM(kv_cpu_fp16_load)},
-        [KV_FMT_INT4] = {.read = KV_CPU_READ_CODES,
+        [KV_FMT_INT4] = {.read = KV_CPU_READ_CODES, .rotated = 1u << 1,
                          .score = KV_CPU_SYM(kv_cpu_int4_score),
                          .accum = KV_CPU_SYM(kv_cpu_int4_accum)},
-        [KV_FMT_INT2] = {.read = KV_CPU_READ_CODES,
+        [KV_FMT_INT2] = {.read = KV_CPU_READ_CODES, .rotated = 1u << 1,
                          .score = KV_CPU_SYM(kv_cpu_int2_score),
                          .accum = KV_CPU_SYM(kv_cpu_int2_accum)},
         [KV_FMT_MERGED] = {.read = KV_CPU_READ_ROWS,

@@ -8,7 +8,8 @@
  *
  * Sources are decoded 16 tokens at a time through kv_format_load (so any
  * source format and variant works; INT groups are whole chunks) into FP32
- * scratch, then written through the destination format's store or
+ * scratch, moved to the destination's stored variant (kv_format_to_variant:
+ * rotated INT pages), then written through the destination format's store or
  * kv_fmt_merged_put. The merge math (docs/design.md), per token and separately
  * for K and V, in double precision:
  *   u0 = x0/|x0|, u1 = x1/|x1|, theta = acos(clamp(u0.u1, -1, 1));
@@ -160,6 +161,8 @@ int kv_cpu_convert(void *ctx, const kv_convert_params_t *p)
     const kv_format_traits_t *tr = kv_format_get(p->dst_format);
     if (!tr || !tr->store)
         return KV_ENOTSUP;
+    if (p->dst_variant >= kv_format_variants(p->dst_format, g))
+        return KV_EINVAL;
     const uint32_t cap = tr->tokens_per_page(g);
     const int grouped = p->dst_format != KV_FMT_FP16; /* INT: whole groups */
     if (grouped && (p->n_tokens % CHUNK || p->dst_off % CHUNK))
@@ -182,6 +185,7 @@ int kv_cpu_convert(void *ctx, const kv_convert_params_t *p)
     for (uint32_t done = 0; done < p->n_tokens; done += CHUNK) {
         uint32_t cnt = p->n_tokens - done < CHUNK ? p->n_tokens - done : CHUNK;
         src_read(&sc, g, cnt, k, v);
+        kv_format_to_variant(p->dst_format, p->dst_variant, g, cnt, k, v);
         dst_write(&dc, tr, g, cnt, k, v);
     }
     kv_mem_free(heap ? k : NULL, heap);

@@ -34,6 +34,9 @@ void kv_cpu_split(const kv_kern_page_t *pages, uint32_t len,
 
 size_t kv_cpu_thread_floats(uint32_t head_dim, uint32_t max_rows)
 {
+    /* tiles, a row of logits per query row, a head_dim row per query row
+     * (rotated pages: q rotated, then the rotated sum p * v) */
     return 2u * (size_t)KV_CPU_TILE_FLOATS +
-           (size_t)(max_rows ? max_rows : 1) * kv_cpu_tile_stride(head_dim);
+           (size_t)(max_rows ? max_rows : 1) *
+               (kv_cpu_tile_stride(head_dim) + head_dim);
 }

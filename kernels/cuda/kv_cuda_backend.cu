@@ -324,6 +324,11 @@ int cuda_prefill(void *ctx, const kv_attn_prefill_params_t *p)
 int cuda_convert(void *ctx, const kv_convert_params_t *p)
 {
     int rc = kv_cuda_check_convert(p);
+    if (!rc && p->dst_variant != 0)
+        rc = KV_ENOTSUP; /* rotated INT pages: CPU only for now */
+    for (uint32_t i = 0; !rc && i < p->n_src; i++)
+        if (p->src[i].format != KV_FMT_MERGED && p->src[i].variant != 0)
+            rc = KV_ENOTSUP;
     if (rc || p->n_tokens == 0)
         return rc;
     ctx_t *cx = (ctx_t *)ctx;

@@ -42,15 +42,29 @@ static int check_kernels(const kv_page_geom_t *g)
     return kv_cuda_page_bytes_ok(g->page_bytes, g->head_dim);
 }
 
+/* Rotated INT pages (variant 1 of INT4/INT2, formats/kv_fmt_rot.h) are not
+ * implemented by the device kernels yet: refused, never read as plain. */
+static int check_unrotated(const kv_kern_page_t *pages, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (pages[i].format != KV_FMT_MERGED && pages[i].variant != 0)
+            return KV_ENOTSUP;
+    return 0;
+}
+
 int kv_cuda_check_decode(const kv_attn_decode_params_t *p)
 {
     int rc = kv_kern_check_decode(p);
+    if (!rc)
+        rc = check_unrotated(p->pages, p->indptr[p->batch * p->n_kv_heads]);
     return rc ? rc : check_kernels(&p->geom);
 }
 
 int kv_cuda_check_prefill(const kv_attn_prefill_params_t *p)
 {
     int rc = kv_kern_check_prefill(p);
+    if (!rc)
+        rc = check_unrotated(p->pages, p->indptr[p->n_kv_heads]);
     if (rc)
         return rc;
     /* rows of a list: one block index per row in the reduce kernel */

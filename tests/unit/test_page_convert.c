@@ -933,8 +933,10 @@ static void test_check_detects(void)
     fprintf(stderr, "(the kv_page_table_check lines below are expected)\n");
     kv_page_list_t *l = (kv_page_list_t *)kv_page_list_get(F.pt, s, 0, 0);
     CHECK_EQ(l->ents[0].format, KV_FMT_INT2);
-    l->ents[0].flags = KV_PAGE_ENT_UPPER; /* UPPER on an INT entry */
+    CHECK_EQ(l->ents[1].format, KV_FMT_FP16);
+    l->ents[1].flags = KV_PAGE_ENT_ROT; /* bit 0 on an FP16 entry (one variant) */
     CHECK_EQ(kv_page_table_check(F.pt), KV_ECORRUPT);
+    l->ents[1].flags = 0;
     l->ents[0].flags = KV_PAGE_ENT_RETAINED; /* RETAINED on an INT entry */
     CHECK_EQ(kv_page_table_check(F.pt), KV_ECORRUPT);
     l->ents[0].flags = 0x80; /* unknown bit */

@@ -163,7 +163,15 @@ static void described_keys(const char *m, char *out, size_t cap)
     base(m, spec, sizeof spec);
     kv_policy_t *p = NULL;
     out[0] = '\0';
-    if (kv_policy_parse(spec, &p, NULL, 0) || kv_policy_describe(p, d, sizeof d)) {
+    /* rot is a quiet key (described only when set): set it where it exists */
+    char rspec[80];
+    snprintf(rspec, sizeof rspec, "%s%srot=1", spec, strchr(spec, ':') ? "," : ":");
+    const char *use = spec;
+    if (!kv_policy_parse(rspec, &p, NULL, 0))
+        use = rspec;
+    kv_policy_destroy(p);
+    p = NULL;
+    if (kv_policy_parse(use, &p, NULL, 0) || kv_policy_describe(p, d, sizeof d)) {
         kv_policy_destroy(p);
         return;
     }
