@@ -84,7 +84,13 @@ static int run_inner(const kv_page_list_t *l, uint32_t e)
 
 int kv_page_table_check(const kv_page_table_t *pt)
 {
-    if (!pt)
+    return kv_page_table_check_ext(pt, NULL, 0);
+}
+
+int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
+                            size_t n_ext)
+{
+    if (!pt || (n_ext && !ext))
         return KV_EINVAL;
     uint32_t cap = kv_alloc_capacity(pt->pool);
     uint32_t *refs = kv_mem_calloc(cap, sizeof *refs);  /* [cap] references */
@@ -184,6 +190,32 @@ int kv_page_table_check(const kv_page_table_t *pt)
                      l->n_busy, busy);
             tokens += sum;
         }
+    }
+
+    /* External references (kv_page_extern.c): counted like entries. */
+    for (size_t i = 0; i < n_ext; i++) {
+        const kv_page_ent_t *ent = &ext[i];
+        uint32_t tpp = kv_page_fmt_tpp(pt, ent->format);
+        if (ent->flags || ent->format == KV_FMT_MERGED || tpp == 0 ||
+            !kv_alloc_id_valid(pt->pool, ent->id) || ent->n_tokens < 1 ||
+            ent->n_tokens > tpp || (is_int(ent->format) && ent->n_tokens % 16 != 0))
+            FAIL("external reference %zu: page %#x format %u flags %#x tokens %u", i,
+                 ent->id, ent->format, ent->flags, ent->n_tokens);
+        uint32_t idx = kv_alloc_page_index(ent->id);
+        if (refs[idx] == 0) {
+            fmts[idx] = ent->format;
+            distinct++;
+            by_fmt[ent->format]++;
+        } else if (fmts[idx] != ent->format) {
+            FAIL("page %#x has formats %u and %u", ent->id, fmts[idx], ent->format);
+        }
+        refs[idx]++;
+    }
+    for (size_t i = 0; i < n_ext; i++) {
+        uint32_t rc_pool = kv_alloc_refcount(pt->pool, ext[i].id);
+        if (rc_pool != refs[kv_alloc_page_index(ext[i].id)])
+            FAIL("page %#x: refcount %u, referenced %u times (external included)",
+                 ext[i].id, rc_pool, refs[kv_alloc_page_index(ext[i].id)]);
     }
 
     /* Pass 2: refcounts. */
