@@ -120,6 +120,15 @@ void kv_model_session_free(kv_model_session_t *s);
  * kv_seq_fork (copy-on-write), dense ones copy their arrays. */
 int kv_model_session_fork(const kv_model_session_t *s, kv_model_session_t **out);
 
+/* Prefix cache (kvpage.h, "prefix cache"): on a paged session that has
+ * processed nothing, attach the longest cached prefix of tokens[0..n)
+ * (kv_seq_prefix_match) and continue from there: *matched tokens are
+ * processed (the next position), the caller forwards tokens[*matched..n).
+ * Errors as kv_seq_prefix_match; KV_ENOTSUP for a dense session,
+ * KV_ESTATE when the session is not empty. */
+int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                            const void *salt, size_t salt_len, uint32_t *matched);
+
 /* Tokens the session has processed (= the next position). */
 uint32_t kv_model_session_pos(const kv_model_session_t *s);
 /* The store sequence (paged) or KV_ENOTSUP (dense). */
