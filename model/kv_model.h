@@ -212,4 +212,10 @@ int kv_model_find(const char *flag, char *out, size_t out_len, int *pinned, char
  * naming the fix otherwise; -errno if unreadable. */
 int kv_model_verify(const char *path, int pinned, char *err, size_t err_len);
 
+/* The SHA-256 of a model file as 64 hex digits and a NUL (a model
+ * fingerprint for kv_config_t.prefix_model): the pinned hash without
+ * reading the file when it is the pinned file as fetched (see
+ * kv_model_verify), else computed. 0, KV_EINVAL, KV_ENOMEM, -errno. */
+int kv_model_file_sha256(const char *path, int pinned, char hex[65]);
+
 #endif /* KV_MODEL_H */

@@ -29,10 +29,10 @@
 #define RUN_DEFAULT_PROMPT "Explain in three sentences why the sky is blue."
 
 typedef struct run_opts {
-    const char *prompt, *system, *model, *policy;
-    uint64_t max_new, seed, threads;
+    const char *prompt, *system, *model, *policy, *salt;
+    uint64_t max_new, seed, threads, runs;
     double temp;
-    int json;
+    int json, prefix_cache;
 } run_opts_t;
 
 static const kv_cli_opt_t run_opts[] = {
@@ -56,6 +56,13 @@ static const kv_cli_opt_t run_opts[] = {
      "minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)"},
     {"--json", KV_CLI_FLAG, offsetof(run_opts_t, json), 0, 0, 0, 0, NULL,
      "one JSON object on stdout instead of the stream and table"},
+    {"--prefix-cache", KV_CLI_FLAG, offsetof(run_opts_t, prefix_cache), 0, 0, 0, 0, NULL,
+     "publish the prompt's blocks and match them in later runs\n"
+     "(docs/prefix.md; with --runs 2 the second run skips them)"},
+    {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
+     "prefix-cache isolation key: runs with other salts never share"},
+    {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
+     "run the request N times in one store (default 1)"},
     /* short names, as llama.cpp users type them */
     {"-m", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--model", NULL},
     {"-p", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--prompt", NULL},
@@ -67,12 +74,16 @@ static const kv_cli_opt_t run_opts[] = {
 static int run_parse(int argc, char **argv, run_opts_t *o)
 {
     *o = (run_opts_t){.prompt = RUN_DEFAULT_PROMPT, .policy = "fp16", .max_new = 64,
-                      .seed = 1};
+                      .seed = 1, .runs = 1};
     int rc = kv_cli_parse("run", "Fetch the model once with scripts/fetch_model.sh "
                                  "(make run does it).",
                           run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
     if (rc)
         return rc;
+    if (o->salt && !o->prefix_cache) {
+        fprintf(stderr, "kvpage run: --salt needs --prefix-cache\n");
+        return 2;
+    }
     kv_policy_t *pol = NULL;
     char perr[256] = "";
     if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
@@ -92,6 +103,10 @@ typedef struct run_stream {
     kv_seq_id_t seq;    /* token, a step end after every later one        */
     uint32_t n_seen;    /* tokens seen so far                             */
     int rc;             /* a policy call's error (stops generation)       */
+    const int32_t *ids; /* the prompt [n_ids], published (--prefix-cache) */
+    uint32_t n_ids;     /* before the prefill end, at the first token     */
+    const char *salt;
+    double t0, ttft;    /* the request's start; seconds to the 1st token  */
 } run_stream_t;
 
 /* Tell the policy where generation stands (the first token comes from the
@@ -100,6 +115,16 @@ typedef struct run_stream {
 static int run_on_token(void *user, int32_t id)
 {
     run_stream_t *rs = user;
+    if (rs->n_seen == 0) {
+        rs->ttft = kv_cli_now() - rs->t0;
+        if (rs->ids) {
+            int prc = kv_seq_prefix_publish(rs->store, rs->seq, rs->ids, rs->n_ids, rs->salt,
+                                            rs->salt ? strlen(rs->salt) : 0);
+            rs->rc = prc < 0 ? prc : 0;
+            if (rs->rc)
+                return 1;
+        }
+    }
     rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
                           : kv_seq_prefill_end(rs->store, rs->seq);
     if (rs->rc)
@@ -135,6 +160,8 @@ typedef struct run_out {
     size_t text_len;
     uint32_t n_lists;          /* layers x kv heads */
     uint32_t head_dim;
+    double ttft;               /* seconds from the request to its first token */
+    uint32_t matched;          /* prompt tokens the prefix cache gave (last run) */
 } run_out_t;
 
 static void run_report(const run_out_t *r)
@@ -145,7 +172,7 @@ static void run_report(const run_out_t *r)
     double dc = g->decode_s > 0 ? g->n_decoded / g->decode_s : 0;
     /* every token whose K/V went into the store: the prompt and each token
      * fed back by a decode step; K and V, FP16, of every list */
-    uint64_t seen = (uint64_t)g->n_prompt + g->n_decoded;
+    uint64_t seen = (uint64_t)g->n_prompt + r->matched + g->n_decoded;
     uint64_t fp16_seen = seen * r->n_lists * 2u * r->head_dim * 2u;
     double ratio = st->kv_bytes ? (double)fp16_seen / (double)st->kv_bytes : 0;
     double ratio_held = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
@@ -156,22 +183,28 @@ static void run_report(const run_out_t *r)
         printf(",\"policy\":\"%s\",\"threads\":%u,\"temp\":%g,\"seed\":%llu,"
                "\"prompt_tokens\":%u,\"generated_tokens\":%u,\"stop\":\"%s\",\"text\":",
                r->o->policy, r->threads, r->o->temp, (unsigned long long)r->o->seed,
-               g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop);
+               g->n_prompt + r->matched, g->n_new - (r->stopped_control ? 1u : 0u), stop);
         kv_cli_json_strn(stdout, r->text, r->text_len);
         printf(",\"tokens_seen\":%llu,\"fp16_seen_bytes\":%llu,\"kv_bytes\":%llu,"
                "\"fp16_bytes\":%llu,\"ratio\":%.4f,\"ratio_held\":%.4f,\"page_bytes\":%u,"
                "\"pages_used\":%llu,\"pages_capacity\":%llu,\"tier\":\"host\","
                "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
-               "\"prefill_s\":%.3f,\"decode_s\":%.3f}\n",
+               "\"prefill_s\":%.3f,\"decode_s\":%.3f,\"ttft_s\":%.3f,\"runs\":%llu,"
+               "\"prefix_cache\":%d,\"prefix_tokens_matched\":%u,\"prefix_hits\":%llu,"
+               "\"prefix_misses\":%llu,\"prefix_tokens_reused\":%llu,\"prefix_nodes\":%llu}\n",
                (unsigned long long)seen, (unsigned long long)fp16_seen,
                (unsigned long long)st->kv_bytes, (unsigned long long)st->fp16_bytes, ratio,
                ratio_held, st->page_bytes, (unsigned long long)st->pages_used,
-               (unsigned long long)st->pages_capacity, pf, dc, g->prefill_s, g->decode_s);
+               (unsigned long long)st->pages_capacity, pf, dc, g->prefill_s, g->decode_s,
+               r->ttft, (unsigned long long)r->o->runs, r->o->prefix_cache, r->matched,
+               (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses,
+               (unsigned long long)st->prefix_tokens_reused,
+               (unsigned long long)st->prefix_nodes);
         return;
     }
     printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
            "%u threads, CPU backend\n\n",
-           g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
+           g->n_prompt + r->matched, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
            r->threads);
     printf("  %-36s %16s\n", "metric", "value");
     printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
@@ -185,6 +218,15 @@ static void run_report(const run_out_t *r)
            (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
     printf("  %-36s %16.1f\n", "prefill tokens/s", pf);
     printf("  %-36s %16.1f\n", "decode tokens/s", dc);
+    printf("  %-36s %16.3f\n", "time to first token (s)", r->ttft);
+    if (r->o->prefix_cache) {
+        printf("  %-36s %9u / %u\n", "prompt tokens from the prefix cache", r->matched,
+               r->matched + g->n_prompt);
+        printf("  %-36s %9llu / %llu\n", "prefix hits / misses (all runs)",
+               (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses);
+        printf("  %-36s %16llu\n", "prefix cache nodes",
+               (unsigned long long)st->prefix_nodes);
+    }
     printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
            "(layer, kv head) lists is partly filled)\n",
            r->n_lists);
@@ -234,42 +276,84 @@ int kv_cmd_run(int argc, char **argv)
     }
     uint32_t max_tokens = (uint32_t)(n_prompt + o.max_new);
     kv_config_t cfg;
-    if ((rc = kv_model_store_config(m, max_tokens, 1, (uint32_t)o.threads, &cfg)) ||
-        (rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
+    char fp[65];
+    /* room for the cache's copy of a prompt beside the running sequence */
+    if ((rc = kv_model_store_config(m, max_tokens, o.prefix_cache ? 2 : 1,
+                                    (uint32_t)o.threads, &cfg))) {
         run_fail("creating the store", rc, NULL);
         goto done;
     }
-    kv_model_session_opts_t so = {.store = store, .max_ctx = max_tokens,
-                                  .n_threads = (int)o.threads};
-    if ((rc = kv_model_session_create(m, &so, &s))) {
-        run_fail("creating the session", rc, NULL);
+    if (o.prefix_cache) {
+        if ((rc = kv_model_file_sha256(path, pinned, fp))) {
+            run_fail("fingerprinting the model", rc, NULL);
+            goto done;
+        }
+        cfg.prefix_cache = 1;
+        cfg.prefix_model = fp;
+        cfg.prefix_model_len = 64;
+    }
+    if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
+        run_fail("creating the store", rc, NULL);
         goto done;
     }
-    kv_seq_id_t seq;
     kv_policy_t *pol = NULL;
-    if ((rc = kv_model_session_seq(s, &seq)) ||
-        (rc = kv_policy_parse(o.policy, &pol, err, sizeof err)) ||
-        (rc = kv_seq_set_policy(store, seq, pol))) {
-        kv_policy_destroy(pol);
+    if ((rc = kv_policy_parse(o.policy, &pol, err, sizeof err))) {
         run_fail("attaching the policy", rc, NULL);
         goto done;
     }
-    kv_policy_destroy(pol);
     out = malloc((o.max_new ? o.max_new : 1) * sizeof *out);
     if (!out) {
+        kv_policy_destroy(pol);
         run_fail("allocating", KV_ENOMEM, NULL);
         goto done;
     }
-    fprintf(stderr, "kvpage run: %zu prompt tokens, prefilling...\n", n_prompt);
-    run_stream_t rs = {.tok = tok, .print = !o.json, .store = store, .seq = seq};
-    kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
-                              .seed = o.seed, .on_token = run_on_token, .user = &rs};
     kv_model_gen_result_t gr;
-    if ((rc = kv_model_generate(s, ids, (uint32_t)n_prompt, &go, out, &gr)) ||
-        (rc = rs.rc)) {
-        run_fail("generation", rc, NULL);
-        goto done;
+    run_stream_t rs;
+    uint32_t matched = 0;
+    for (uint64_t run = 0; run < o.runs; run++) {
+        kv_model_session_free(s);
+        s = NULL;
+        kv_model_session_opts_t so = {.store = store, .max_ctx = max_tokens,
+                                      .n_threads = (int)o.threads};
+        kv_seq_id_t seq;
+        if ((rc = kv_model_session_create(m, &so, &s))) {
+            run_fail("creating the session", rc, NULL);
+            break;
+        }
+        if ((rc = kv_model_session_seq(s, &seq)) || (rc = kv_seq_set_policy(store, seq, pol))) {
+            run_fail("attaching the policy", rc, NULL);
+            break;
+        }
+        rs = (run_stream_t){.tok = tok, .print = !o.json, .store = store, .seq = seq,
+                            .salt = o.salt, .t0 = kv_cli_now()};
+        matched = 0;
+        if (o.prefix_cache) {
+            rs.ids = ids;
+            rs.n_ids = (uint32_t)n_prompt;
+            if ((rc = kv_model_session_prefix(s, ids, (uint32_t)n_prompt, o.salt,
+                                              o.salt ? strlen(o.salt) : 0, &matched))) {
+                run_fail("matching the prefix cache", rc, NULL);
+                break;
+            }
+        }
+        fprintf(stderr, "kvpage run: %zu prompt tokens (%u from the prefix cache), "
+                "prefilling %zu...\n", n_prompt, matched, n_prompt - matched);
+        kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
+                                  .seed = o.seed, .on_token = run_on_token, .user = &rs};
+        if ((rc = kv_model_generate(s, ids + matched, (uint32_t)(n_prompt - matched), &go, out,
+                                    &gr)) ||
+            (rc = rs.rc)) {
+            run_fail("generation", rc, NULL);
+            break;
+        }
+        if (o.runs > 1)
+            fprintf(stderr, "%skvpage run: run %llu: time to first token %.3f s, prefill %u "
+                    "tokens, %u reused from the prefix cache\n", o.json ? "" : "\n",
+                    (unsigned long long)run + 1, rs.ttft, gr.n_prompt, matched);
     }
+    kv_policy_destroy(pol);
+    if (rc)
+        goto done;
     if ((rc = kv_store_check(store))) {
         run_fail("kv_store_check", rc, NULL);
         goto done;
@@ -287,7 +371,8 @@ int kv_cmd_run(int argc, char **argv)
     kv_store_stats(store, &st);
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,
-                    .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim};
+                    .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim,
+                    .ttft = rs.ttft, .matched = matched};
     run_report(&ro);
     ret = 0;
 done:
