@@ -264,6 +264,9 @@ int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
  * page + external references, and pages_by_format counts a page until its
  * last reference, external or not, is dropped. Such pages are never written
  * (refcount > 1, or the holder's alone). */
+/* A fresh page of format fmt held by one external reference (the caller
+ * fills it before anyone reads it): 0, KV_ENOMEM (pool empty), KV_EINVAL. */
+int kv_page_ref_new(kv_page_table_t *pt, uint32_t fmt, kv_page_id_t *id);
 /* Take one reference to a held page (cannot fail). */
 void kv_page_ref_take(kv_page_table_t *pt, kv_page_id_t id);
 /* Drop one reference to a page of format fmt (frees it with the last). */

@@ -23,6 +23,16 @@ void kv_page_ref_take(kv_page_table_t *pt, kv_page_id_t id)
     (void)rc;
 }
 
+int kv_page_ref_new(kv_page_table_t *pt, uint32_t fmt, kv_page_id_t *id)
+{
+    if (!pt || !id || fmt >= KV_FMT_COUNT)
+        return KV_EINVAL;
+    int rc = kv_alloc_page(pt->pool, id);
+    if (rc == 0)
+        pt->pages_by_format[fmt]++;
+    return rc;
+}
+
 void kv_page_ref_drop(kv_page_table_t *pt, kv_page_id_t id, uint32_t fmt)
 {
     kv_page_unref(pt, id, fmt);

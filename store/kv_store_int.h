@@ -90,6 +90,10 @@ int kv_store_prefix_check(const kv_store_t *s);
  * sequence holds before the others) until target pool pages are free or
  * none is left. Returns the pool pages freed. 0 when the cache is off. */
 uint64_t kv_store_prefix_evict(kv_store_t *s, uint64_t target);
+/* Wait (at most timeout_ms) until the nodes queued for the remote tier are
+ * stored (kv_store_prefix_remote.c; tests, tools). 0, or the publisher's
+ * error (-ETIMEDOUT); 0 without a remote. */
+int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms);
 
 /* ---- memory-pressure ladder (kv_store_pressure.c) ------------------------- */
 

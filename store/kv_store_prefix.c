@@ -43,35 +43,7 @@
 #include "alloc/kv_mem.h"
 #include "kv_policy_int.h"
 #include "kv_store_int.h"
-#include "prefix/kv_prefix_hash.h"
-
-#define PFX_BUCKETS0 64u
-#define PFX_MAX_SALT 65536u
-
-typedef struct kv_pfx_node {
-    kv_prefix_hash_t key;        /* hash of the block ending at `end`         */
-    struct kv_pfx_node *parent;  /* the node ending at start; NULL at 0       */
-    struct kv_pfx_node *hnext;   /* next in its bucket                        */
-    struct kv_pfx_node *prev, *next; /* LRU: prev is colder                   */
-    uint32_t start, end;         /* tokens [start, end)                       */
-    uint32_t children;           /* nodes whose parent this is                */
-    uint32_t n_ents;             /* entries, all lists                        */
-    size_t bytes;                /* this kv_mem block                         */
-    uint32_t *off;               /* [n_lists + 1]: list li's entries are      */
-                                 /* ents[off[li] .. off[li+1])                */
-    kv_page_ent_t *ents;         /* [n_ents]                                  */
-} kv_pfx_node_t;
-
-typedef struct kv_pfx {
-    uint8_t *model;              /* copy of cfg.prefix_model [model_len]      */
-    uint32_t model_len;
-    kv_pfx_node_t **buckets;     /* [n_buckets], a power of two               */
-    uint32_t n_buckets;
-    kv_pfx_node_t *cold, *hot;   /* LRU ends                                  */
-    uint64_t n_nodes, n_refs;    /* nodes, entries over all nodes             */
-    uint64_t bytes;              /* kv_mem bytes held (meta_bytes)            */
-    uint64_t hits, misses, reused, published, evicted, evicted_pages;
-} kv_pfx_t;
+#include "kv_store_prefix_int.h"
 
 /* ---- life -------------------------------------------------------------------- */
 
@@ -80,7 +52,11 @@ int kv_store_prefix_resolve(const kv_config_t *c)
     if (c->prefix_cache > 1)
         return KV_EINVAL;
     if (!c->prefix_cache)
-        return (c->prefix_model || c->prefix_model_len) ? KV_EINVAL : 0;
+        return (c->prefix_model || c->prefix_model_len || c->prefix_remote ||
+                c->prefix_remote_timeout_ms) ? KV_EINVAL : 0;
+    int rc = kv_pfx_remote_resolve(c);
+    if (rc)
+        return rc;
     if (!c->prefix_model || c->prefix_model_len == 0)
         return KV_EINVAL;
     return c->prefix_model_len > KV_PREFIX_MAX_FIELD_BYTES ? KV_ERANGE : 0;
@@ -115,7 +91,7 @@ int kv_store_prefix_init(kv_store_t *s)
     p->bytes = sizeof *p + p->model_len + PFX_BUCKETS0 * sizeof *b;
     s->pfx = p;
     s->cfg.prefix_model = model; /* the store's copy */
-    return 0;
+    return kv_pfx_remote_init(s); /* (the store's destroy frees p on error) */
 }
 
 static void node_release(kv_store_t *s, kv_pfx_node_t *n)
@@ -132,6 +108,7 @@ void kv_store_prefix_fini(kv_store_t *s)
     kv_pfx_t *p = s->pfx;
     if (!p)
         return;
+    kv_pfx_remote_fini(s); /* its publisher copied what it queued */
     for (kv_pfx_node_t *n = p->cold, *next; n; n = next) {
         next = n->next;
         node_release(s, n);
@@ -152,7 +129,7 @@ static uint32_t bucket_of(const kv_pfx_t *p, const kv_prefix_hash_t *k)
     return x & (p->n_buckets - 1);
 }
 
-static kv_pfx_node_t *lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k)
+kv_pfx_node_t *kv_pfx_lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k)
 {
     for (kv_pfx_node_t *n = p->buckets[bucket_of(p, k)]; n; n = n->hnext)
         if (memcmp(n->key.b, k->b, sizeof k->b) == 0)
@@ -160,8 +137,8 @@ static kv_pfx_node_t *lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k)
     return NULL;
 }
 
-/* Make room for `more` nodes at load factor <= 1 (all or nothing). */
-static int reserve_buckets(kv_pfx_t *p, uint64_t more)
+/* kv_store_prefix_int.h; load factor <= 1. */
+int kv_pfx_reserve(kv_pfx_t *p, uint64_t more)
 {
     uint64_t want = p->n_buckets;
     while (want < p->n_nodes + more)
@@ -235,6 +212,36 @@ static void node_evict(kv_store_t *s, kv_pfx_node_t *n)
     node_release(s, n);
 }
 
+kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents)
+{
+    size_t head = (sizeof(kv_pfx_node_t) + (n_lists + 1) * sizeof(uint32_t) + 7) & ~(size_t)7;
+    size_t bytes = head + (size_t)n_ents * sizeof(kv_page_ent_t);
+    kv_pfx_node_t *x = kv_mem_calloc(1, bytes);
+    if (!x)
+        return NULL;
+    x->bytes = bytes;
+    x->n_ents = n_ents;
+    x->off = (uint32_t *)(x + 1);
+    x->ents = (kv_page_ent_t *)((char *)x + head);
+    return x;
+}
+
+void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs)
+{
+    kv_pfx_t *p = s->pfx;
+    uint32_t bk = bucket_of(p, &x->key);
+    x->hnext = p->buckets[bk];
+    p->buckets[bk] = x;
+    if (x->parent)
+        x->parent->children++;
+    for (uint32_t e = 0; take_refs && e < x->n_ents; e++)
+        kv_page_ref_take(s->pt, x->ents[e].id);
+    p->n_refs += x->n_ents;
+    p->n_nodes++;
+    p->bytes += x->bytes;
+    lru_push_hot(p, x);
+}
+
 /* ---- eviction ----------------------------------------------------------------- */
 
 static uint64_t pool_free(const kv_store_t *s)
@@ -304,6 +311,13 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_published = p->published;
     out->prefix_evicted = p->evicted;
     out->prefix_evicted_pages = p->evicted_pages;
+    out->prefix_remote_hits = p->r_hits;
+    out->prefix_remote_tokens = p->r_tokens;
+    out->prefix_remote_bad = p->r_bad;
+    out->prefix_remote_errors = p->r_errors;
+    out->prefix_remote_bytes_in = p->r_bytes_in;
+    out->prefix_remote_put = p->r_put;
+    out->prefix_remote_dropped = p->r_dropped;
 }
 
 #define PFX_FAIL(...)                                                   \
@@ -325,12 +339,12 @@ int kv_store_prefix_check(const kv_store_t *s)
     if (!ext)
         return KV_ENOMEM;
     int rc = 0;
-    uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len +
+    uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len + p->url_bytes +
                                           (uint64_t)p->n_buckets * sizeof *p->buckets;
     for (const kv_pfx_node_t *n = p->cold; n; n = n->next, nodes++) {
         if (nodes >= p->n_nodes || (n->next ? n->next->prev != n : p->hot != n))
             PFX_FAIL("LRU list broken at node %llu", (unsigned long long)nodes);
-        if (lookup(p, &n->key) != n)
+        if (kv_pfx_lookup(p, &n->key) != n)
             PFX_FAIL("node [%u, %u) not found by its key", n->start, n->end);
         if (n->start >= n->end || (n->parent ? n->parent->end != n->start : n->start != 0))
             PFX_FAIL("node [%u, %u): parent ends at %u", n->start, n->end,
@@ -524,12 +538,27 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
     uint32_t got = 0, n_chain = 0, ents = 0;
     kv_pfx_node_t *last = NULL;
     for (uint32_t j = 0; j < nb && (j + 1) * B <= cap; j++) {
-        kv_pfx_node_t *x = lookup(p, &h[j]);
+        kv_pfx_node_t *x = kv_pfx_lookup(p, &h[j]);
         if (x && x->start == got && x->end == (j + 1) * B && x->parent == last) {
             got = x->end;
             last = x;
             n_chain++;
             ents += x->n_ents;
+        }
+    }
+    if (p->remote && got + rule.step <= cap) { /* the remote tier, after the host */
+        const uint32_t H = s->cfg.n_kv_heads, L0 = s->cfg.n_layers * H;
+        uint8_t *tg = kv_mem_alloc(L0);
+        if (tg) {
+            for (uint32_t li = 0; li < L0; li++)
+                tg[li] = (uint8_t)kv_page_list_get(s->pt, seq, li / H, li % H)->target;
+            const uint32_t got0 = got;
+            kv_pfx_remote_fetch(s, h, nb, cap, rule.step, tg, &got, &last);
+            kv_mem_free(tg, L0);
+            p->r_tokens += got - got0;
+            n_chain = ents = 0;
+            for (const kv_pfx_node_t *x = last; x; x = x->parent)
+                n_chain++, ents += x->n_ents;
         }
     }
     kv_mem_free(h, hb);
@@ -620,17 +649,11 @@ static kv_pfx_node_t *node_new(const kv_store_t *s, kv_seq_id_t seq, uint32_t a,
         const uint32_t tpp = l->ents[0].n_tokens; /* full pages */
         n_ents += b / tpp - a / tpp;
     }
-    size_t head = (sizeof(kv_pfx_node_t) + (L + 1) * sizeof(uint32_t) + 7) & ~(size_t)7;
-    size_t bytes = head + (size_t)n_ents * sizeof(kv_page_ent_t);
-    kv_pfx_node_t *x = kv_mem_calloc(1, bytes);
+    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents);
     if (!x)
         return NULL;
-    x->bytes = bytes;
     x->start = a;
     x->end = b;
-    x->n_ents = n_ents;
-    x->off = (uint32_t *)(x + 1);
-    x->ents = (kv_page_ent_t *)((char *)x + head);
     uint32_t at = 0;
     for (uint32_t li = 0; li < L; li++) {
         const kv_page_list_t *l = kv_page_list_get(s->pt, seq, li / H, li % H);
@@ -677,7 +700,7 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
     kv_pfx_node_t *prev = NULL;
     for (uint32_t j = 0; j < nb && rc == 0; j++) {
         const uint32_t b = (j + 1) * B;
-        kv_pfx_node_t *x = lookup(p, &h[j]);
+        kv_pfx_node_t *x = kv_pfx_lookup(p, &h[j]);
         if (x && x->end == b && x->start == covered) {
             prev = x;
             covered = b;
@@ -696,7 +719,7 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
         covered = b;
     }
     if (rc == 0)
-        rc = reserve_buckets(p, n_made);
+        rc = kv_pfx_reserve(p, n_made);
     for (uint32_t i = 0; i < n_made; i++) {
         kv_pfx_node_t *x;
         memcpy(&x, made + sizeof x * i, sizeof x);
@@ -704,18 +727,9 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
             kv_mem_free(x, x->bytes);
             continue;
         }
-        uint32_t bk = bucket_of(p, &x->key);
-        x->hnext = p->buckets[bk];
-        p->buckets[bk] = x;
-        if (x->parent)
-            x->parent->children++;
-        for (uint32_t e = 0; e < x->n_ents; e++)
-            kv_page_ref_take(s->pt, x->ents[e].id);
-        p->n_refs += x->n_ents;
-        p->n_nodes++;
-        p->bytes += x->bytes;
+        kv_pfx_link(s, x, 1);
         p->published++;
-        lru_push_hot(p, x);
+        kv_pfx_remote_put(s, x); /* non-blocking (remote tier) */
     }
     kv_mem_free(scr, sb);
     kv_mem_free(h, hb);

@@ -149,6 +149,10 @@ typedef struct kv_config {
     const void *prefix_model; /* model fingerprint, e.g. the SHA-256 of the */
                           /* weights file: KV of other models never matches; */
                           /* copied at create                                */
+    const char *prefix_remote; /* remote tier: "redis://host:port" or a   */
+                          /* Redis Cluster's seeds "redis://h1:p1,h2:p2";   */
+                          /* NULL = none; copied at create (docs/prefix.md) */
+    uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
 } kv_config_t;
 
 /* kv_config_t.offload_flags */
@@ -222,6 +226,16 @@ typedef struct kv_stats {
     uint64_t prefix_published;  /* nodes created by kv_seq_prefix_publish          */
     uint64_t prefix_evicted;    /* nodes evicted (memory pressure)                 */
     uint64_t prefix_evicted_pages; /* pool pages those evictions freed             */
+    /* remote tier (kv_config_t.prefix_remote; all 0 without)                 */
+    uint64_t prefix_remote_hits;   /* nodes fetched, validated and installed       */
+    uint64_t prefix_remote_tokens; /* tokens matched through those nodes           */
+    uint64_t prefix_remote_bad;    /* values that failed a check (never used)      */
+    uint64_t prefix_remote_errors; /* keys the remote did not answer: down, slow,  */
+                                   /* server error (misses)                        */
+    uint64_t prefix_remote_bytes_in; /* payload bytes of installed nodes          */
+    uint64_t prefix_remote_put;    /* nodes queued for the remote                  */
+    uint64_t prefix_remote_dropped; /* nodes not queued (queue full, no memory, or */
+                                   /* more than 1023 pages)                        */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
