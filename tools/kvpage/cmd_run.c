@@ -29,7 +29,7 @@
 #define RUN_DEFAULT_PROMPT "Explain in three sentences why the sky is blue."
 
 typedef struct run_opts {
-    const char *prompt, *system, *model, *policy, *salt;
+    const char *prompt, *system, *model, *policy, *salt, *remote;
     uint64_t max_new, seed, threads, runs;
     double temp;
     int json, prefix_cache;
@@ -59,6 +59,9 @@ static const kv_cli_opt_t run_opts[] = {
     {"--prefix-cache", KV_CLI_FLAG, offsetof(run_opts_t, prefix_cache), 0, 0, 0, 0, NULL,
      "publish the prompt's blocks and match them in later runs\n"
      "(docs/prefix.md; with --runs 2 the second run skips them)"},
+    {"--remote", KV_CLI_STR, offsetof(run_opts_t, remote), 0, 0, 0, 0, "URL",
+     "prefix cache shared through Redis/Valkey: redis://host:port,\n"
+     "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache)"},
     {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
      "prefix-cache isolation key: runs with other salts never share"},
     {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
@@ -80,8 +83,8 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
                           run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
     if (rc)
         return rc;
-    if (o->salt && !o->prefix_cache) {
-        fprintf(stderr, "kvpage run: --salt needs --prefix-cache\n");
+    if ((o->salt || o->remote) && !o->prefix_cache) {
+        fprintf(stderr, "kvpage run: --salt and --remote need --prefix-cache\n");
         return 2;
     }
     kv_policy_t *pol = NULL;
@@ -191,7 +194,9 @@ static void run_report(const run_out_t *r)
                "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.2f,"
                "\"prefill_s\":%.3f,\"decode_s\":%.3f,\"ttft_s\":%.3f,\"runs\":%llu,"
                "\"prefix_cache\":%d,\"prefix_tokens_matched\":%u,\"prefix_hits\":%llu,"
-               "\"prefix_misses\":%llu,\"prefix_tokens_reused\":%llu,\"prefix_nodes\":%llu}\n",
+               "\"prefix_misses\":%llu,\"prefix_tokens_reused\":%llu,\"prefix_nodes\":%llu,"
+               "\"prefix_remote_tokens\":%llu,\"prefix_remote_bad\":%llu,"
+               "\"prefix_remote_errors\":%llu}\n",
                (unsigned long long)seen, (unsigned long long)fp16_seen,
                (unsigned long long)st->kv_bytes, (unsigned long long)st->fp16_bytes, ratio,
                ratio_held, st->page_bytes, (unsigned long long)st->pages_used,
@@ -199,7 +204,10 @@ static void run_report(const run_out_t *r)
                r->ttft, (unsigned long long)r->o->runs, r->o->prefix_cache, r->matched,
                (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses,
                (unsigned long long)st->prefix_tokens_reused,
-               (unsigned long long)st->prefix_nodes);
+               (unsigned long long)st->prefix_nodes,
+               (unsigned long long)st->prefix_remote_tokens,
+               (unsigned long long)st->prefix_remote_bad,
+               (unsigned long long)st->prefix_remote_errors);
         return;
     }
     printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
@@ -226,6 +234,12 @@ static void run_report(const run_out_t *r)
                (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses);
         printf("  %-36s %16llu\n", "prefix cache nodes",
                (unsigned long long)st->prefix_nodes);
+        if (r->o->remote)
+            printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
+                   "tokens from the remote (all runs)",
+                   (unsigned long long)st->prefix_remote_tokens,
+                   "remote values bad / errors", (unsigned long long)st->prefix_remote_bad,
+                   (unsigned long long)st->prefix_remote_errors);
     }
     printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
            "(layer, kv head) lists is partly filled)\n",
@@ -291,6 +305,7 @@ int kv_cmd_run(int argc, char **argv)
         cfg.prefix_cache = 1;
         cfg.prefix_model = fp;
         cfg.prefix_model_len = 64;
+        cfg.prefix_remote = o.remote;
     }
     if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
         run_fail("creating the store", rc, NULL);
