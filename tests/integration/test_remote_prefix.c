@@ -186,7 +186,7 @@ int main(void)
     int32_t p[NTOK], q[NTOK];
     for (uint32_t i = 0; i < NTOK; i++)
         p[i] = (int32_t)(i * 7919u % 30000u), q[i] = (int32_t)(i * 104729u % 30000u);
-    kv_tredis_t t;
+    static kv_tredis_t t, c; /* static: the atexit handler reads them */
     kv_tredis_start(&t, "single");
     kv_store_t *b = share(t.url, p, NULL);
     kv_seq_id_t s;
@@ -232,7 +232,7 @@ int main(void)
     kv_store_destroy(b);
     kv_tredis_stop(&t);
 
-    kv_tredis_t c;
+
     kv_tredis_start(&c, "cluster");
     b = share(c.url, p, "cluster");
     kv_store_destroy(b);
