@@ -17,12 +17,16 @@
  *   - the server stopped (SIGSTOP): a match returns within the timeout
  *     (200 ms, checked < 2 s) as a miss, counted (prefix_remote_errors);
  *     SIGCONT: served again;
+ *   - cluster: the same sharing; then every allocation of a fetching match
+ *     failed in turn (kv_fault_arm): KV_ENOMEM, or success with every
+ *     matched token right (a failure inside the fetch is a shorter match);
  *   - kv_store_check after every step; nothing leaks (ASan run).
  */
 #include <signal.h>
 #include <string.h>
 #include <time.h>
 
+#include "alloc/kv_mem.h"
 #include "kv_test.h"
 #include "kv_test_redis.h"
 #include "remote/kv_remote.h"
@@ -236,6 +240,28 @@ int main(void)
     kv_tredis_start(&c, "cluster");
     b = share(c.url, p, "cluster");
     kv_store_destroy(b);
+    /* allocation failures during a fetch: KV_ENOMEM, or a (shorter) match
+     * whose every token is right */
+    uint32_t n;
+    for (n = 1; n < 5000; n++) {
+        b = mk(c.url, 1000);
+        CHECK_OK(kv_seq_create(b, &s));
+        kv_fault_arm(n);
+        int rc = kv_seq_prefix_match(b, s, p, NTOK, "cluster", 7, &m);
+        int fired = kv_fault_fired();
+        kv_fault_arm(0);
+        CHECK(rc == 0 || (fired && rc == KV_ENOMEM));
+        if (rc == 0)
+            CHECK(holds(b, s, p, m));
+        CHECK_OK(kv_store_check(b));
+        kv_store_destroy(b);
+        if (!fired) {
+            CHECK_EQ(m, 112);
+            break;
+        }
+    }
+    printf("fetch: %u allocations failed in turn\n", n - 1);
+    CHECK(n > 10);
     kv_tredis_stop(&c);
     return kv_test_end();
 }
