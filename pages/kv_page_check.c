@@ -11,6 +11,8 @@
  * entries on the page file (OFFLOADED, no pool page) are checked for flags
  * and token counts only (their slots are the store's to check), busy ones
  * are counted against list.n_busy.
+ * External references (kv_page_table_check_ext: the prefix cache's nodes)
+ * are validated and counted like entries.
  * Then the per-format distinct page counts, the pool's used count, the token
  * total, the id bookkeeping and meta_bytes are recomputed and compared. The
  * first violation is described in one line on stderr. Scratch (two arrays
@@ -80,6 +82,24 @@ static int run_inner(const kv_page_list_t *l, uint32_t e)
     if (e + 1 >= l->n_ents || !same_run(x, &l->ents[e + 1]))
         return 0;
     return e == 0 || same_run(&l->ents[e - 1], x);
+}
+
+/* Count one reference to ent's page (its format noted at the first, and
+ * in the distinct and per-format totals): 0, or -1 if an earlier reference
+ * gave the page another format. */
+static int count_ref(uint32_t *refs, uint8_t *fmts, const kv_page_ent_t *ent,
+                     uint64_t *distinct, uint64_t *by_fmt)
+{
+    uint32_t idx = kv_alloc_page_index(ent->id);
+    if (refs[idx] == 0) {
+        fmts[idx] = ent->format;
+        (*distinct)++;
+        by_fmt[ent->format]++;
+    } else if (fmts[idx] != ent->format) {
+        return -1;
+    }
+    refs[idx]++;
+    return 0;
 }
 
 int kv_page_table_check(const kv_page_table_t *pt)
@@ -170,16 +190,9 @@ int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
                     (run_inner(l, e) && ent->n_tokens != tpp))
                     FAIL("seq %u list %u ent %u: %u tokens (page holds %u)", s,
                          li, e, ent->n_tokens, tpp);
-                uint32_t idx = kv_alloc_page_index(ent->id);
-                if (refs[idx] == 0) {
-                    fmts[idx] = ent->format;
-                    distinct++;
-                    by_fmt[ent->format]++;
-                } else if (fmts[idx] != ent->format) {
-                    FAIL("page %#x has formats %u and %u", ent->id, fmts[idx],
-                         ent->format);
-                }
-                refs[idx]++;
+                if (count_ref(refs, fmts, ent, &distinct, by_fmt))
+                    FAIL("page %#x has formats %u and %u", ent->id,
+                         fmts[kv_alloc_page_index(ent->id)], ent->format);
                 sum += ent->n_tokens;
             }
             if (sum != l->n_tokens)
@@ -201,15 +214,9 @@ int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
             ent->n_tokens > tpp || (is_int(ent->format) && ent->n_tokens % 16 != 0))
             FAIL("external reference %zu: page %#x format %u flags %#x tokens %u", i,
                  ent->id, ent->format, ent->flags, ent->n_tokens);
-        uint32_t idx = kv_alloc_page_index(ent->id);
-        if (refs[idx] == 0) {
-            fmts[idx] = ent->format;
-            distinct++;
-            by_fmt[ent->format]++;
-        } else if (fmts[idx] != ent->format) {
-            FAIL("page %#x has formats %u and %u", ent->id, fmts[idx], ent->format);
-        }
-        refs[idx]++;
+        if (count_ref(refs, fmts, ent, &distinct, by_fmt))
+            FAIL("page %#x has formats %u and %u", ent->id,
+                 fmts[kv_alloc_page_index(ent->id)], ent->format);
     }
     for (size_t i = 0; i < n_ext; i++) {
         uint32_t rc_pool = kv_alloc_refcount(pt->pool, ext[i].id);
