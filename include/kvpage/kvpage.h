@@ -591,7 +591,17 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * are evicted first (the ends of chains first; nodes whose pages no
  * sequence holds before the others), with or without a ladder, and the
  * call retried. The cache never makes KV_ENOMEM more likely for those
- * calls. kv_store_check counts the nodes' references. */
+ * calls. kv_store_check counts the nodes' references.
+ *
+ * Remote tier (kv_config_t.prefix_remote, Redis/Valkey): published nodes
+ * are also queued to the server (never blocking; a full queue drops), and a
+ * match that stops in the pool asks the server for the following nodes,
+ * each value checked in full (checksum, key, layout, formats, finite values)
+ * before it becomes a pool node. A server that is down, slow (beyond
+ * prefix_remote_timeout_ms) or returns a bad value shortens the match and
+ * counts (kv_stats_t.prefix_remote_*); it is never an error of the call.
+ * Keep the server private to the engines that share it: anyone who can
+ * write to it can store well-formed wrong KV (docs/prefix.md, Security). */
 
 /* Attach the longest cached prefix of tokens[0..n) to seq, which must be
  * empty (its policy, if any, already set): at most n - 1 tokens (the engine
