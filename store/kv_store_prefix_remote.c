@@ -307,9 +307,14 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
             it[i].dst = buf + (size_t)i * vcap;
         kv_remote_stats_t r0, r1;
         kv_remote_stats(p->remote, &r0);
-        (void)kv_remote_get(p->remote, it, n);
+        int got_n = kv_remote_get(p->remote, it, n);
         kv_remote_stats(p->remote, &r1);
         p->r_bad += r1.corrupt - r0.corrupt; /* failed the frame's checks */
+        if (got_n < 0) { /* nothing sent (no memory): no status was set */
+            p->r_errors++;
+            kv_mem_free(buf, bytes);
+            break;
+        }
         uint32_t i = 0;
         for (; i < n; i++) {
             kv_pfx_node_t *x = NULL;

@@ -603,7 +603,8 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * Keep the server private to the engines that share it: anyone who can
  * write to it can store well-formed wrong KV (docs/prefix.md, Security). */
 
-/* Attach the longest cached prefix of tokens[0..n) to seq, which must be
+/* Both calls below are mutating calls (serialized with the others).
+ * Attach the longest cached prefix of tokens[0..n) to seq, which must be
  * empty (its policy, if any, already set): at most n - 1 tokens (the engine
  * computes at least the last one), rounded down to a node. *matched = the
  * tokens attached (0: a miss, not an error); the engine then appends and
