@@ -574,9 +574,9 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
     void *mem = kv_mem_alloc(bytes);
     if (!mem)
         return KV_ENOMEM;
-    kv_page_ent_t *flat = mem;
+    kv_pfx_node_t **chain = mem; /* pointers first: every part aligned */
+    kv_page_ent_t *flat = (kv_page_ent_t *)(chain + n_chain);
     uint32_t *cnt = (uint32_t *)(flat + ents);
-    kv_pfx_node_t **chain = (kv_pfx_node_t **)(cnt + L);
     uint32_t k = n_chain;
     for (kv_pfx_node_t *x = last; x; x = x->parent)
         chain[--k] = x;
