@@ -456,6 +456,38 @@ static void test_faults(void)
     kv_store_destroy(s);
 }
 
+/* An odd number of lists (3 layers x 1 kv head): scratch layouts stay
+ * aligned (UBSan); values compared through kv_read. */
+static void test_odd_lists(void)
+{
+    kv_config_t c = kv_config_default();
+    c.n_layers = 3, c.n_q_heads = 2, c.n_kv_heads = 1, c.head_dim = HD, c.host_pages = 64;
+    c.n_threads = 1, c.prefix_cache = 1, c.prefix_model = MODEL, c.prefix_model_len = 4;
+    kv_store_t *s = NULL;
+    CHECK_OK(kv_store_create(&c, &s));
+    static float k[48 * HD], v[48 * HD], k2[48 * HD], v2[48 * HD];
+    int32_t p[48];
+    for (int i = 0; i < 48; i++)
+        p[i] = i + 5;
+    for (int i = 0; i < 48 * HD; i++)
+        k[i] = (float)(i % 97) / 128.0f, v[i] = (float)(i % 89) / -128.0f;
+    kv_seq_id_t a, b;
+    uint32_t m = 0;
+    CHECK_OK(kv_seq_create(s, &a));
+    for (uint32_t l = 0; l < 3; l++)
+        CHECK_OK(kv_append(s, a, l, 48, KV_DTYPE_F32, k, v, NULL));
+    CHECK_EQ(kv_seq_prefix_publish(s, a, p, 48, NULL, 0), 48);
+    CHECK_OK(kv_seq_create(s, &b));
+    CHECK_OK(kv_seq_prefix_match(s, b, p, 48, NULL, 0, &m));
+    CHECK_EQ(m, 32);
+    for (uint32_t l = 0; l < 3; l++) {
+        CHECK_OK(kv_read(s, b, l, 0, 0, 32, k2, v2, NULL));
+        CHECK(memcmp(k, k2, 32 * HD * 4) == 0 && memcmp(v, v2, 32 * HD * 4) == 0);
+    }
+    CHECK_OK(kv_store_check(s));
+    kv_store_destroy(s);
+}
+
 int main(void)
 {
     uint64_t live0 = kv_mem_live_bytes();
@@ -465,6 +497,7 @@ int main(void)
     test_policies();
     test_evict();
     test_faults();
+    test_odd_lists();
     CHECK_EQ(kv_mem_live_bytes(), live0);
     return kv_test_end();
 }
