@@ -336,7 +336,7 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
             *last = x;
         }
         kv_mem_free(buf, bytes);
-        more = i == n && n == FETCH_KEYS;
+        more = i == n; /* all taken: the next batch (none left: n 0, stop) */
     }
     kv_mem_free(it, FETCH_KEYS * sizeof *it);
 }
