@@ -17,6 +17,7 @@
  *   - the server stopped (SIGSTOP): a match returns within the timeout
  *     (200 ms, checked < 2 s) as a miss, counted (prefix_remote_errors);
  *     SIGCONT: served again;
+ *   - KIVI INT2 (R 64): a 64-token node fetched, its INT2 pages bit for bit;
  *   - cluster: the same sharing; then every allocation of a fetching match
  *     failed in turn (kv_fault_arm): KV_ENOMEM, or success with every
  *     matched token right (a failure inside the fetch is a shorter match);
@@ -38,9 +39,13 @@
 
 static const char MODEL[] = "remote-test-model";
 
+static uint32_t g_fmt = KV_FMT_FP16; /* stores' kv_format (R 64 for INT2) */
+
 static kv_store_t *mk(const char *url, uint32_t timeout_ms)
 {
     kv_config_t c = kv_config_default();
+    c.kv_format = g_fmt;
+    c.residual = 64;
     c.n_layers = NL, c.n_q_heads = 4, c.n_kv_heads = NKV, c.head_dim = HD;
     c.host_pages = 256, c.max_seqs = 8, c.n_threads = 1;
     c.prefix_cache = 1, c.prefix_model = MODEL, c.prefix_model_len = sizeof MODEL - 1;
@@ -234,6 +239,34 @@ int main(void)
     CHECK_OK(kv_tredis_signal(&t, 0, SIGCONT));
     CHECK_OK(kv_store_check(b));
     kv_store_destroy(b);
+    /* KIVI INT2 (R 64): nodes at 64 and 128, one INT2 page per list each;
+     * the fetch checks every group's scales and minimums */
+    g_fmt = KV_FMT_INT2;
+    {
+        kv_store_t *a = mk(t.url, 1000);
+        b = mk(t.url, 1000);
+        kv_seq_id_t sa;
+        CHECK_OK(kv_seq_create(a, &sa));
+        feed(a, sa, q, NTOK);
+        CHECK_EQ(kv_seq_prefix_publish(a, sa, q, NTOK, "kivi", 4), NTOK);
+        CHECK_OK(kv_store_prefix_flush(a, 5000));
+        CHECK_OK(kv_seq_create(b, &s));
+        CHECK_OK(kv_seq_prefix_match(b, s, q, NTOK, "kivi", 4, &m));
+        CHECK_EQ(m, 64);
+        CHECK_EQ(stats(b).prefix_remote_hits, 1);
+        static float k1[64 * HD], v1[64 * HD], k2[64 * HD], v2[64 * HD];
+        for (uint32_t l = 0; l < NL; l++)
+            for (uint32_t h = 0; h < NKV; h++) {
+                CHECK_OK(kv_read(a, sa, l, h, 0, 64, k1, v1, NULL));
+                CHECK_OK(kv_read(b, s, l, h, 0, 64, k2, v2, NULL));
+                CHECK(memcmp(k1, k2, sizeof k1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
+            }
+        CHECK_EQ(stats(b).pages_by_format[KV_FMT_INT2], NL * NKV);
+        CHECK_OK(kv_store_check(b));
+        kv_store_destroy(a);
+        kv_store_destroy(b);
+    }
+    g_fmt = KV_FMT_FP16;
     kv_tredis_stop(&t);
 
 
