@@ -36,6 +36,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_prefix.h"
 
 #define NL 2
 #define NKV 2
@@ -61,42 +62,14 @@ static kv_store_t *mk(uint32_t pages, uint32_t fmt, uint32_t resid, int cache)
         c.prefix_model = MODEL;
         c.prefix_model_len = sizeof MODEL - 1;
     }
-    kv_store_t *s = NULL;
-    int rc = kv_store_create(&c, &s);
-    if (rc) {
-        fprintf(stderr, "kv_store_create: %s\n", kv_strerror(rc));
-        exit(1);
-    }
-    return s;
+    return kvt_pfx_store(&c);
 }
 
-static float val(int32_t tok, uint32_t i, uint32_t l, uint32_t h, uint32_t d, int v)
-{
-    uint32_t x = (uint32_t)tok * 2654435761u ^ i * 40503u ^ l * 977u ^ h * 131u ^
-                 d * 7u ^ (uint32_t)v * 0x9e37u;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    return (float)((int)(x % 512u) - 256) / 256.0f;
-}
 
 /* Append tokens [t0, t0+n) of prompt to every layer of seq. */
 static int feed(kv_store_t *s, kv_seq_id_t seq, const int32_t *prompt, uint32_t t0, uint32_t n)
 {
-    static float k[MAXT * NKV * HD], v[MAXT * NKV * HD];
-    for (uint32_t l = 0; l < NL; l++) {
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t h = 0; h < NKV; h++)
-                for (uint32_t d = 0; d < HD; d++) {
-                    size_t o = ((size_t)i * NKV + h) * HD + d;
-                    k[o] = val(prompt[t0 + i], t0 + i, l, h, d, 0);
-                    v[o] = val(prompt[t0 + i], t0 + i, l, h, d, 1);
-                }
-        int rc = kv_append(s, seq, l, n, KV_DTYPE_F32, k, v, NULL);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return kvt_pfx_feed(s, seq, prompt, t0, n, NL, NKV, HD);
 }
 
 /* 1 if seqs a and b hold the same tokens [0, n) everywhere (bit for bit). */

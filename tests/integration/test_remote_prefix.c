@@ -29,6 +29,7 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_test.h"
+#include "kv_test_prefix.h"
 #include "kv_test_redis.h"
 #include "remote/kv_remote.h"
 
@@ -51,35 +52,13 @@ static kv_store_t *mk(const char *url, uint32_t timeout_ms)
     c.prefix_cache = 1, c.prefix_model = MODEL, c.prefix_model_len = sizeof MODEL - 1;
     c.prefix_remote = url;
     c.prefix_remote_timeout_ms = timeout_ms;
-    kv_store_t *s = NULL;
-    int rc = kv_store_create(&c, &s);
-    if (rc) {
-        fprintf(stderr, "kv_store_create: %s\n", kv_strerror(rc));
-        exit(1);
-    }
-    return s;
+    return kvt_pfx_store(&c);
 }
 
-static float val(int32_t tok, uint32_t i, uint32_t l, uint32_t h, uint32_t d, int v)
-{
-    uint32_t x = (uint32_t)tok * 2654435761u ^ i * 40503u ^ l * 977u ^ h * 131u ^ d * 7u ^
-                 (uint32_t)v * 0x9e37u;
-    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-    return (float)((int)(x % 512u) - 256) / 256.0f;
-}
 
 static void feed(kv_store_t *s, kv_seq_id_t seq, const int32_t *p, uint32_t n)
 {
-    static float k[NTOK * NKV * HD], v[NTOK * NKV * HD];
-    for (uint32_t l = 0; l < NL; l++) {
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t h = 0; h < NKV; h++)
-                for (uint32_t d = 0; d < HD; d++) {
-                    k[(i * NKV + h) * HD + d] = val(p[i], i, l, h, d, 0);
-                    v[(i * NKV + h) * HD + d] = val(p[i], i, l, h, d, 1);
-                }
-        CHECK_OK(kv_append(s, seq, l, n, KV_DTYPE_F32, k, v, NULL));
-    }
+    CHECK_OK(kvt_pfx_feed(s, seq, p, 0, n, NL, NKV, HD));
 }
 
 /* 1 if seq of store s holds exactly the values feed() gives for [0, n). */
@@ -94,8 +73,8 @@ static int holds(kv_store_t *s, kv_seq_id_t seq, const int32_t *p, uint32_t n)
                 return 0;
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t d = 0; d < HD; d++)
-                    if (k[i * HD + d] != val(p[i], i, l, h, d, 0) ||
-                        v[i * HD + d] != val(p[i], i, l, h, d, 1))
+                    if (k[i * HD + d] != kvt_pfx_val(p[i], i, l, h, d, 0) ||
+                        v[i * HD + d] != kvt_pfx_val(p[i], i, l, h, d, 1))
                         return 0;
         }
     return 1;
