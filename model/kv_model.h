@@ -131,6 +131,15 @@ int kv_model_session_fork(const kv_model_session_t *s, kv_model_session_t **out)
 int kv_model_session_adopt(const kv_model_t *m, const kv_model_session_opts_t *opts,
                            kv_seq_id_t seq, uint32_t pos, kv_model_session_t **out);
 
+/* Prefix cache (kvpage.h, "prefix cache"): on a paged session that has
+ * processed nothing, attach the longest cached prefix of tokens[0..n)
+ * (kv_seq_prefix_match) and continue from there: *matched tokens are
+ * processed (the next position), the caller forwards tokens[*matched..n).
+ * Errors as kv_seq_prefix_match; KV_ENOTSUP for a dense session,
+ * KV_ESTATE when the session is not empty. */
+int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                            const void *salt, size_t salt_len, uint32_t *matched);
+
 /* Tokens the session has processed (= the next position). */
 uint32_t kv_model_session_pos(const kv_model_session_t *s);
 /* The store sequence (paged) or KV_ENOTSUP (dense). */
@@ -213,5 +222,11 @@ int kv_model_find(const char *flag, char *out, size_t out_len, int *pinned, char
  * pinned hash and is not older than the file. KV_ECORRUPT with a message
  * naming the fix otherwise; -errno if unreadable. */
 int kv_model_verify(const char *path, int pinned, char *err, size_t err_len);
+
+/* The SHA-256 of a model file as 64 hex digits and a NUL (a model
+ * fingerprint for kv_config_t.prefix_model): the pinned hash without
+ * reading the file when it is the pinned file as fetched (see
+ * kv_model_verify), else computed. 0, KV_EINVAL, KV_ENOMEM, -errno. */
+int kv_model_file_sha256(const char *path, int pinned, char hex[65]);
 
 #endif /* KV_MODEL_H */

@@ -104,6 +104,45 @@ static int recorded_ok(const char *path, const struct stat *st)
     return n == 64 && !memcmp(buf, KV_MODEL_FILE_SHA256, 64);
 }
 
+/* SHA-256 of what is left of fd, as 64 hex digits: 0, KV_ENOMEM, -errno. */
+static int kv_model_fd_sha256(int fd, char hex[65])
+{
+    const size_t buf_len = 1 << 20;
+    uint8_t *buf = malloc(buf_len);
+    if (!buf)
+        return KV_ENOMEM;
+    kv_sha256_t h;
+    kv_sha256_init(&h);
+    ssize_t r;
+    while ((r = read(fd, buf, buf_len)) > 0)
+        kv_sha256_update(&h, buf, (size_t)r);
+    int e = errno;
+    free(buf);
+    if (r < 0)
+        return -e;
+    uint8_t d[32];
+    kv_sha256_final(&h, d);
+    kv_sha256_hex(d, hex);
+    return 0;
+}
+
+int kv_model_file_sha256(const char *path, int pinned, char hex[65])
+{
+    if (!path || !hex)
+        return KV_EINVAL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) ? -errno : 0;
+    if (!rc && pinned && (uint64_t)st.st_size == KV_MODEL_FILE_SIZE && recorded_ok(path, &st))
+        memcpy(hex, KV_MODEL_FILE_SHA256, 65); /* as fetched and checked */
+    else if (!rc)
+        rc = kv_model_fd_sha256(fd, hex);
+    close(fd);
+    return rc;
+}
+
 int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
 {
     if (!path)
@@ -131,26 +170,12 @@ int kv_model_verify(const char *path, int pinned, char *err, size_t err_len)
         close(fd);
         return 0;
     }
-    const size_t buf_len = 1 << 20;
-    uint8_t *buf = malloc(buf_len);
-    if (!buf) {
-        close(fd);
-        return kv_model_errf(err, err_len, KV_ENOMEM, "model: out of memory");
-    }
-    kv_sha256_t h;
-    kv_sha256_init(&h);
-    ssize_t r;
-    while ((r = read(fd, buf, buf_len)) > 0)
-        kv_sha256_update(&h, buf, (size_t)r);
-    int e = errno;
-    close(fd);
-    free(buf);
-    if (r < 0)
-        return kv_model_errf(err, err_len, -e, "model: reading %s: %s", path, strerror(e));
-    uint8_t d[32];
     char hex[65];
-    kv_sha256_final(&h, d);
-    kv_sha256_hex(d, hex);
+    int rc = kv_model_fd_sha256(fd, hex);
+    close(fd);
+    if (rc)
+        return kv_model_errf(err, err_len, rc, "model: reading %s: %s", path,
+                             rc == KV_ENOMEM ? "out of memory" : strerror(-rc));
     if (strcmp(hex, KV_MODEL_FILE_SHA256))
         return kv_model_errf(err, err_len, KV_ECORRUPT,
                      "model: %s is damaged: SHA-256 %s, expected %s; re-%s", path, hex,

@@ -200,3 +200,23 @@ void kv_model_session_set_hook(kv_model_session_t *s, const kv_model_hook_t *hoo
     if (hook)
         s->hook = *hook;
 }
+
+int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                            const void *salt, size_t salt_len, uint32_t *matched)
+{
+    if (!s || !matched)
+        return KV_EINVAL;
+    if (!s->store)
+        return KV_ENOTSUP;
+    if (s->pos || s->broken)
+        return KV_ESTATE;
+    if (n > s->max_ctx)
+        return KV_ELIMIT;
+    for (uint32_t i = 0; i < n && tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->hp.vocab)
+            return KV_ERANGE;
+    int rc = kv_seq_prefix_match(s->store, s->seq, tokens, n, salt, salt_len, matched);
+    if (rc == 0)
+        s->pos = *matched;
+    return rc;
+}

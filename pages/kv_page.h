@@ -271,6 +271,32 @@ void kv_page_table_totals(const kv_page_table_t *pt, kv_page_totals_t *out);
  * checks that the pool's used count equals the number of distinct pages
  * referenced (the table must be the pool's only user for that part). */
 int kv_page_table_check(const kv_page_table_t *pt);
+/* kv_page_table_check with n_ext external references (below) counted as
+ * entries: ext[i] names a page held (resident, unflagged, not MERGED). */
+int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
+                            size_t n_ext);
+
+/* ---- external references (kv_page_extern.c) ----------------------------
+ * A holder outside the lists (the store's prefix cache) may keep pool
+ * references to pages the table allocated: refcount == entries naming the
+ * page + external references, and pages_by_format counts a page until its
+ * last reference, external or not, is dropped. Such pages are never written
+ * (refcount > 1, or the holder's alone). */
+/* A fresh page of format fmt held by one external reference (the caller
+ * fills it before anyone reads it): 0, KV_ENOMEM (pool empty), KV_EINVAL. */
+int kv_page_ref_new(kv_page_table_t *pt, uint32_t fmt, kv_page_id_t *id);
+/* Take one reference to a held page (cannot fail). */
+void kv_page_ref_take(kv_page_table_t *pt, kv_page_id_t id);
+/* Drop one reference to a page of format fmt (frees it with the last). */
+void kv_page_ref_drop(kv_page_table_t *pt, kv_page_id_t id, uint32_t fmt);
+/* Install ents (list-major: n_ents[li] entries for list li, li = layer *
+ * n_kv_heads + head, [n_lists]) as the whole contents of the lists of live
+ * seq, which must all be empty (KV_ESTATE): each entry takes one reference,
+ * positions are the identity. Entries must hold pages, unflagged, not
+ * MERGED, within their format's capacity (KV_EINVAL). Targets stay. All or
+ * nothing: KV_ENOMEM. */
+int kv_page_seq_attach(kv_page_table_t *pt, uint32_t seq, const kv_page_ent_t *ents,
+                       const uint32_t *n_ents);
 
 /* Overwrite the VALUE rows of tokens [t0, t0+n) of one list (v: [n][head_dim]
  * FP32, finite and within FP16 range) — CaM (kv_page_update.c). Every token

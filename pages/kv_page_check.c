@@ -11,6 +11,8 @@
  * entries on the page file (OFFLOADED, no pool page) are checked for flags
  * and token counts only (their slots are the store's to check), busy ones
  * are counted against list.n_busy.
+ * External references (kv_page_table_check_ext: the prefix cache's nodes)
+ * are validated and counted like entries.
  * Then the per-format distinct page counts, the pool's used count, the token
  * total, the id bookkeeping and meta_bytes are recomputed and compared. The
  * first violation is described in one line on stderr. Scratch (two arrays
@@ -85,9 +87,33 @@ static int run_inner(const kv_page_list_t *l, uint32_t e)
     return e == 0 || same_run(&l->ents[e - 1], x);
 }
 
+/* Count one reference to ent's page (its format noted at the first, and
+ * in the distinct and per-format totals): 0, or -1 if an earlier reference
+ * gave the page another format. */
+static int count_ref(uint32_t *refs, uint8_t *fmts, const kv_page_ent_t *ent,
+                     uint64_t *distinct, uint64_t *by_fmt)
+{
+    uint32_t idx = kv_alloc_page_index(ent->id);
+    if (refs[idx] == 0) {
+        fmts[idx] = ent->format;
+        (*distinct)++;
+        by_fmt[ent->format]++;
+    } else if (fmts[idx] != ent->format) {
+        return -1;
+    }
+    refs[idx]++;
+    return 0;
+}
+
 int kv_page_table_check(const kv_page_table_t *pt)
 {
-    if (!pt)
+    return kv_page_table_check_ext(pt, NULL, 0);
+}
+
+int kv_page_table_check_ext(const kv_page_table_t *pt, const kv_page_ent_t *ext,
+                            size_t n_ext)
+{
+    if (!pt || (n_ext && !ext))
         return KV_EINVAL;
     uint32_t cap = kv_alloc_capacity(pt->pool);
     uint32_t *refs = kv_mem_calloc(cap, sizeof *refs);  /* [cap] references */
@@ -169,16 +195,9 @@ int kv_page_table_check(const kv_page_table_t *pt)
                     (run_inner(l, e) && ent->n_tokens != tpp))
                     FAIL("seq %u list %u ent %u: %u tokens (page holds %u)", s,
                          li, e, ent->n_tokens, tpp);
-                uint32_t idx = kv_alloc_page_index(ent->id);
-                if (refs[idx] == 0) {
-                    fmts[idx] = ent->format;
-                    distinct++;
-                    by_fmt[ent->format]++;
-                } else if (fmts[idx] != ent->format) {
-                    FAIL("page %#x has formats %u and %u", ent->id, fmts[idx],
-                         ent->format);
-                }
-                refs[idx]++;
+                if (count_ref(refs, fmts, ent, &distinct, by_fmt))
+                    FAIL("page %#x has formats %u and %u", ent->id,
+                         fmts[kv_alloc_page_index(ent->id)], ent->format);
                 sum += ent->n_tokens;
             }
             if (sum != l->n_tokens)
@@ -189,6 +208,26 @@ int kv_page_table_check(const kv_page_table_t *pt)
                      l->n_busy, busy);
             tokens += sum;
         }
+    }
+
+    /* External references (kv_page_extern.c): counted like entries. */
+    for (size_t i = 0; i < n_ext; i++) {
+        const kv_page_ent_t *ent = &ext[i];
+        uint32_t tpp = kv_page_fmt_tpp(pt, ent->format);
+        if (ent->flags || ent->format == KV_FMT_MERGED || tpp == 0 ||
+            !kv_alloc_id_valid(pt->pool, ent->id) || ent->n_tokens < 1 ||
+            ent->n_tokens > tpp || (is_int(ent->format) && ent->n_tokens % 16 != 0))
+            FAIL("external reference %zu: page %#x format %u flags %#x tokens %u", i,
+                 ent->id, ent->format, ent->flags, ent->n_tokens);
+        if (count_ref(refs, fmts, ent, &distinct, by_fmt))
+            FAIL("page %#x has formats %u and %u", ent->id,
+                 fmts[kv_alloc_page_index(ent->id)], ent->format);
+    }
+    for (size_t i = 0; i < n_ext; i++) {
+        uint32_t rc_pool = kv_alloc_refcount(pt->pool, ext[i].id);
+        if (rc_pool != refs[kv_alloc_page_index(ext[i].id)])
+            FAIL("page %#x: refcount %u, referenced %u times (external included)",
+                 ext[i].id, rc_pool, refs[kv_alloc_page_index(ext[i].id)]);
     }
 
     /* Pass 2: refcounts. */

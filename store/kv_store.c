@@ -94,7 +94,7 @@ int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out)
     if (c.residual % 16 != 0 || c.residual > KV_MAX_RESIDUAL)
         return KV_ERANGE;
     int rc = kv_store_pressure_check(&c);
-    if (rc || (rc = kv_store_off_resolve(&c)))
+    if (rc || (rc = kv_store_off_resolve(&c)) || (rc = kv_store_prefix_resolve(&c)))
         return rc;
     if (c.backend == KV_BACKEND_CUDA)
         return KV_ENOTSUP;
@@ -138,6 +138,7 @@ int kv_store_create(const kv_config_t *cfg, kv_store_t **out)
     if ((rc = kv_alloc_pool_create(&ac, &s->pool)) ||
         (rc = kv_page_table_create(&pc, s->pool, &s->pt)) ||
         (rc = kv_store_lru_init(s)) ||
+        (rc = kv_store_prefix_init(s)) ||
         (rc = kv_store_pressure_init(s)) ||
         (rc = kv_backend_cpu_create(c.n_threads, &s->backend)) ||
         (rc = kv_store_off_init(s))) {
@@ -153,6 +154,7 @@ void kv_store_destroy(kv_store_t *s)
     if (!s)
         return;
     kv_store_off_fini(s); /* first: finishes I/O that owns pages */
+    kv_store_prefix_fini(s); /* its page references, before the table */
     kv_pol_table_destroy(s);
     kv_backend_destroy(&s->backend);
     kv_page_table_destroy(s->pt);
@@ -198,6 +200,7 @@ int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
     out->fp16_bytes = pt.tokens * 2u * s->cfg.head_dim * 2u;
     kv_store_pressure_stats(s, out);
     kv_store_off_stats(s, out);
+    kv_store_prefix_stats(s, out);
     return 0;
 }
 
@@ -205,7 +208,7 @@ int kv_store_check(const kv_store_t *s)
 {
     if (!s)
         return KV_EINVAL;
-    int rc = kv_page_table_check(s->pt);
+    int rc = kv_store_prefix_check(s); /* the page table, nodes counted */
     return rc ? rc : kv_store_off_check(s);
 }
 

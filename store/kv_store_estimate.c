@@ -41,6 +41,7 @@ void kv_store_estimate(const kv_config_t *c, kv_estimate_t *e)
         e->meta_fixed += sizeof(kv_store_off_t) + S * sizeof(kv_store_off_seq_t) +
                          (uint64_t)c->offload_pages * sizeof(uint64_t) +
                          kv_offload_meta_bytes(c->offload_pages);
+    e->meta_fixed += kv_store_prefix_fixed_bytes(c);
     e->meta_per_seq = (uint64_t)c->n_layers * c->n_kv_heads * sizeof(kv_page_list_t);
     e->meta_per_page = sizeof(kv_page_ent_t);
     e->meta_max = e->meta_fixed + S * e->meta_per_seq + P * e->meta_per_page;

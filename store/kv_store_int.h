@@ -30,6 +30,7 @@ struct kv_store {
                               /* (kv_store_pressure.c); NULL = off           */
     struct kv_store_off *off; /* page-file tier (kv_store_offload*.c);       */
                               /* NULL without offload_path                   */
+    struct kv_pfx *pfx;       /* prefix cache (kv_store_prefix.c); NULL off  */
 };
 
 #define KV_MAX_LAYERS 4096u /* kv_config_t.n_layers, at most */
@@ -68,6 +69,31 @@ void kv_store_touch(kv_store_t *s, kv_seq_id_t seq);
  * passing the returned tick back. KV_ENOENT when there is none. O(max_seqs). */
 int kv_store_lru_next(const kv_store_t *s, uint64_t after, kv_seq_id_t *seq,
                       uint64_t *tick);
+
+/* ---- prefix cache (kv_store_prefix.c) -------------------------------------- */
+
+/* Validate the prefix_* fields of a config: 0, KV_EINVAL, KV_ERANGE. */
+int kv_store_prefix_resolve(const kv_config_t *c);
+/* s->pfx from s->cfg (NULL when off; the model fingerprint copied and
+ * s->cfg.prefix_model pointed at the copy). KV_ENOMEM. fini: NULL-safe;
+ * releases every node's pages (before the page table goes). */
+int kv_store_prefix_init(kv_store_t *s);
+/* Bytes kv_store_prefix_init allocates for c (kv_store_estimate; nodes,
+ * one header and an entry per page reference each, come on top). */
+uint64_t kv_store_prefix_fixed_bytes(const kv_config_t *c);
+void kv_store_prefix_fini(kv_store_t *s);
+void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out);
+/* kv_page_table_check with the nodes' references, and the nodes' own
+ * invariants: 0, KV_ECORRUPT, KV_ENOMEM. */
+int kv_store_prefix_check(const kv_store_t *s);
+/* Evict least recently used nodes (chain ends first; those whose pages no
+ * sequence holds before the others) until target pool pages are free or
+ * none is left. Returns the pool pages freed. 0 when the cache is off. */
+uint64_t kv_store_prefix_evict(kv_store_t *s, uint64_t target);
+/* Wait (at most timeout_ms) until the nodes queued for the remote tier are
+ * stored (kv_store_prefix_remote.c; tests, tools). 0, or the publisher's
+ * error (-ETIMEDOUT); 0 without a remote. */
+int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms);
 
 /* ---- memory-pressure ladder (kv_store_pressure.c) ------------------------- */
 

@@ -5,6 +5,12 @@
  * INT4 -> INT2) and finally evict the coldest sequences' lists until the
  * call's pages are free, then retry the call once.
  *
+ * The prefix cache comes first (store/kv_store_prefix.c): before any step,
+ * and also without a ladder (s->press then exists with no steps), a refused
+ * page evicts the cache's least recently used nodes until the call's pages
+ * are free; only then do the steps run (counted as a ladder run). So the
+ * cache never makes KV_ENOMEM more likely for the calls under the protocol.
+ *
  * Shape of a run (relieve): for each step of the ladder in order, for each
  * live sequence from the least recently used (kv_store_lru_next) but the
  * call's own, for each layer from the shortest: apply the step to that
@@ -54,8 +60,9 @@
  * a key at most once, messages); kv_store_pressure_check answers with the
  * codes alone, kv_pressure_check (public) with the message too.
  *
- * Invariants: s->press is NULL when the ladder is off; s->cfg.pressure then
- * is NULL, else it points to press->spec (the store's copy). Counters only
+ * Invariants: s->press is NULL when the ladder and the prefix cache are
+ * off; s->cfg.pressure is NULL without a ladder (lad.n_steps 0), else it
+ * points to press->spec (the store's copy). Counters only
  * grow. depth counts the calls under the protocol now running (0 between
  * calls). The ladder only runs inside a mutating call, never from
  * attention.
@@ -205,23 +212,26 @@ int kv_store_pressure_check(const kv_config_t *cfg)
 int kv_store_pressure_init(kv_store_t *s)
 {
     s->press = NULL;
-    if (!s->cfg.pressure || !s->cfg.pressure[0]) {
+    const int ladder = s->cfg.pressure && s->cfg.pressure[0];
+    if (!ladder)
         s->cfg.pressure = NULL;
-        return 0;
-    }
+    if (!ladder && !s->pfx)
+        return 0; /* nothing to run when a page is refused */
     kv_press_t *p = kv_mem_calloc(1, sizeof *p);
-    size_t n = strlen(s->cfg.pressure) + 1;
-    char *spec = kv_mem_alloc(n);
-    if (!p || !spec) {
+    size_t n = ladder ? strlen(s->cfg.pressure) + 1 : 0;
+    char *spec = ladder ? kv_mem_alloc(n) : NULL;
+    if (!p || (ladder && !spec)) {
         kv_mem_free(p, sizeof *p);
         kv_mem_free(spec, n);
         s->cfg.pressure = NULL;
         return KV_ENOMEM;
     }
-    memcpy(spec, s->cfg.pressure, n);
-    int rc = ladder_parse(spec, &p->lad, NULL, 0);
-    assert(rc == 0 && "validated by kv_store_pressure_check");
-    (void)rc;
+    if (ladder) {
+        memcpy(spec, s->cfg.pressure, n);
+        int rc = ladder_parse(spec, &p->lad, NULL, 0);
+        assert(rc == 0 && "validated by kv_store_pressure_check");
+        (void)rc;
+    }
     p->spec = spec;
     p->spec_bytes = n;
     p->reserve = s->cfg.pressure_reserve;
@@ -245,7 +255,7 @@ void kv_store_pressure_stats(const kv_store_t *s, kv_stats_t *out)
 {
     const kv_press_t *p = s->press;
     if (!p)
-        return;
+        return; /* (a store with a prefix cache and no ladder has p: all 0) */
     out->meta_bytes += sizeof *p + p->spec_bytes;
     out->pressure_runs = p->runs;
     out->pressure_rescued = p->rescued;
@@ -489,15 +499,20 @@ static uint32_t layer_at(const kv_store_t *s, kv_seq_id_t seq, uint64_t *keys,
     return (uint32_t)keys[i];
 }
 
-/* Run the ladder on every live sequence but hot until target pages are
- * free. Returns the pages it freed. */
+/* Free pages until target are: first the prefix cache's least recently
+ * used nodes (kv_store_prefix.c; never a sequence's tokens), then the
+ * ladder on every live sequence but hot. Returns the pages freed. */
 static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
 {
     kv_press_t *p = s->press;
+    const uint64_t c0 = pool_free(s);
+    if (c0 >= target)
+        return 0;
+    const uint64_t cached = kv_store_prefix_evict(s, target);
     const uint64_t f0 = pool_free(s);
     uint64_t f = f0;
-    if (f >= target)
-        return 0;
+    if (f >= target || p->lad.n_steps == 0)
+        return cached + (f > f0 ? f - f0 : 0);
     p->runs++;
     const size_t keys_n = (size_t)s->cfg.n_layers * sizeof(uint64_t);
     uint64_t *keys = kv_mem_alloc(keys_n); /* NULL: layer order */
@@ -530,7 +545,7 @@ static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
     kv_mem_free(keys, keys_n);
     uint64_t freed = f > f0 ? f - f0 : 0;
     p->pages_freed += freed;
-    return freed;
+    return cached + freed;
 }
 
 /* After a successful call: free pages up to the reserve (best effort). A

@@ -152,6 +152,16 @@ typedef struct kv_config {
     /* Both 0 without offload_path (KV_EINVAL); > 1e6: KV_ERANGE.             */
     uint32_t offload_fault_ppm;
     uint64_t offload_fault_seed; /* PRNG seed of the injected faults          */
+    /* prefix cache ("prefix cache" below); all zero/NULL: off              */
+    uint32_t prefix_cache; /* 1: keep published prompt blocks for reuse    */
+    uint32_t prefix_model_len; /* bytes of prefix_model, 1..65536 (cache on) */
+    const void *prefix_model; /* model fingerprint, e.g. the SHA-256 of the */
+                          /* weights file: KV of other models never matches; */
+                          /* copied at create                                */
+    const char *prefix_remote; /* remote tier: "redis://host:port" or a   */
+                          /* Redis Cluster's seeds "redis://h1:p1,h2:p2";   */
+                          /* NULL = none; copied at create (docs/prefix.md) */
+    uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
 } kv_config_t;
 
 /* kv_config_t.offload_flags */
@@ -213,6 +223,28 @@ typedef struct kv_stats {
     /* memory-pressure ladder, continued                                       */
     uint64_t pressure_offloaded_pages; /* pages its offload step wrote to the   */
                                 /* page file (their pool pages freed)              */
+    /* prefix cache (kv_config_t.prefix_cache; all 0 when off). Pages the     */
+    /* cache holds are in pages_used, pages_by_format and kv_bytes.           */
+    uint64_t prefix_nodes;      /* cached nodes (a block run each)                 */
+    uint64_t prefix_pages;      /* page references the nodes hold                  */
+    uint64_t prefix_pages_only; /* of those, pages no sequence holds (refcount 1): */
+                                /* what eviction frees                             */
+    uint64_t prefix_hits;       /* kv_seq_prefix_match calls that matched tokens   */
+    uint64_t prefix_misses;     /* ... that matched none                           */
+    uint64_t prefix_tokens_reused; /* tokens matched, summed over calls            */
+    uint64_t prefix_published;  /* nodes created by kv_seq_prefix_publish          */
+    uint64_t prefix_evicted;    /* nodes evicted (memory pressure)                 */
+    uint64_t prefix_evicted_pages; /* pool pages those evictions freed             */
+    /* remote tier (kv_config_t.prefix_remote; all 0 without)                 */
+    uint64_t prefix_remote_hits;   /* nodes fetched, validated and installed       */
+    uint64_t prefix_remote_tokens; /* tokens matched through those nodes           */
+    uint64_t prefix_remote_bad;    /* values that failed a check (never used)      */
+    uint64_t prefix_remote_errors; /* keys the remote did not answer: down, slow,  */
+                                   /* server error (misses)                        */
+    uint64_t prefix_remote_bytes_in; /* payload bytes of installed nodes          */
+    uint64_t prefix_remote_put;    /* nodes queued for the remote                  */
+    uint64_t prefix_remote_dropped; /* nodes not queued (queue full, no memory, or */
+                                   /* more than 1023 pages)                        */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -266,7 +298,8 @@ KV_API int kv_store_config(const kv_store_t *store, kv_config_t *out);
 KV_API int kv_store_stats(const kv_store_t *store, kv_stats_t *out);
 
 /* Check every internal invariant (refcount of each page == number of page
- * table references to it, used + free == capacity, list lengths consistent).
+ * table and prefix-cache references to it, used + free == capacity, list
+ * lengths consistent, the prefix cache's nodes and chains).
  * Returns 0, KV_ECORRUPT, or KV_ENOMEM (its scratch could not be allocated).
  * O(pages); meant for tests and debugging. */
 KV_API int kv_store_check(const kv_store_t *store);
@@ -536,6 +569,74 @@ KV_API int kv_seq_prefill_end(kv_store_t *store, kv_seq_id_t seq);
  * first decode token, MiniCache merging of new tokens, residual
  * quantization). Errors as kv_seq_prefill_end. */
 KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
+
+/* ---- prefix cache (docs/prefix.md) -------------------------------------- */
+
+/* With kv_config_t.prefix_cache = 1 (and a model fingerprint), a sequence's
+ * prompt blocks can be published and found again by later sequences with
+ * the same prompt prefix, which then skip computing them. A block is B =
+ * fp16_tokens_per_page tokens; block i is named by a SHA-256 chained over
+ * blocks 0..i, the model fingerprint, the store's shape, the sequence's
+ * per-layer formats, residual and policy spec, and a caller salt. A cached
+ * node holds one pool reference to each page of every list covering its
+ * blocks; a match shares those pages copy-on-write (as kv_seq_fork does).
+ *
+ * Salt: a tenant or isolation key (0..65536 bytes, NULL when 0). Sequences
+ * matched or published with different salts never share a page.
+ *
+ * Exactness: a match at token b leaves the lists exactly as appending the
+ * publisher's KV of tokens [0, b) to an empty sequence would, so the rest
+ * of the prompt and the decode see the same bits as in the publisher (same
+ * chunk boundary at b). Nodes exist only where the lists are in that state:
+ * every entry full, unflagged and resident, positions 0..b-1; for a layer
+ * converting to INT4/INT2 (KIVI) only at multiples of the residual R (all
+ * of [0, b) converted, full INT pages). Policies: the fingerprint holds the
+ * policy's canonical spec (different policies never share); publish the
+ * prompt before kv_seq_prefill_end (which may select, merge or quantize:
+ * the nodes keep the pages as appended). A match under SnapKV, or
+ * SimLayerKV in prefill mode, stops before the last w rows (their
+ * statistics are computed again); under H2O or MiniKV (statistics over all
+ * prompt rows) it matches nothing and publish publishes nothing.
+ *
+ * Memory: when a page allocation of a call under the memory-pressure
+ * protocol (see "memory pressure") is refused, least recently used nodes
+ * are evicted first (the ends of chains first; nodes whose pages no
+ * sequence holds before the others), with or without a ladder, and the
+ * call retried. The cache never makes KV_ENOMEM more likely for those
+ * calls. kv_store_check counts the nodes' references.
+ *
+ * Remote tier (kv_config_t.prefix_remote, Redis/Valkey): published nodes
+ * are also queued to the server (never blocking; a full queue drops), and a
+ * match that stops in the pool asks the server for the following nodes,
+ * each value checked in full (checksum, key, layout, formats, finite values)
+ * before it becomes a pool node. A server that is down, slow (beyond
+ * prefix_remote_timeout_ms) or returns a bad value shortens the match and
+ * counts (kv_stats_t.prefix_remote_*); it is never an error of the call.
+ * Keep the server private to the engines that share it: anyone who can
+ * write to it can store well-formed wrong KV (docs/prefix.md, Security). */
+
+/* Both calls below are mutating calls (serialized with the others).
+ * Attach the longest cached prefix of tokens[0..n) to seq, which must be
+ * empty (its policy, if any, already set): at most n - 1 tokens (the engine
+ * computes at least the last one), rounded down to a node. *matched = the
+ * tokens attached (0: a miss, not an error); the engine then appends and
+ * prefills tokens [*matched, n). Token ids are hashed as their 32-bit
+ * patterns. Errors (nothing attached): KV_EINVAL (NULL, salt_len >
+ * 65536), KV_ENOTSUP (cache off), KV_ENOENT, KV_ESTATE (seq not empty),
+ * KV_ENOMEM, KV_EIO (libcrypto failed). */
+KV_API int kv_seq_prefix_match(kv_store_t *store, kv_seq_id_t seq, const int32_t *tokens,
+                               uint32_t n, const void *salt, size_t salt_len,
+                               uint32_t *matched);
+
+/* Publish the full blocks of seq's first n tokens (tokens[0..n) must be
+ * the ids of the tokens appended, n <= every list's length) that are in
+ * the state described above and not cached yet. Idempotent; call after
+ * each prefill chunk or once before kv_seq_prefill_end. Returns the tokens
+ * now covered by cached nodes from token 0 on (>= 0), or an error with
+ * nothing published: KV_EINVAL, KV_ENOTSUP, KV_ENOENT, KV_ERANGE (n beyond
+ * a list), KV_ENOMEM, KV_EIO. */
+KV_API int kv_seq_prefix_publish(kv_store_t *store, kv_seq_id_t seq, const int32_t *tokens,
+                                 uint32_t n, const void *salt, size_t salt_len);
 
 /* ---- memory pressure --------------------------------------------------- */
 

@@ -44,6 +44,9 @@ class kv_config_t(Structure):
         ("offload_path", c_char_p), ("offload_pages", c_uint32), ("offload_qd", c_uint32),
         ("offload_high", c_uint32), ("offload_low", c_uint32), ("offload_flags", c_uint32),
         ("offload_fault_ppm", c_uint32), ("offload_fault_seed", c_uint64),
+        ("prefix_cache", c_uint32), ("prefix_model_len", c_uint32),
+        ("prefix_model", c_void_p), ("prefix_remote", c_char_p),
+        ("prefix_remote_timeout_ms", c_uint32),
     ]
 
 
@@ -64,7 +67,12 @@ class kv_stats_t(Structure):
         ("pages_out", c_uint64), ("pages_in", c_uint64), ("bytes_out", c_uint64),
         ("bytes_in", c_uint64), ("io_errors", c_uint64), ("seqs_dropped", c_uint64),
         ("offload_faults", c_uint64), ("pressure_offloaded_pages", c_uint64),
-    ]
+    ] + [(n, c_uint64) for n in (
+        "prefix_nodes", "prefix_pages", "prefix_pages_only", "prefix_hits", "prefix_misses",
+        "prefix_tokens_reused", "prefix_published", "prefix_evicted", "prefix_evicted_pages",
+        "prefix_remote_hits", "prefix_remote_tokens", "prefix_remote_bad",
+        "prefix_remote_errors", "prefix_remote_bytes_in", "prefix_remote_put",
+        "prefix_remote_dropped")]
 
 
 class kv_estimate_t(Structure):

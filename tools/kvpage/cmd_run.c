@@ -31,10 +31,11 @@
 #define RUN_DEFAULT_PROMPT "Explain in three sentences why the sky is blue."
 
 typedef struct run_opts {
-    const char *prompt, *system, *model, *policy;
-    uint64_t max_new, seed, threads;
+    const char *prompt, *system, *model, *policy, *salt, *remote;
+    uint64_t max_new, seed, threads, runs;
     double temp;
     kv_cli_outs_t out; /* --json, --md */
+    int prefix_cache;
 } run_opts_t;
 
 static const kv_cli_opt_t run_opts[] = {
@@ -57,6 +58,16 @@ static const kv_cli_opt_t run_opts[] = {
      "KV cache policy (default fp16), e.g. kivi2, h2o:hh=0.1,rw=0.1,\n"
      "minikv:hh=0.25,rw=0.25,pyramid=7 (see docs/policies.md)"},
     KV_CLI_OUT_OPTS(run_opts_t, out),
+    {"--prefix-cache", KV_CLI_FLAG, offsetof(run_opts_t, prefix_cache), 0, 0, 0, 0, NULL,
+     "publish the prompt's blocks and match them in later runs\n"
+     "(docs/prefix.md; with --runs 2 the second run skips them)"},
+    {"--remote", KV_CLI_STR, offsetof(run_opts_t, remote), 0, 0, 0, 0, "URL",
+     "prefix cache shared through Redis/Valkey: redis://host:port,\n"
+     "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache)"},
+    {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
+     "prefix-cache isolation key: runs with other salts never share"},
+    {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
+     "run the request N times in one store (default 1)"},
     /* short names, as llama.cpp users type them */
     {"-m", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--model", NULL},
     {"-p", KV_CLI_ALIAS, 0, 0, 0, 0, 0, "--prompt", NULL},
@@ -68,12 +79,16 @@ static const kv_cli_opt_t run_opts[] = {
 static int run_parse(int argc, char **argv, run_opts_t *o)
 {
     *o = (run_opts_t){.prompt = RUN_DEFAULT_PROMPT, .policy = "fp16", .max_new = 64,
-                      .seed = 1};
+                      .seed = 1, .runs = 1};
     int rc = kv_cli_parse("run", "Fetch the model once with scripts/fetch_model.sh "
                                  "(make run does it).",
                           run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
     if (rc)
         return rc;
+    if ((o->salt || o->remote) && !o->prefix_cache) {
+        fprintf(stderr, "kvpage run: --salt and --remote need --prefix-cache\n");
+        return 2;
+    }
     kv_policy_t *pol = NULL;
     char perr[256] = "";
     if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
@@ -93,6 +108,10 @@ typedef struct run_stream {
     kv_seq_id_t seq;    /* token, a step end after every later one        */
     uint32_t n_seen;    /* tokens seen so far                             */
     int rc;             /* a policy call's error (stops generation)       */
+    const int32_t *ids; /* the prompt [n_ids], published (--prefix-cache) */
+    uint32_t n_ids;     /* before the prefill end, at the first token     */
+    const char *salt;
+    double t0, ttft;    /* the request's start; seconds to the 1st token  */
 } run_stream_t;
 
 /* Tell the policy where generation stands (the first token comes from the
@@ -101,6 +120,16 @@ typedef struct run_stream {
 static int run_on_token(void *user, int32_t id)
 {
     run_stream_t *rs = user;
+    if (rs->n_seen == 0) {
+        rs->ttft = kv_cli_now() - rs->t0;
+        if (rs->ids) {
+            int prc = kv_seq_prefix_publish(rs->store, rs->seq, rs->ids, rs->n_ids, rs->salt,
+                                            rs->salt ? strlen(rs->salt) : 0);
+            rs->rc = prc < 0 ? prc : 0;
+            if (rs->rc)
+                return 1;
+        }
+    }
     rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
                           : kv_seq_prefill_end(rs->store, rs->seq);
     if (rs->rc)
@@ -136,6 +165,8 @@ typedef struct run_out {
     size_t text_len;
     uint32_t n_lists;          /* layers x kv heads */
     uint32_t head_dim;
+    double ttft;               /* seconds from the request to its first token */
+    uint32_t matched;          /* prompt tokens the prefix cache gave (last run) */
 } run_out_t;
 
 /* The table on stdout; then --json and --md (the same figures): 0, or 1
@@ -148,7 +179,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     double dc = g->decode_s > 0 ? g->n_decoded / g->decode_s : 0;
     /* every token whose K/V went into the store: the prompt and each token
      * fed back by a decode step; K and V, FP16, of every list */
-    uint64_t seen = (uint64_t)g->n_prompt + g->n_decoded;
+    uint64_t seen = (uint64_t)g->n_prompt + r->matched + g->n_decoded;
     uint64_t fp16_seen = seen * r->n_lists * 2u * r->head_dim * 2u;
     double ratio = st->kv_bytes ? (double)fp16_seen / (double)st->kv_bytes : 0;
     double ratio_held = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
@@ -160,7 +191,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "threads", r->threads);
     kv_cli_rep_d(&rep, "temp", r->o->temp, -1);
     kv_cli_rep_u(&rep, "seed", r->o->seed);
-    kv_cli_rep_u(&rep, "prompt_tokens", g->n_prompt);
+    kv_cli_rep_u(&rep, "prompt_tokens", g->n_prompt + r->matched);
     kv_cli_rep_u(&rep, "generated_tokens", g->n_new - (r->stopped_control ? 1u : 0u));
     kv_cli_rep_s(&rep, "stop", stop);
     kv_cli_rep_sn(&rep, "text", r->text, r->text_len);
@@ -178,11 +209,22 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_d(&rep, "decode_tokens_per_s", dc, 2);
     kv_cli_rep_d(&rep, "prefill_s", g->prefill_s, 3);
     kv_cli_rep_d(&rep, "decode_s", g->decode_s, 3);
+    kv_cli_rep_d(&rep, "ttft_s", r->ttft, 3);
+    kv_cli_rep_u(&rep, "runs", r->o->runs);
+    kv_cli_rep_b(&rep, "prefix_cache", r->o->prefix_cache);
+    kv_cli_rep_u(&rep, "prefix_tokens_matched", r->matched);
+    kv_cli_rep_u(&rep, "prefix_hits", st->prefix_hits);
+    kv_cli_rep_u(&rep, "prefix_misses", st->prefix_misses);
+    kv_cli_rep_u(&rep, "prefix_tokens_reused", st->prefix_tokens_reused);
+    kv_cli_rep_u(&rep, "prefix_nodes", st->prefix_nodes);
+    kv_cli_rep_u(&rep, "prefix_remote_tokens", st->prefix_remote_tokens);
+    kv_cli_rep_u(&rep, "prefix_remote_bad", st->prefix_remote_bad);
+    kv_cli_rep_u(&rep, "prefix_remote_errors", st->prefix_remote_errors);
     if (r->o->out.plain) {
         printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
                "%u threads, CPU backend\n\n",
-               g->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop, r->o->policy,
-               r->threads);
+               g->n_prompt + r->matched, g->n_new - (r->stopped_control ? 1u : 0u), stop,
+               r->o->policy, r->threads);
         printf("  %-36s %16s\n", "metric", "value");
         printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
         printf("  %-36s %16llu\n", "FP16 bytes of all tokens seen", (unsigned long long)fp16_seen);
@@ -195,6 +237,21 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
                (unsigned long long)st->pages_used, (unsigned long long)st->pages_capacity);
         printf("  %-36s %16.1f\n", "prefill tokens/s", pf);
         printf("  %-36s %16.1f\n", "decode tokens/s", dc);
+        printf("  %-36s %16.3f\n", "time to first token (s)", r->ttft);
+        if (r->o->prefix_cache) {
+            printf("  %-36s %9u / %u\n", "prompt tokens from the prefix cache", r->matched,
+                   r->matched + g->n_prompt);
+            printf("  %-36s %9llu / %llu\n", "prefix hits / misses (all runs)",
+                   (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses);
+            printf("  %-36s %16llu\n", "prefix cache nodes",
+                   (unsigned long long)st->prefix_nodes);
+            if (r->o->remote)
+                printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
+                       "tokens from the remote (all runs)",
+                       (unsigned long long)st->prefix_remote_tokens,
+                       "remote values bad / errors", (unsigned long long)st->prefix_remote_bad,
+                       (unsigned long long)st->prefix_remote_errors);
+        }
         printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
                "(layer, kv head) lists is partly filled)\n",
                r->n_lists);
@@ -251,42 +308,85 @@ int kv_cmd_run(int argc, char **argv)
     }
     uint32_t max_tokens = (uint32_t)(n_prompt + o.max_new);
     kv_config_t cfg;
-    if ((rc = kv_model_store_config(m, max_tokens, 1, (uint32_t)o.threads, &cfg)) ||
-        (rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
+    char fp[65];
+    /* room for the cache's copy of a prompt beside the running sequence */
+    if ((rc = kv_model_store_config(m, max_tokens, o.prefix_cache ? 2 : 1,
+                                    (uint32_t)o.threads, &cfg))) {
         run_fail("creating the store", rc, NULL);
         goto done;
     }
-    kv_model_session_opts_t so = {.store = store, .max_ctx = max_tokens,
-                                  .n_threads = (int)o.threads};
-    if ((rc = kv_model_session_create(m, &so, &s))) {
-        run_fail("creating the session", rc, NULL);
+    if (o.prefix_cache) {
+        if ((rc = kv_model_file_sha256(path, pinned, fp))) {
+            run_fail("fingerprinting the model", rc, NULL);
+            goto done;
+        }
+        cfg.prefix_cache = 1;
+        cfg.prefix_model = fp;
+        cfg.prefix_model_len = 64;
+        cfg.prefix_remote = o.remote;
+    }
+    if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
+        run_fail("creating the store", rc, NULL);
         goto done;
     }
-    kv_seq_id_t seq;
     kv_policy_t *pol = NULL;
-    if ((rc = kv_model_session_seq(s, &seq)) ||
-        (rc = kv_policy_parse(o.policy, &pol, err, sizeof err)) ||
-        (rc = kv_seq_set_policy(store, seq, pol))) {
-        kv_policy_destroy(pol);
+    if ((rc = kv_policy_parse(o.policy, &pol, err, sizeof err))) {
         run_fail("attaching the policy", rc, NULL);
         goto done;
     }
-    kv_policy_destroy(pol);
     out = malloc((o.max_new ? o.max_new : 1) * sizeof *out);
     if (!out) {
+        kv_policy_destroy(pol);
         run_fail("allocating", KV_ENOMEM, NULL);
         goto done;
     }
-    fprintf(stderr, "kvpage run: %zu prompt tokens, prefilling...\n", n_prompt);
-    run_stream_t rs = {.tok = tok, .print = o.out.plain, .store = store, .seq = seq};
-    kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
-                              .seed = o.seed, .on_token = run_on_token, .user = &rs};
     kv_model_gen_result_t gr;
-    if ((rc = kv_model_generate(s, ids, (uint32_t)n_prompt, &go, out, &gr)) ||
-        (rc = rs.rc)) {
-        run_fail("generation", rc, NULL);
-        goto done;
+    run_stream_t rs;
+    uint32_t matched = 0;
+    for (uint64_t run = 0; run < o.runs; run++) {
+        kv_model_session_free(s);
+        s = NULL;
+        kv_model_session_opts_t so = {.store = store, .max_ctx = max_tokens,
+                                      .n_threads = (int)o.threads};
+        kv_seq_id_t seq;
+        if ((rc = kv_model_session_create(m, &so, &s))) {
+            run_fail("creating the session", rc, NULL);
+            break;
+        }
+        if ((rc = kv_model_session_seq(s, &seq)) || (rc = kv_seq_set_policy(store, seq, pol))) {
+            run_fail("attaching the policy", rc, NULL);
+            break;
+        }
+        rs = (run_stream_t){.tok = tok, .print = o.out.plain, .store = store, .seq = seq,
+                            .salt = o.salt, .t0 = kv_cli_now()};
+        matched = 0;
+        if (o.prefix_cache) {
+            rs.ids = ids;
+            rs.n_ids = (uint32_t)n_prompt;
+            if ((rc = kv_model_session_prefix(s, ids, (uint32_t)n_prompt, o.salt,
+                                              o.salt ? strlen(o.salt) : 0, &matched))) {
+                run_fail("matching the prefix cache", rc, NULL);
+                break;
+            }
+        }
+        fprintf(stderr, "kvpage run: %zu prompt tokens (%u from the prefix cache), "
+                "prefilling %zu...\n", n_prompt, matched, n_prompt - matched);
+        kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
+                                  .seed = o.seed, .on_token = run_on_token, .user = &rs};
+        if ((rc = kv_model_generate(s, ids + matched, (uint32_t)(n_prompt - matched), &go, out,
+                                    &gr)) ||
+            (rc = rs.rc)) {
+            run_fail("generation", rc, NULL);
+            break;
+        }
+        if (o.runs > 1)
+            fprintf(stderr, "%skvpage run: run %llu: time to first token %.3f s, prefill %u "
+                    "tokens, %u reused from the prefix cache\n", o.out.plain ? "\n" : "",
+                    (unsigned long long)run + 1, rs.ttft, gr.n_prompt, matched);
     }
+    kv_policy_destroy(pol);
+    if (rc)
+        goto done;
     if ((rc = kv_store_check(store))) {
         run_fail("kv_store_check", rc, NULL);
         goto done;
@@ -304,7 +404,8 @@ int kv_cmd_run(int argc, char **argv)
     kv_store_stats(store, &st);
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,
-                    .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim};
+                    .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim,
+                    .ttft = rs.ttft, .matched = matched};
     ret = run_report(&ro, &o.out);
 done:
     kv_cli_outs_finish("run", &o.out, NULL); /* a failure: close what was opened */

@@ -1,0 +1,422 @@
+/*
+ * kvbench_prefix.c — time to first token of SmolLM2-135M with the prefix
+ * cache (docs/prefix.md): a cold prefill against a hit from the host tier,
+ * measured in the same run, and the cost of hashing the prompt.
+ *
+ * One store with the cache on (kv_config_t.prefix_cache, fingerprint: the
+ * model file's SHA-256). The prompt is --tokens pseudo-random ordinary token
+ * ids (default 4096; the speed does not depend on the text).
+ *   cold  a fresh session: kv_model_session_prefix (a miss), the prefill of
+ *         the whole prompt in chunks of 256 and the logits of its last row:
+ *         the time to first token. The first --cached tokens (default 3968)
+ *         are then published (kv_seq_prefix_publish). Once (it is slow).
+ *   host  --reps times (default 5, median): a fresh session matches the
+ *         prompt (--cached tokens attached from the pool), prefills the rest
+ *         and computes the last row's logits. Also reported: max |logit
+ *         difference| of the last row against the cold run (the hit's chunk
+ *         boundary at --cached differs from the cold run's 256-token chunks,
+ *         so FP16 roundings may differ; measured, not asserted).
+ *   redis, redis-cluster
+ *         the cold store publishes to its own redis-server (started here,
+ *         scripts/kv_redis.sh, loopback); its values are then copied to a
+ *         3-master cluster (kv_remote_get / kv_remote_set: the same frames).
+ *         --reps times each: a fresh store (empty host tier) with that
+ *         remote matches (fetch + validation + install of --cached tokens'
+ *         nodes), prefills the rest; ttft median; fetch_gbps = value bytes
+ *         installed / the match's time.
+ * redis_get_gbps: Redis's own GET throughput for the same values: every
+ * stored value fetched with pipelined GETs on one plain hiredis connection
+ * (no check, no copy), bytes / time, median of 3, in the same run.
+ * hash_ns_per_token: kv_prefix_hash_blocks over the whole prompt with a
+ * hasher made for it (what a match does), median of 15.
+ * The page-file tier is not built yet: no "file" row.
+ *
+ * Usage: kvbench-prefix [--json] [--threads N] [--tokens N] [--cached N]
+ *                       [--reps N] [--model FILE] [--no-redis]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_bench_util.h"
+#include "kv_model.h"
+#include "tests/kv_test_redis.h"
+#include "kvpage/kvpage.h"
+#include "prefix/kv_prefix_hash.h"
+#include "remote/kv_remote.h"
+
+int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms); /* store/kv_store_int.h */
+
+typedef struct opts {
+    int json, threads, no_redis;
+    uint32_t tokens, cached, reps;
+    const char *model;
+} opts_t;
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end = NULL;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint32_t u;
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "--threads") && v && !parse_u32(v, 0, 1024, &u)) {
+            o->threads = (int)u, i++;
+        } else if (!strcmp(a, "--tokens") && v && !parse_u32(v, 32, 1u << 20, &u)) {
+            o->tokens = u, i++;
+        } else if (!strcmp(a, "--cached") && v && !parse_u32(v, 16, 1u << 20, &u)) {
+            o->cached = u, i++;
+        } else if (!strcmp(a, "--reps") && v && !parse_u32(v, 1, 1000, &u)) {
+            o->reps = u, i++;
+        } else if (!strcmp(a, "--no-redis")) {
+            o->no_redis = 1;
+        } else if (!strcmp(a, "--model") && v) {
+            o->model = v, i++;
+        } else {
+            fprintf(stderr, "usage: kvbench-prefix [--json] [--threads N] [--tokens N] "
+                            "[--cached N] [--reps N] [--model FILE] [--no-redis]\n");
+            return -1;
+        }
+    }
+    if (o->cached >= o->tokens) {
+        fprintf(stderr, "kvbench-prefix: --cached must be below --tokens\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Seconds from an empty session to the last prompt row's logits; *matched
+ * tokens came from the cache. The session is returned in *out. */
+static double match_s; /* the last ttft()'s match time */
+
+static int ttft(const kv_model_t *m, kv_store_t *st, const int32_t *ids, uint32_t n,
+                int threads, float *logits, uint32_t *matched, kv_model_session_t **out,
+                double *sec)
+{
+    kv_model_session_opts_t so = {.store = st, .max_ctx = n, .chunk = 256,
+                                  .n_threads = threads};
+    kv_model_session_t *s = NULL;
+    int rc = kv_model_session_create(m, &so, &s);
+    if (rc)
+        return rc;
+    double t0 = kv_bench_now();
+    if (!(rc = kv_model_session_prefix(s, ids, n, NULL, 0, matched))) {
+        match_s = kv_bench_now() - t0;
+        rc = kv_model_forward(s, ids + *matched, n - *matched, logits, 1);
+    }
+    *sec = kv_bench_now() - t0;
+    if (rc)
+        kv_model_session_free(s);
+    else
+        *out = s;
+    return rc;
+}
+
+static double hash_ns_per_token(const kv_config_t *c, const int32_t *ids, uint32_t n)
+{
+    double v[15];
+    const uint32_t B = c->page_bytes / (4u * c->head_dim), blocks = n / B;
+    kv_prefix_hash_t *h = malloc((size_t)blocks * sizeof *h);
+    if (!h)
+        return -1;
+    for (int r = 0; r < 15; r++) {
+        kv_prefix_fp_t fp = {.model = c->prefix_model, .model_len = c->prefix_model_len,
+                             .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads,
+                             .head_dim = c->head_dim, .page_bytes = c->page_bytes,
+                             .block_tokens = B, .state = "fp16", .state_len = 4};
+        double t0 = kv_bench_now();
+        kv_prefix_hasher_t *hs = NULL;
+        if (kv_prefix_hash_create(&fp, &hs) ||
+            kv_prefix_hash_blocks(hs, NULL, (const uint32_t *)ids, (size_t)blocks * B, h,
+                                  blocks) != (int)blocks) {
+            kv_prefix_hash_destroy(hs);
+            free(h);
+            return -1;
+        }
+        kv_prefix_hash_destroy(hs);
+        v[r] = (kv_bench_now() - t0) * 1e9 / ((double)blocks * B);
+    }
+    free(h);
+    return kv_bench_median(v, 15);
+}
+
+/* Every kvp:* key of node 0 of t: n keys as kv_remote_key_t (malloc'd). */
+static kv_remote_key_t *all_keys(const kv_tredis_t *t, size_t *n)
+{
+    redisReply *r = kv_tredis_cmd(t, 0, "KEYS kvp:*");
+    *n = 0;
+    kv_remote_key_t *k = r && r->type == REDIS_REPLY_ARRAY
+                             ? malloc((r->elements + 1) * sizeof *k) : NULL;
+    for (size_t i = 0; k && i < r->elements; i++) {
+        const char *h = r->element[i]->str + 4;
+        if (r->element[i]->len != 4 + 64)
+            continue;
+        for (int j = 0; j < 32; j++) {
+            unsigned v;
+            sscanf(h + 2 * j, "%2x", &v);
+            k[*n].hash[j] = (uint8_t)v;
+        }
+        (*n)++;
+    }
+    freeReplyObject(r);
+    return k;
+}
+
+/* Copy keys from one server set to another through the remote client (the
+ * same frames): the number copied. */
+static size_t copy_keys(const char *from, const char *to, const kv_remote_key_t *k, size_t n)
+{
+    kv_remote_config_t cf = {.url = from, .timeout_ms = 10000}, ct = {.url = to,
+                                                                      .timeout_ms = 10000};
+    kv_remote_t *a = NULL, *b = NULL;
+    size_t done = 0, cap = 8u << 20;
+    uint8_t *buf = malloc(cap);
+    if (buf && !kv_remote_create(&cf, &a) && !kv_remote_create(&ct, &b))
+        for (size_t i = 0; i < n; i++) {
+            kv_remote_get_t g = {.key = k[i], .dst = buf, .cap = cap};
+            if (kv_remote_get(a, &g, 1) != 1)
+                continue;
+            struct iovec iov = {buf, g.len};
+            kv_remote_set_t st = {.key = k[i], .format = g.format, .iov = &iov, .iovcnt = 1};
+            done += kv_remote_set(b, &st, 1) == 1;
+        }
+    kv_remote_destroy(a);
+    kv_remote_destroy(b);
+    free(buf);
+    return done;
+}
+
+/* Redis's own GET throughput (GB/s) for the values under keys on node 0 of
+ * t: pipelined GETs on one plain hiredis connection, median of 3. */
+static double raw_get_gbps(const kv_tredis_t *t, const kv_remote_key_t *k, size_t n)
+{
+    redisContext *c = kv_tredis_connect(t, 0);
+    double v[3] = {0, 0, 0};
+    for (int r = 0; c && r < 3; r++) {
+        double t0 = kv_bench_now();
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            char key[80];
+            kv_remote_key_string("kvp", &k[i], key, sizeof key);
+            redisAppendCommand(c, "GET %s", key);
+        }
+        for (size_t i = 0; i < n; i++) {
+            redisReply *rep = NULL;
+            if (redisGetReply(c, (void **)&rep) != REDIS_OK)
+                break;
+            bytes += rep && rep->type == REDIS_REPLY_STRING ? rep->len : 0;
+            freeReplyObject(rep);
+        }
+        v[r] = (double)bytes / (kv_bench_now() - t0) / 1e9;
+    }
+    if (c)
+        redisFree(c);
+    return kv_bench_median(v, 3);
+}
+
+typedef struct tier_res {
+    double ttft_s, fetch_gbps;
+    uint32_t matched;
+    uint64_t bad, errors;
+} tier_res_t;
+
+/* --reps fresh stores with remote url: the median time to first token. */
+static int remote_tier(const kv_model_t *m, const kv_config_t *cfg0, const char *url,
+                       const opts_t *o, const int32_t *ids, float *logits, tier_res_t *res)
+{
+    double *tv = calloc(o->reps, sizeof *tv), *gv = calloc(o->reps, sizeof *gv);
+    int rc = tv && gv ? 0 : KV_ENOMEM;
+    memset(res, 0, sizeof *res);
+    for (uint32_t r = 0; rc == 0 && r < o->reps; r++) {
+        kv_config_t c = *cfg0;
+        c.prefix_remote = url;
+        c.prefix_remote_timeout_ms = 10000;
+        kv_store_t *st = NULL;
+        kv_model_session_t *s = NULL;
+        if ((rc = kv_store_create(&c, &st)) ||
+            (rc = ttft(m, st, ids, o->tokens, o->threads, logits, &res->matched, &s, &tv[r]))) {
+            kv_store_destroy(st);
+            break;
+        }
+        kv_stats_t sts;
+        kv_store_stats(st, &sts);
+        gv[r] = (double)sts.prefix_remote_bytes_in / match_s / 1e9;
+        res->bad += sts.prefix_remote_bad;
+        res->errors += sts.prefix_remote_errors;
+        kv_model_session_free(s);
+        kv_store_destroy(st);
+        fprintf(stderr, "kvbench-prefix: %s hit %u/%u: %u tokens matched, %.3f s (fetch %.3f "
+                "s)\n", url, r + 1, o->reps, res->matched, tv[r], match_s);
+    }
+    if (rc == 0) {
+        res->ttft_s = kv_bench_median(tv, o->reps);
+        res->fetch_gbps = kv_bench_median(gv, o->reps);
+    }
+    free(tv);
+    free(gv);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    if (parse(argc, argv, &o))
+        return 2;
+    char path[4096], err[512], fp[65];
+    int pinned, rc;
+    kv_model_t *m = NULL;
+    if (kv_model_find(o.model, path, sizeof path, &pinned, err, sizeof err) ||
+        kv_model_load(path, &m, err, sizeof err)) {
+        fprintf(stderr, "kvbench-prefix: %s\n", err);
+        return 1;
+    }
+    const kv_model_hparams_t *hp = kv_model_hparams(m);
+    if (o.tokens > hp->n_ctx) {
+        fprintf(stderr, "kvbench-prefix: --tokens %u exceeds the model's context %u\n",
+                o.tokens, hp->n_ctx);
+        return 2;
+    }
+    const uint32_t V = hp->vocab;
+    int32_t *ids = malloc((size_t)o.tokens * sizeof *ids);
+    float *lc = malloc((size_t)V * 4), *lh = malloc((size_t)V * 4);
+    kv_config_t cfg;
+    kv_store_t *st = NULL;
+    if (!ids || !lc || !lh || (rc = kv_model_file_sha256(path, pinned, fp)) ||
+        kv_model_store_config(m, o.tokens, 3, (uint32_t)o.threads, &cfg)) {
+        fprintf(stderr, "kvbench-prefix: set-up failed\n");
+        return 1;
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (uint32_t i = 0; i < o.tokens; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        ids[i] = 200 + (int32_t)((x * 2685821657736338717ull >> 33) % 20000);
+    }
+    cfg.prefix_cache = 1;
+    cfg.prefix_model = fp;
+    cfg.prefix_model_len = 64;
+    const kv_config_t cfg0 = cfg; /* without a remote */
+    static kv_tredis_t single, cluster; /* static: kv_test_redis.h's atexit */
+    if (!o.no_redis) {
+        kv_tredis_start(&single, "single");
+        kv_tredis_start(&cluster, "cluster");
+        cfg.prefix_remote = single.url;
+        cfg.prefix_remote_timeout_ms = 10000;
+    }
+    if ((rc = kv_store_create(&cfg, &st)) || (rc = kv_store_config(st, &cfg))) {
+        fprintf(stderr, "kvbench-prefix: kv_store_create: %s\n", kv_strerror(rc));
+        return 1;
+    }
+    const double hash_ns = hash_ns_per_token(&cfg, ids, o.tokens);
+
+    /* cold, then publish the first --cached tokens */
+    fprintf(stderr, "kvbench-prefix: cold prefill of %u tokens...\n", o.tokens);
+    kv_model_session_t *s = NULL;
+    kv_seq_id_t seq;
+    uint32_t matched = 0;
+    double cold_s = 0;
+    if ((rc = ttft(m, st, ids, o.tokens, o.threads, lc, &matched, &s, &cold_s)) ||
+        (rc = kv_model_session_seq(s, &seq))) {
+        fprintf(stderr, "kvbench-prefix: cold run: %s\n", kv_strerror(rc));
+        return 1;
+    }
+    int pub = kv_seq_prefix_publish(st, seq, ids, o.cached, NULL, 0);
+    kv_model_session_free(s);
+    if (pub < 0 || (!o.no_redis && kv_store_prefix_flush(st, 60000))) {
+        fprintf(stderr, "kvbench-prefix: publish: %s\n", kv_strerror(pub));
+        return 1;
+    }
+
+    /* host hits */
+    double *hv = malloc(o.reps * sizeof *hv), maxd = 0;
+    uint32_t hit = 0;
+    for (uint32_t r = 0; hv && r < o.reps; r++) {
+        if ((rc = ttft(m, st, ids, o.tokens, o.threads, lh, &hit, &s, &hv[r]))) {
+            fprintf(stderr, "kvbench-prefix: host run: %s\n", kv_strerror(rc));
+            return 1;
+        }
+        kv_model_session_free(s);
+        fprintf(stderr, "kvbench-prefix: host hit %u/%u: %u tokens matched, %.3f s\n", r + 1,
+                o.reps, hit, hv[r]);
+    }
+    if (!hv)
+        return 1;
+    for (uint32_t i = 0; i < V; i++)
+        maxd = fmax(maxd, fabs((double)lc[i] - lh[i]));
+    const double host_s = kv_bench_median(hv, o.reps);
+    /* the remote tiers */
+    tier_res_t rr = {0}, rc2 = {0};
+    double get_gbps = 0;
+    size_t n_keys = 0, copied = 0;
+    if (!o.no_redis) {
+        kv_remote_key_t *keys = all_keys(&single, &n_keys);
+        copied = keys ? copy_keys(single.url, cluster.url, keys, n_keys) : 0;
+        get_gbps = keys ? raw_get_gbps(&single, keys, n_keys) : 0;
+        free(keys);
+        fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
+                "raw GET %.3f GB/s\n", n_keys, copied, get_gbps);
+        if ((rc = remote_tier(m, &cfg0, single.url, &o, ids, lh, &rr)) ||
+            (rc = remote_tier(m, &cfg0, cluster.url, &o, ids, lh, &rc2))) {
+            fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
+            return 1;
+        }
+    }
+    kv_stats_t sts;
+    kv_store_stats(st, &sts);
+    if (o.json) {
+        printf("{\"bench\":\"prefix\",\"model\":\"SmolLM2-135M\",\"prompt_tokens\":%u,"
+               "\"cached_tokens\":%u,\"hash_ns_per_token\":%.2f,\"redis_get_gbps\":%.4f,"
+               "\"threads\":%u,\"reps\":%u,\"remote_values\":%zu,\"results\":["
+               "{\"tier\":\"cold\",\"ttft_s\":%.4f,\"speedup_vs_cold\":1.0,"
+               "\"tokens_prefilled\":%u},"
+               "{\"tier\":\"host\",\"ttft_s\":%.4f,\"speedup_vs_cold\":%.2f,"
+               "\"tokens_matched\":%u,\"tokens_prefilled\":%u,\"fetch_gbps\":null,"
+               "\"max_abs_logit_diff_vs_cold\":%.6g}",
+               o.tokens, pub, hash_ns, get_gbps, cfg.n_threads, o.reps, n_keys, cold_s,
+               o.tokens, host_s, cold_s / host_s, hit, o.tokens - hit, maxd);
+        const tier_res_t *tr[2] = {&rr, &rc2};
+        static const char *const names[2] = {"redis", "redis-cluster"};
+        for (int i = 0; i < 2 && !o.no_redis; i++)
+            printf(",{\"tier\":\"%s\",\"ttft_s\":%.4f,\"speedup_vs_cold\":%.2f,"
+                   "\"tokens_matched\":%u,\"fetch_gbps\":%.4f,\"fetch_vs_raw_get\":%.3f,"
+                   "\"remote_bad\":%llu,\"remote_errors\":%llu}",
+                   names[i], tr[i]->ttft_s, cold_s / tr[i]->ttft_s, tr[i]->matched,
+                   tr[i]->fetch_gbps, get_gbps > 0 ? tr[i]->fetch_gbps / get_gbps : 0,
+                   (unsigned long long)tr[i]->bad, (unsigned long long)tr[i]->errors);
+        printf("],\"prefix_nodes\":%llu,\"prefix_pages\":%llu}\n",
+               (unsigned long long)sts.prefix_nodes, (unsigned long long)sts.prefix_pages);
+    } else {
+        printf("kvbench-prefix: %u-token prompt, %d tokens cached, %u threads\n", o.tokens,
+               pub, cfg.n_threads);
+        printf("  hashing                 %8.2f ns/token\n", hash_ns);
+        printf("  cold  ttft              %8.3f s\n", cold_s);
+        printf("  host  ttft (median %u)   %8.3f s   %.1fx faster, %u matched, "
+               "max |dlogit| vs cold %.3g\n",
+               o.reps, host_s, cold_s / host_s, hit, maxd);
+        if (!o.no_redis) {
+            printf("  redis ttft              %8.3f s   %.1fx faster, fetch %.3f GB/s "
+                   "(raw GET %.3f GB/s)\n", rr.ttft_s, cold_s / rr.ttft_s, rr.fetch_gbps,
+                   get_gbps);
+            printf("  redis-cluster ttft      %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
+                   rc2.ttft_s, cold_s / rc2.ttft_s, rc2.fetch_gbps);
+        }
+    }
+    free(hv);
+    free(ids);
+    free(lc);
+    free(lh);
+    kv_store_destroy(st);
+    kv_model_free(m);
+    return 0;
+}

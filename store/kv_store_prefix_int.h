@@ -1,0 +1,80 @@
+/*
+ * kv_store_prefix_int.h — the prefix cache's structures, shared by
+ * kv_store_prefix.c (nodes in the pool: match, publish, eviction, check) and
+ * kv_store_prefix_remote.c (the Redis/Valkey tier). Not part of any API.
+ * Invariants and ownership: kv_store_prefix.c's file comment.
+ */
+#ifndef KV_STORE_PREFIX_INT_H
+#define KV_STORE_PREFIX_INT_H
+
+#include "kv_store_int.h"
+#include "prefix/kv_prefix_hash.h"
+
+struct kv_remote;
+struct kv_remote_pub;
+
+#define PFX_BUCKETS0 64u
+#define PFX_MAX_SALT 65536u
+
+typedef struct kv_pfx_node {
+    kv_prefix_hash_t key;        /* hash of the block ending at `end`         */
+    struct kv_pfx_node *parent;  /* the node ending at start; NULL at 0       */
+    struct kv_pfx_node *hnext;   /* next in its bucket                        */
+    struct kv_pfx_node *prev, *next; /* LRU: prev is colder                   */
+    uint32_t start, end;         /* tokens [start, end)                       */
+    uint32_t children;           /* nodes whose parent this is                */
+    uint32_t n_ents;             /* entries, all lists                        */
+    size_t bytes;                /* this kv_mem block                         */
+    uint32_t *off;               /* [n_lists + 1]: list li's entries are      */
+                                 /* ents[off[li] .. off[li+1])                */
+    kv_page_ent_t *ents;         /* [n_ents]                                  */
+} kv_pfx_node_t;
+
+typedef struct kv_pfx {
+    uint8_t *model;              /* copy of cfg.prefix_model [model_len]      */
+    uint32_t model_len;
+    kv_pfx_node_t **buckets;     /* [n_buckets], a power of two               */
+    uint32_t n_buckets;
+    kv_pfx_node_t *cold, *hot;   /* LRU ends                                  */
+    uint64_t n_nodes, n_refs;    /* nodes, entries over all nodes             */
+    uint64_t bytes;              /* kv_mem bytes held (meta_bytes)            */
+    uint64_t hits, misses, reused, published, evicted, evicted_pages;
+    /* remote tier (kv_store_prefix_remote.c); NULL/0 without prefix_remote */
+    struct kv_remote *remote;     /* fetches, on the caller's thread        */
+    struct kv_remote_pub *pub;    /* publishes, on its own thread           */
+    char *url;                    /* copy of cfg.prefix_remote [url_bytes]  */
+    size_t url_bytes;
+    uint64_t r_hits, r_tokens, r_bad, r_errors, r_bytes_in, r_put, r_dropped;
+} kv_pfx_t;
+
+/* kv_store_prefix.c */
+kv_pfx_node_t *kv_pfx_lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k);
+/* A zeroed node block for n_lists lists and n_ents entries (bytes, off and
+ * ents set), NULL without memory. An unlinked one: kv_mem_free(x, x->bytes). */
+kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents);
+/* Room in the table for `more` nodes: 0 or KV_ENOMEM (nothing changed). */
+int kv_pfx_reserve(kv_pfx_t *p, uint64_t more);
+/* Link a filled node (after kv_pfx_reserve): table, parent's children, LRU
+ * (hottest), counters; take_refs: take one reference per entry (else the
+ * caller's references become the node's). */
+void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs);
+
+/* kv_store_prefix_remote.c */
+/* Validate the remote fields of a config: 0, KV_EINVAL, KV_ERANGE. */
+int kv_pfx_remote_resolve(const kv_config_t *c);
+int kv_pfx_remote_init(kv_store_t *s);  /* after s->pfx is set; KV_ENOMEM... */
+void kv_pfx_remote_fini(kv_store_t *s); /* NULL-safe; first in fini         */
+/* Queue a linked node for the remote (never blocks; a full queue drops,
+ * counted). */
+void kv_pfx_remote_put(kv_store_t *s, const kv_pfx_node_t *x);
+/* After a host walk that matched *got tokens ending at node *last: fetch
+ * the chain's next nodes (keys h[j], boundaries (j+1)B that are multiples
+ * of step, up to cap tokens) from the remote in pipelined batches, validate
+ * each value fully and install it as a host node. targets[li]: list li's
+ * target format. Advances *got and *last. Never fails: a remote that is
+ * down, slow or wrong is a miss from there on, counted. */
+void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
+                         uint32_t cap, uint32_t step, const uint8_t *targets,
+                         uint32_t *got, kv_pfx_node_t **last);
+
+#endif /* KV_STORE_PREFIX_INT_H */

@@ -1,0 +1,342 @@
+/*
+ * kv_store_prefix_remote.c — the prefix cache's remote tier: nodes in Redis
+ * or Valkey (one server or a Redis Cluster) through remote/ (kv_remote_*),
+ * shared by every store that has the same fingerprint and salt
+ * (docs/prefix.md, "The remote tier in the store").
+ *
+ * Publish: every node kv_seq_prefix_publish links is queued with the
+ * remote's publisher (kv_remote_pub_put: it copies, a thread of its own
+ * stores; never blocks: a full queue drops, counted) under the node's key
+ * (the chained block hash), as one value: the record below, then the pages.
+ *
+ * Fetch: a match that stopped in the host tier asks the remote for the
+ * chain's following keys (the boundaries where nodes can end: multiples of
+ * the rule's step) in pipelined batches (kv_remote_get, bounded by the
+ * configured timeout). Values are taken in chain order while each one
+ * checks (remote/'s frame: crc32c, echoed key, namespace; then here: the
+ * record's magic, version, geometry, start = the tokens matched so far, end
+ * = the key's boundary, parent = the last node's key, every entry full, of
+ * its list's target format, unflagged, the length exact, and every page's
+ * FP16 values (FP16 rows; INT scales and minimums) finite) and its pages
+ * can be had from the pool (no eviction for a fetch): each becomes a host
+ * node holding fresh pages. The first key that is missing, fails, or does
+ * not fit ends the fetch: a miss from there on, never a wrong token.
+ *
+ * Record (little-endian): "KVPN", version 1, start, end, n_lists,
+ * page_bytes (u32 each), parent key (32 bytes, 0 at start 0), n_ents per
+ * list (u32 [n_lists]), per entry (format u8, flags u8 = 0, n_tokens u16),
+ * then each entry's page, page_bytes each, in entry order.
+ *
+ * Ownership: s->pfx owns the client and the publisher; the publisher owns
+ * its copies of queued values.
+ */
+#include <string.h>
+
+#include "alloc/kv_mem.h"
+#include "formats/kv_fmt_layout.h"
+#include "kv_store_prefix_int.h"
+#include "remote/kv_remote.h"
+
+#define REC_MAGIC 0x4E50564Bu /* "KVPN" */
+#define REC_VERSION 1u
+#define REC_HEAD (24u + 32u)
+#define FETCH_KEYS 64u             /* keys per batch, at most            */
+#define FETCH_BYTES (32u << 20)    /* value buffers per batch, at most   */
+#define PUB_ITEMS 4096u
+#define PUB_BYTES (512ull << 20)
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void wr32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16),
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static size_t rec_meta(uint32_t n_lists, uint32_t n_ents)
+{
+    return REC_HEAD + 4u * (size_t)n_lists + 4u * (size_t)n_ents;
+}
+
+int kv_pfx_remote_resolve(const kv_config_t *c)
+{
+    if (!c->prefix_remote)
+        return c->prefix_remote_timeout_ms ? KV_EINVAL : 0;
+    if (!c->prefix_remote[0])
+        return KV_EINVAL;
+    return c->prefix_remote_timeout_ms > KV_REMOTE_MAX_TIMEOUT_MS ? KV_ERANGE : 0;
+}
+
+int kv_pfx_remote_init(kv_store_t *s)
+{
+    kv_pfx_t *p = s->pfx;
+    if (!s->cfg.prefix_remote)
+        return 0;
+    kv_remote_config_t rc = {.url = s->cfg.prefix_remote,
+                             .timeout_ms = s->cfg.prefix_remote_timeout_ms};
+    size_t n = strlen(s->cfg.prefix_remote) + 1;
+    int rv = (p->url = kv_mem_alloc(n)) ? 0 : KV_ENOMEM;
+    if (rv == 0) {
+        memcpy(p->url, s->cfg.prefix_remote, n);
+        p->url_bytes = n;
+        p->bytes += n;
+        s->cfg.prefix_remote = p->url; /* the store's copy */
+        rv = kv_remote_create(&rc, &p->remote);
+    }
+    if (rv == 0)
+        rv = kv_remote_pub_create(&rc, PUB_ITEMS, PUB_BYTES, 0, &p->pub);
+    if (rv) {
+        kv_pfx_remote_fini(s);
+        return rv;
+    }
+    return 0;
+}
+
+int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms)
+{
+    if (!s || !s->pfx || !s->pfx->pub)
+        return 0;
+    return kv_remote_pub_flush(s->pfx->pub, timeout_ms);
+}
+
+void kv_pfx_remote_fini(kv_store_t *s)
+{
+    kv_pfx_t *p = s->pfx;
+    if (!p)
+        return;
+    if (p->pub) /* what was published reaches the server, within the timeout */
+        (void)kv_remote_pub_flush(p->pub, s->cfg.prefix_remote_timeout_ms
+                                              ? s->cfg.prefix_remote_timeout_ms : 1000);
+    kv_remote_pub_destroy(p->pub);
+    kv_remote_destroy(p->remote);
+    kv_mem_free(p->url, p->url_bytes);
+    p->bytes -= p->url_bytes;
+    p->pub = NULL;
+    p->remote = NULL;
+    p->url = NULL;
+    p->url_bytes = 0;
+    s->cfg.prefix_remote = NULL;
+}
+
+/* ---- publish -------------------------------------------------------------------- */
+
+void kv_pfx_remote_put(kv_store_t *s, const kv_pfx_node_t *x)
+{
+    kv_pfx_t *p = s->pfx;
+    if (!p->pub)
+        return;
+    const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads;
+    if (x->n_ents + 1 > 1024) { /* the publisher's iovec bound */
+        p->r_dropped++;
+        return;
+    }
+    size_t meta = rec_meta(L, x->n_ents);
+    size_t iob = (size_t)(x->n_ents + 1) * sizeof(struct iovec);
+    uint8_t *m = kv_mem_alloc(meta);
+    struct iovec *v = kv_mem_alloc(iob);
+    if (!m || !v) {
+        kv_mem_free(m, meta);
+        kv_mem_free(v, iob);
+        p->r_dropped++;
+        return;
+    }
+    wr32(m, REC_MAGIC), wr32(m + 4, REC_VERSION), wr32(m + 8, x->start);
+    wr32(m + 12, x->end), wr32(m + 16, L), wr32(m + 20, s->cfg.page_bytes);
+    memset(m + 24, 0, 32);
+    if (x->parent)
+        memcpy(m + 24, x->parent->key.b, 32);
+    uint32_t fmts = 0;
+    for (uint32_t li = 0; li < L; li++)
+        wr32(m + REC_HEAD + 4u * li, x->off[li + 1] - x->off[li]);
+    uint8_t *e = m + REC_HEAD + 4u * (size_t)L;
+    v[0].iov_base = m;
+    v[0].iov_len = meta;
+    for (uint32_t i = 0; i < x->n_ents; i++) {
+        const kv_page_ent_t *en = &x->ents[i];
+        e[4 * i] = en->format, e[4 * i + 1] = 0;
+        e[4 * i + 2] = (uint8_t)en->n_tokens, e[4 * i + 3] = (uint8_t)(en->n_tokens >> 8);
+        fmts |= 1u << en->format;
+        v[i + 1].iov_base = kv_page_addr(s->pt, en->id);
+        v[i + 1].iov_len = s->cfg.page_bytes;
+    }
+    kv_remote_key_t key;
+    memcpy(key.hash, x->key.b, sizeof key.hash);
+    if (kv_remote_pub_put(p->pub, &key, fmts, v, (int)x->n_ents + 1) == 0)
+        p->r_put++;
+    else
+        p->r_dropped++;
+    kv_mem_free(v, iob);
+    kv_mem_free(m, meta);
+}
+
+/* ---- fetch ---------------------------------------------------------------------- */
+
+static int half_finite(const uint8_t *p, size_t n_halves)
+{
+    for (size_t i = 0; i < n_halves; i++)
+        if ((p[2 * i + 1] & 0x7C) == 0x7C)
+            return 0;
+    return 1;
+}
+
+/* 1 if a page of format fmt (full: tpp tokens) has finite FP16 values:
+ * FP16 rows, or INT groups' scales and minimums. */
+static int page_ok(const kv_store_t *s, uint32_t fmt, const uint8_t *pg, uint32_t tpp)
+{
+    const uint32_t D = s->cfg.head_dim;
+    if (fmt == KV_FMT_FP16)
+        return half_finite(pg, 2u * (size_t)tpp * D);
+    kv_fmt_int_layout_t l = kv_fmt_int_layout(D, kv_fmt_int_bits(fmt));
+    for (uint32_t g = 0; g < tpp / KV_FMT_INT_GROUP; g++)
+        if (!half_finite(pg + (size_t)g * l.group_bytes + l.k_scale, 4u * D))
+            return 0;
+    return 1;
+}
+
+/* Tokens per page of fmt in this store. */
+static uint32_t tpp_of(const kv_store_t *s, uint32_t fmt)
+{
+    return kv_format_get(fmt)->tokens_per_page(kv_page_table_geom(s->pt));
+}
+
+/* Entries a node [a, b) has in this sequence's lists (full pages). */
+static uint32_t ents_for(const kv_store_t *s, const uint8_t *targets, uint32_t a, uint32_t b)
+{
+    const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads;
+    uint32_t n = 0;
+    for (uint32_t li = 0; li < L; li++)
+        n += (b - a) / tpp_of(s, targets[li]);
+    return n;
+}
+
+/* Validate value v (len bytes) as the node [got, b) after last, and install
+ * it: 1 installed (*out), 0 rejected (counted bad) or no pool page (-1). */
+static int install(kv_store_t *s, const uint8_t *v, size_t len, uint32_t got, uint32_t b,
+                   kv_pfx_node_t *last, const uint8_t *targets, const kv_prefix_hash_t *key,
+                   kv_pfx_node_t **out)
+{
+    kv_pfx_t *p = s->pfx;
+    const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads, PB = s->cfg.page_bytes;
+    static const uint8_t zero[32];
+    if (len < REC_HEAD + 4u * (size_t)L || rd32(v) != REC_MAGIC || rd32(v + 4) != REC_VERSION ||
+        rd32(v + 8) != got || rd32(v + 12) != b || rd32(v + 16) != L || rd32(v + 20) != PB ||
+        memcmp(v + 24, last ? last->key.b : zero, 32))
+        return 0;
+    uint32_t n_ents = 0;
+    for (uint32_t li = 0; li < L; li++) {
+        uint32_t m = rd32(v + REC_HEAD + 4u * li);
+        if (m != (b - got) / tpp_of(s, targets[li]) || (b - got) % tpp_of(s, targets[li]))
+            return 0;
+        n_ents += m;
+    }
+    const size_t meta = rec_meta(L, n_ents);
+    if (len != meta + (size_t)n_ents * PB)
+        return 0;
+    const uint8_t *e = v + REC_HEAD + 4u * (size_t)L, *pages = v + meta;
+    for (uint32_t li = 0, i = 0; li < L; li++)
+        for (uint32_t k = 0; k < rd32(v + REC_HEAD + 4u * li); k++, i++) {
+            uint32_t fmt = e[4 * i], nt = e[4 * i + 2] | (uint32_t)e[4 * i + 3] << 8;
+            if (fmt != targets[li] || e[4 * i + 1] || nt != tpp_of(s, fmt) ||
+                !page_ok(s, fmt, pages + (size_t)i * PB, nt))
+                return 0;
+        }
+    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents);
+    if (!x || kv_pfx_reserve(p, 1)) {
+        kv_mem_free(x, x ? x->bytes : 0);
+        return -1;
+    }
+    uint32_t i = 0;
+    for (uint32_t li = 0; li < L; li++) {
+        x->off[li] = i;
+        for (uint32_t k = 0; k < rd32(v + REC_HEAD + 4u * li); k++, i++) {
+            kv_page_ent_t *en = &x->ents[i];
+            en->format = e[4 * i];
+            en->flags = 0;
+            en->n_tokens = (uint16_t)(e[4 * i + 2] | e[4 * i + 3] << 8);
+            if (kv_page_ref_new(s->pt, en->format, &en->id)) { /* pool full: stop */
+                for (uint32_t j = 0; j < i; j++)
+                    kv_page_ref_drop(s->pt, x->ents[j].id, x->ents[j].format);
+                kv_mem_free(x, x->bytes);
+                return -1;
+            }
+            memcpy(kv_page_addr(s->pt, en->id), pages + (size_t)i * PB, PB);
+        }
+    }
+    x->off[L] = i;
+    x->start = got;
+    x->end = b;
+    x->key = *key;
+    x->parent = last;
+    kv_pfx_link(s, x, 0);
+    p->r_bytes_in += len;
+    *out = x;
+    return 1;
+}
+
+void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
+                         uint32_t cap, uint32_t step, const uint8_t *targets,
+                         uint32_t *got, kv_pfx_node_t **last)
+{
+    kv_pfx_t *p = s->pfx;
+    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads;
+    kv_remote_get_t *it = kv_mem_calloc(FETCH_KEYS, sizeof *it);
+    if (!it)
+        return;
+    for (int more = 1; more;) {
+        more = 0;
+        /* the next boundaries after *got, each a node of one step */
+        const uint32_t one = ents_for(s, targets, 0, step);
+        const size_t vcap = rec_meta(L, one) + (size_t)one * s->cfg.page_bytes;
+        uint32_t n = 0, b = *got + step;
+        size_t bytes = 0;
+        while (n < FETCH_KEYS && b <= cap && b / B <= nb && bytes + vcap <= FETCH_BYTES) {
+            memcpy(it[n].key.hash, h[b / B - 1].b, 32);
+            it[n].cap = vcap;
+            n++, b += step, bytes += vcap;
+        }
+        if (n == 0)
+            break;
+        uint8_t *buf = kv_mem_alloc(bytes);
+        if (!buf)
+            break;
+        for (uint32_t i = 0; i < n; i++)
+            it[i].dst = buf + (size_t)i * vcap;
+        kv_remote_stats_t r0, r1;
+        kv_remote_stats(p->remote, &r0);
+        int got_n = kv_remote_get(p->remote, it, n);
+        kv_remote_stats(p->remote, &r1);
+        p->r_bad += r1.corrupt - r0.corrupt; /* failed the frame's checks */
+        if (got_n < 0) { /* nothing sent (no memory): no status was set */
+            p->r_errors++;
+            kv_mem_free(buf, bytes);
+            break;
+        }
+        uint32_t i = 0;
+        for (; i < n; i++) {
+            kv_pfx_node_t *x = NULL;
+            const uint32_t end = *got + step;
+            int r = it[i].status;
+            if (r == KV_ENOENT || r == KV_ERANGE) /* absent, corrupt, or a longer node */
+                break;
+            if (r) {
+                p->r_errors++;
+                break;
+            }
+            r = install(s, it[i].dst, it[i].len, *got, end, *last, targets, &h[end / B - 1], &x);
+            if (r <= 0) {
+                p->r_bad += r == 0;
+                break;
+            }
+            p->r_hits++;
+            *got = end;
+            *last = x;
+        }
+        kv_mem_free(buf, bytes);
+        more = i == n; /* all taken: the next batch (none left: n 0, stop) */
+    }
+    kv_mem_free(it, FETCH_KEYS * sizeof *it);
+}

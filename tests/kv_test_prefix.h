@@ -1,0 +1,62 @@
+/*
+ * kv_test_prefix.h — what the prefix-cache tests share: a store created or
+ * the test ended, and the K/V a prompt's token gets (a function of the token
+ * id, its index, layer, head and element, multiples of 1/256 in [-1, 1):
+ * exact in FP16), appended to every layer of a sequence.
+ */
+#ifndef KV_TEST_PREFIX_H
+#define KV_TEST_PREFIX_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kvpage/kvpage.h"
+
+/* kv_store_create, or exit(1) with the reason. */
+static inline kv_store_t *kvt_pfx_store(const kv_config_t *c)
+{
+    kv_store_t *s = NULL;
+    int rc = kv_store_create(c, &s);
+    if (rc) {
+        fprintf(stderr, "kv_store_create: %s\n", kv_strerror(rc));
+        exit(1);
+    }
+    return s;
+}
+
+/* Element d of the K (v 0) or V (v 1) row of token tok at index i. */
+static inline float kvt_pfx_val(int32_t tok, uint32_t i, uint32_t l, uint32_t h, uint32_t d,
+                                int v)
+{
+    uint32_t x = (uint32_t)tok * 2654435761u ^ i * 40503u ^ l * 977u ^ h * 131u ^ d * 7u ^
+                 (uint32_t)v * 0x9e37u;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    return (float)((int)(x % 512u) - 256) / 256.0f;
+}
+
+/* Append tokens [t0, t0+n) of prompt to every layer of seq (nl layers, nkv
+ * kv heads, hd elements): 0 or the first kv_append error. */
+static inline int kvt_pfx_feed(kv_store_t *s, kv_seq_id_t seq, const int32_t *prompt,
+                               uint32_t t0, uint32_t n, uint32_t nl, uint32_t nkv, uint32_t hd)
+{
+    size_t cnt = (size_t)n * nkv * hd;
+    float *k = malloc(cnt * sizeof *k), *v = malloc(cnt * sizeof *v);
+    int rc = k && v ? 0 : KV_ENOMEM;
+    for (uint32_t l = 0; l < nl && rc == 0; l++) {
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t h = 0; h < nkv; h++)
+                for (uint32_t d = 0; d < hd; d++) {
+                    size_t o = ((size_t)i * nkv + h) * hd + d;
+                    k[o] = kvt_pfx_val(prompt[t0 + i], t0 + i, l, h, d, 0);
+                    v[o] = kvt_pfx_val(prompt[t0 + i], t0 + i, l, h, d, 1);
+                }
+        rc = kv_append(s, seq, l, n, KV_DTYPE_F32, k, v, NULL);
+    }
+    free(k);
+    free(v);
+    return rc;
+}
+
+#endif /* KV_TEST_PREFIX_H */
