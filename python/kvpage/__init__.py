@@ -22,9 +22,6 @@ from .errors import (KV_EBUSY, KV_ECORRUPT, KV_EINVAL, KV_EIO, KV_ELIMIT, KV_ENO
 from .policy import Method, Policy, PolicyInfo, check_pressure
 from .store import Seq, Store
 
-# The prefix cache (issue 15 lists it "once it exists") is not in the C API
-# yet; its wrapper will join Store (store.py) when kvpage.h has it.
-
 __version__ = version
 __all__ = [
     "Store", "Seq", "Config", "Stats", "Estimate", "Residency", "Format", "FormatInfo",

@@ -166,6 +166,10 @@ _PROTOTYPES = {
     "kv_store_seqs": (c_int, [_store, c_uint32_p, c_uint32, c_uint32_p]),
     "kv_attn_decode": (c_int, [_store, P(kv_decode_t)]),
     "kv_attn_prefill": (c_int, [_store, P(kv_prefill_t)]),
+    "kv_seq_prefix_match": (c_int, [_store, c_uint32, c_int32_p, c_uint32, c_void_p, c_size_t,
+                                    c_uint32_p]),
+    "kv_seq_prefix_publish": (c_int, [_store, c_uint32, c_int32_p, c_uint32, c_void_p,
+                                      c_size_t]),
 }
 
 

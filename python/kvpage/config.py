@@ -47,7 +47,12 @@ class Config:
     include/kvpage/kvpage.h for every field's range). Set at least the model
     shape (n_layers, n_q_heads, n_kv_heads, head_dim) and host_pages; the
     other fields default as kv_config_default() sets them (0 = the library's
-    default). pressure and offload_path are str (or None)."""
+    default). pressure, offload_path and prefix_remote are str (or None).
+    Prefix cache (docs/prefix.md): prefix_cache=True needs prefix_model, the
+    model fingerprint (bytes, 1..65536; e.g. the SHA-256 of the weights
+    file; the store copies it at create), else KvError(KV_EINVAL) from the
+    store; with the cache off all prefix_* fields must stay unset.
+    prefix_model_len is not a field: it is len(prefix_model)."""
     n_layers: int = _D.n_layers
     n_q_heads: int = _D.n_q_heads
     n_kv_heads: int = _D.n_kv_heads
@@ -70,14 +75,32 @@ class Config:
     offload_flags: int = _D.offload_flags
     offload_fault_ppm: int = _D.offload_fault_ppm
     offload_fault_seed: int = _D.offload_fault_seed
+    prefix_cache: bool = bool(_D.prefix_cache)
+    prefix_model: bytes = b""
+    prefix_remote: Optional[str] = None
+    prefix_remote_timeout_ms: int = _D.prefix_remote_timeout_ms
 
     def _to_c(self) -> _lib.kv_config_t:
         """The C struct. Its char pointers point into bytes objects the
-        struct keeps alive (ctypes holds them in the struct's _objects)."""
+        struct keeps alive (ctypes holds them in the struct's _objects; the
+        prefix_model buffer in the struct's attribute _prefix_model_buf), so
+        the struct is valid for kv_store_create as long as it lives."""
         c = lib.kv_config_default()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("pressure", "offload_path"):
+            if f.name == "prefix_model":
+                model = bytes(value) if value is not None else b""
+                if len(model) >= 1 << 32:
+                    raise KvError(KV_ERANGE, f"prefix_model: {len(model)} bytes")
+                c.prefix_model_len = len(model)
+                if model:
+                    buf = ctypes.create_string_buffer(model, len(model))
+                    c._prefix_model_buf = buf  # type: ignore[attr-defined]
+                    c.prefix_model = ctypes.cast(buf, ctypes.c_void_p).value
+                else:
+                    c.prefix_model = None
+                continue
+            if f.name in _STRINGS:
                 value = None if value is None else str(value).encode()
             else:
                 value = u_int(f.name, value, 64 if f.name in _U64 else 32)
@@ -86,13 +109,18 @@ class Config:
 
     @classmethod
     def _from_c(cls, c: _lib.kv_config_t) -> "Config":
-        fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(cls)}
-        for name in ("pressure", "offload_path"):
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "prefix_model"]
+        fields: dict = {name: getattr(c, name) for name in names}
+        for name in _STRINGS:
             fields[name] = None if fields[name] is None else fields[name].decode()
+        fields["prefix_cache"] = bool(fields["prefix_cache"])
+        fields["prefix_model"] = (ctypes.string_at(c.prefix_model, c.prefix_model_len)
+                                  if c.prefix_model and c.prefix_model_len else b"")
         return cls(**fields)
 
 
 _U64 = ("host_pages", "offload_fault_seed")
+_STRINGS = ("pressure", "offload_path", "prefix_remote")
 
 
 def u_int(name: str, value: Any, bits: int = 32) -> int:
@@ -150,6 +178,22 @@ class Stats:
     seqs_dropped: int
     offload_faults: int
     pressure_offloaded_pages: int
+    prefix_nodes: int
+    prefix_pages: int
+    prefix_pages_only: int
+    prefix_hits: int
+    prefix_misses: int
+    prefix_tokens_reused: int
+    prefix_published: int
+    prefix_evicted: int
+    prefix_evicted_pages: int
+    prefix_remote_hits: int
+    prefix_remote_tokens: int
+    prefix_remote_bad: int
+    prefix_remote_errors: int
+    prefix_remote_bytes_in: int
+    prefix_remote_put: int
+    prefix_remote_dropped: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """store.py — Store and Seq: the store, its sequences, append/read,
 attention (decode, prefill), fork, compaction, formats, policies, the
-page-file tier.
+page-file tier, the prefix cache (Seq.prefix_match, Seq.prefix_publish).
 
 Ownership: a Store owns its kv_store_t until close() (or the end of its with
 block, or garbage collection). Sequences belong to the store; a Seq is a
@@ -70,6 +70,33 @@ def as_array(name: str, a: Any, dims: Dims, dtypes: Tuple[np.dtype, ...] = _FLOA
 
 def _fptr(a: np.ndarray) -> Any:
     return a.ctypes.data_as(c_float_p)
+
+
+def _tokens(tokens: Any) -> np.ndarray:
+    """Token ids as a C-contiguous 1-D int32 array: ValueError for another
+    number of dimensions or an id outside int32, TypeError for a
+    non-integer dtype (an empty sequence is accepted)."""
+    a = np.asarray(tokens)
+    if a.ndim != 1:
+        raise ValueError(f"tokens: expected shape (n_tokens,), got {tuple(a.shape)}")
+    if a.size == 0:
+        return np.zeros((0,), np.int32)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"tokens: dtype {a.dtype} is not an integer type")
+    if int(a.min()) < -2**31 or int(a.max()) >= 2**31:
+        raise ValueError("tokens: a token id does not fit in int32")
+    if a.shape[0] >= 2**32:
+        raise ValueError(f"tokens: {a.shape[0]} tokens do not fit in uint32")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _salt(salt: Union[bytes, bytearray, memoryview, str]) -> bytes:
+    """A prefix-cache salt as bytes (str: UTF-8)."""
+    if isinstance(salt, str):
+        return salt.encode("utf-8")
+    if isinstance(salt, (bytes, bytearray, memoryview)):
+        return bytes(salt)
+    raise TypeError(f"salt: expected bytes or str, got {type(salt).__name__}")
 
 
 def _floats32(name: str, a: Any, dims: Dims) -> np.ndarray:
@@ -262,10 +289,6 @@ class Store(Owned):
         atomically; what a Store with OFFLOAD_OPEN restores."""
         check(lib.kv_store_offload_sync(self.handle))
 
-    # Prefix cache: the C API has none yet (prefix/ holds only the block
-    # hashes and the remote tier). When kvpage.h gains it, its wrapper goes
-    # here and in docs/python.md ("Prefix cache").
-
 
 class Seq:
     """A sequence of a Store (kv_seq_id_t). Made by Store.create_seq,
@@ -374,6 +397,34 @@ class Seq:
         self._call(lib.kv_read, layer, kv_head, t0, n, _fptr(k), _fptr(v),
                    pos.ctypes.data_as(c_int32_p))
         return k, v, pos
+
+    # ---- prefix cache (Config.prefix_cache; docs/prefix.md) -------------------
+
+    def prefix_match(self, tokens: Any, salt: Union[bytes, str] = b"") -> int:
+        """Attach the longest cached prefix of tokens (kv_seq_prefix_match) to
+        this sequence, which must be empty (its policy already set): returns
+        the tokens attached, at most len(tokens) - 1 rounded down to a node
+        (0 = a miss); append and prefill tokens[matched:] next. tokens: 1-D
+        integer ids (int32); salt: bytes or str (UTF-8), the isolation key
+        (different salts never share). KvError: KV_ENOTSUP (cache off),
+        KV_ESTATE (sequence not empty), KV_EINVAL (salt over 65536 bytes),
+        KV_ENOMEM, KV_EIO; nothing attached then."""
+        t, s = _tokens(tokens), _salt(salt)
+        matched = ctypes.c_uint32()
+        self._call(lib.kv_seq_prefix_match, t.ctypes.data_as(c_int32_p), t.shape[0],
+                   s or None, len(s), ctypes.byref(matched))
+        return matched.value
+
+    def prefix_publish(self, tokens: Any, salt: Union[bytes, str] = b"") -> int:
+        """Publish the full blocks of this sequence's first len(tokens)
+        tokens (kv_seq_prefix_publish; tokens = the ids of the tokens
+        appended, no more than any list holds). Idempotent; call it before
+        prefill_end. Returns the tokens now cached from token 0 on.
+        KvError: KV_ENOTSUP (cache off), KV_ERANGE (more tokens than a list
+        holds), KV_EINVAL, KV_ENOMEM, KV_EIO; nothing published then."""
+        t, s = _tokens(tokens), _salt(salt)
+        return self._call(lib.kv_seq_prefix_publish, t.ctypes.data_as(c_int32_p), t.shape[0],
+                          s or None, len(s))
 
     def compact(self, layer: int, kv_head: int, keep: Any) -> None:
         """Keep only the tokens keep (strictly increasing indices into the

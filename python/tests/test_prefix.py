@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""The prefix cache through the binding (docs/prefix.md): a published prompt
+found again by a second sequence with the same K/V rows on shared pages,
+salts that never share, the cache off, bad input. Blocks are the FP16 page's
+16 tokens (head_dim 64)."""
+import numpy as np
+import pytest
+
+import kvpage
+from conftest import SHAPE, kv
+
+B = 16  # tokens per block: FP16 tokens per page for head_dim 64
+MODEL = b"\x01" * 32  # a model fingerprint (e.g. the SHA-256 of the weights)
+
+
+@pytest.fixture
+def pstore():
+    with kvpage.Store(host_pages=256, n_threads=2, prefix_cache=True, prefix_model=MODEL,
+                      **SHAPE) as st:
+        yield st
+
+
+def _prompt(store, rng, tokens):
+    """A sequence holding the K/V of tokens (random) in every layer."""
+    s = store.create_seq()
+    for layer in range(SHAPE["n_layers"]):
+        s.append(layer, *kv(rng, len(tokens)))
+    return s
+
+
+def test_config_round_trip(pstore):
+    c = pstore.config
+    assert c.prefix_cache is True and c.prefix_model == MODEL and c.prefix_remote is None
+    with kvpage.Store(host_pages=16, **SHAPE) as off:
+        assert off.config.prefix_cache is False and off.config.prefix_model == b""
+
+
+def test_publish_then_match_shares_rows_and_pages(pstore, rng):
+    tokens = np.arange(1000, 1040, dtype=np.int32)  # 40 tokens: 2 full blocks + 8
+    a = _prompt(pstore, rng, tokens)
+    assert a.prefix_publish(tokens) == 2 * B
+    assert a.prefix_publish(list(tokens)) == 2 * B  # idempotent, any int sequence
+    st = pstore.stats()
+    assert st.prefix_published >= 1 and st.prefix_nodes >= 1
+    used = st.pages_used
+
+    b = pstore.create_seq()
+    assert b.prefix_match(tokens, b"") == 2 * B
+    st = pstore.stats()
+    assert (st.prefix_hits, st.prefix_misses, st.prefix_tokens_reused) == (1, 0, 2 * B)
+    assert st.pages_used == used  # the matched pages are shared, none copied
+    for layer in range(SHAPE["n_layers"]):
+        for h in range(SHAPE["n_kv_heads"]):
+            assert b.len(layer, h) == 2 * B
+            ka, va, pa = a.read(layer, h, 0, 2 * B)
+            kb, vb, pb = b.read(layer, h)
+            assert np.array_equal(ka, kb) and np.array_equal(va, vb)
+            assert np.array_equal(pa, pb) and np.array_equal(pb, np.arange(2 * B))
+    # the rest of the prompt appends to fresh pages: a's rows stay as they were
+    before = a.read(0, 0)
+    b.append(0, *kv(rng, 8))
+    assert np.array_equal(a.read(0, 0)[0], before[0])
+    pstore.check()
+
+    # a different continuation shares only the common blocks
+    c = pstore.create_seq()
+    other = np.concatenate([tokens[:B], tokens[B:] + 1])
+    assert c.prefix_match(other) == B
+    # a sequence of tokens that was never published: a miss, not an error
+    d = pstore.create_seq()
+    assert d.prefix_match(np.arange(40) + 5000) == 0
+    assert pstore.stats().prefix_misses == 1
+    pstore.check()
+
+
+def test_salt_isolates(pstore, rng):
+    tokens = np.arange(48, dtype=np.int64)  # any integer dtype whose values fit int32
+    a = _prompt(pstore, rng, tokens)
+    assert a.prefix_publish(tokens, salt="tenant-a") == 3 * B
+    with pstore.create_seq() as b:
+        assert b.prefix_match(tokens, salt=b"tenant-b") == 0
+        assert b.prefix_match(tokens) == 0  # no salt is a salt of its own
+    with pstore.create_seq() as b:
+        assert b.prefix_match(tokens, salt="tenant-a".encode()) == 2 * B  # n - 1 rounded down
+    st = pstore.stats()
+    assert (st.prefix_hits, st.prefix_misses) == (1, 2)
+
+
+def test_cache_off_is_enotsup(store, rng):
+    tokens = np.arange(32, dtype=np.int32)
+    a = _prompt(store, rng, tokens)
+    for call in (lambda: store.create_seq().prefix_match(tokens),
+                 lambda: a.prefix_publish(tokens)):
+        with pytest.raises(kvpage.KvError) as e:
+            call()
+        assert e.value.code == kvpage.KV_ENOTSUP
+    assert store.stats().prefix_nodes == 0
+
+
+def test_config_errors():
+    with pytest.raises(kvpage.KvError) as e:  # the cache on without a fingerprint
+        kvpage.Store(host_pages=16, prefix_cache=True, **SHAPE)
+    assert e.value.code == kvpage.KV_EINVAL
+    with pytest.raises(kvpage.KvError) as e:  # a fingerprint with the cache off
+        kvpage.Store(host_pages=16, prefix_model=b"x", **SHAPE)
+    assert e.value.code == kvpage.KV_EINVAL
+    with pytest.raises(kvpage.KvError) as e:  # over 65536 bytes
+        kvpage.Store(host_pages=16, prefix_cache=True, prefix_model=b"x" * 65537, **SHAPE)
+    assert e.value.code == kvpage.KV_ERANGE
+
+
+def test_bad_input(pstore, rng):
+    tokens = np.arange(40, dtype=np.int32)
+    a = _prompt(pstore, rng, tokens)
+    fresh = pstore.create_seq()
+    for seq in (a, fresh):
+        for call in (seq.prefix_match, seq.prefix_publish):
+            with pytest.raises(ValueError):
+                call(tokens.reshape(4, 10))
+            with pytest.raises(ValueError):
+                call(np.array([1, 2**31], np.int64))
+            with pytest.raises(ValueError):
+                call(np.array([-2**31 - 1], np.int64))
+            with pytest.raises(TypeError):
+                call(np.arange(4, dtype=np.float32))
+            with pytest.raises(TypeError):
+                call(tokens, salt=5)
+    with pytest.raises(kvpage.KvError) as e:  # match into a sequence that holds tokens
+        a.prefix_match(tokens)
+    assert e.value.code == kvpage.KV_ESTATE
+    with pytest.raises(kvpage.KvError) as e:  # more tokens than the lists hold
+        a.prefix_publish(np.arange(41))
+    assert e.value.code == kvpage.KV_ERANGE
+    with pytest.raises(kvpage.KvError) as e:  # salt over 65536 bytes
+        fresh.prefix_match(tokens, salt=b"s" * 65537)
+    assert e.value.code == kvpage.KV_EINVAL
+    fresh.free()
+    with pytest.raises(kvpage.KvError) as e:  # a freed sequence
+        fresh.prefix_match(tokens)
+    assert e.value.code == kvpage.KV_ENOENT
+    assert pstore.stats().prefix_nodes == 0  # nothing published by the failures
+    pstore.check()
