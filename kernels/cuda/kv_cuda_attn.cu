@@ -444,11 +444,21 @@ extern "C" int kv_cuda_attn_launch(const kv_cuda_attn_args_t *a, void *stream)
     const size_t smem = kv_cuda_attn_smem(a->head_dim, a->page_bytes);
     KV_CUDA_DISPATCH_HEAD_DIM(a->head_dim, D, {
         auto kern = a->rows_blk == 4 ? attn_kernel<D, 4> : attn_kernel<D, 8>;
-        if (smem > 48u * 1024u &&
+        /* Static shared memory (the kernel's own arrays) counts toward the
+         * same 48 KiB default limit as the dynamic part: opt in to more
+         * whenever the two together exceed it (pages of ~19-24 KiB stage
+         * under 48 KiB dynamically but not with the static part). */
+        cudaFuncAttributes fa;
+        if ((rc = kv_cuda_status(cudaFuncGetAttributes(&fa, kern))))
+            return rc;
+        if (fa.sharedSizeBytes + smem > 48u * 1024u &&
             (rc = kv_cuda_status(cudaFuncSetAttribute(
                  kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)smem))))
             return rc;
+        /* An error left by an earlier, already handled failure (a failed
+         * cudaMalloc, say) must not be read as this launch's below. */
+        (void)cudaGetLastError();
         kern<<<(unsigned)blocks, T, smem, s>>>(*a);
         if (a->part)
             reduce_kernel<<<(unsigned)rblocks, T, 0, s>>>(*a);

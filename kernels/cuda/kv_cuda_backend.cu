@@ -10,7 +10,7 @@
  * host mirror of its first part, both owned by the context):
  *   up    pages (staged mode) | entries | work | list_work | seq_len |
  *         statistics items and offsets | q            (one H2D copy)
- *   down  out | statistics                            (one D2H copy)
+ *   down  out | statistics                 (a D2H copy each, not the gap)
  *   dev   partials | log-sum-exp                      (device only)
  * then copy up, launch, copy down and wait for the stream; only then are
  * the caller's out/stats (or destination pages) written, so a failed call
@@ -91,18 +91,27 @@ struct attn_io_t {
     float *const *stats_dst; /* [n_lists]: host destination or NULL */
 };
 
-/* Copy `up` bytes H2D, run fn, copy `down` bytes at down_off D2H, wait. */
+/* A byte range of the buffers. */
+struct range_t {
+    size_t off, len;
+};
+
+/* Copy `up` bytes H2D, run fn, copy the ranges down[0..n_down) D2H, wait.
+ * The ranges are copied one by one, never the alignment gaps between them,
+ * which nothing writes (compute-sanitizer initcheck would flag them). */
 template <typename F>
-int transfer_run(ctx_t *cx, size_t up, size_t down_off, size_t down, F fn)
+int transfer_run(ctx_t *cx, size_t up, const range_t *down, size_t n_down,
+                 F fn)
 {
     int rc = kv_cuda_status(cudaMemcpyAsync(
         cx->dbuf, cx->hbuf, up, cudaMemcpyHostToDevice, cx->stream));
     if (!rc)
         rc = fn();
-    if (!rc && down)
-        rc = kv_cuda_status(
-            cudaMemcpyAsync(cx->hbuf + down_off, cx->dbuf + down_off, down,
-                            cudaMemcpyDeviceToHost, cx->stream));
+    for (size_t i = 0; !rc && i < n_down; i++)
+        if (down[i].len)
+            rc = kv_cuda_status(cudaMemcpyAsync(
+                cx->hbuf + down[i].off, cx->dbuf + down[i].off, down[i].len,
+                cudaMemcpyDeviceToHost, cx->stream));
     int rs = kv_cuda_status(cudaStreamSynchronize(cx->stream));
     return rc ? rc : rs;
 }
@@ -158,7 +167,9 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
     const size_t up = L.at;
     const size_t o_out = L.take(io->out_floats * sizeof(float));
     const size_t o_stats = L.take(pl.n_stats * sizeof(float));
-    const size_t down = L.at - o_out;
+    const size_t down_end = L.at;
+    const range_t down[2] = {{o_out, io->out_floats * sizeof(float)},
+                             {o_stats, pl.n_stats * sizeof(float)}};
     const size_t o_part =
         L.take(pl.single_pass
                    ? 0
@@ -166,7 +177,7 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
                          sizeof(float));
     const size_t o_lse =
         L.take(pl.n_stats ? n_lists * pl.n_rows * sizeof(float) : 0);
-    if ((rc = grow(cx, L.at, o_out + down))) {
+    if ((rc = grow(cx, L.at, down_end))) {
         kv_cuda_plan_free(&pl);
         return rc;
     }
@@ -209,7 +220,7 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
         a.stats_row0 = io->stats_row0;
         a.stats = (float *)(d + o_stats);
     }
-    rc = transfer_run(cx, up, o_out, down,
+    rc = transfer_run(cx, up, down, 2,
                       [&] { return kv_cuda_attn_launch(&a, cx->stream); });
     if (!rc) {
         memcpy(io->out, h + o_out, io->out_floats * sizeof(float));
@@ -223,13 +234,15 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
     return rc;
 }
 
-/* Lock the context and make its device current. */
+/* Lock the context and make its device current; rc: cudaSetDevice's
+ * result (KV_*), which the call returns before touching the device. */
 struct guard_t {
     ctx_t *cx;
-    explicit guard_t(ctx_t *c) : cx(c)
+    int rc;
+    explicit guard_t(ctx_t *c) : cx(c), rc(0)
     {
         pthread_mutex_lock(&cx->lock);
-        cudaSetDevice(cx->device);
+        rc = kv_cuda_status(cudaSetDevice(cx->device));
     }
     ~guard_t()
     {
@@ -285,7 +298,7 @@ int attend(void *ctx, kv_cuda_plan_in_t *in, attn_io_t *io, bool stats,
     int rc;
     {
         guard_t g(cx);
-        rc = run_attn(cx, in, io);
+        rc = g.rc ? g.rc : run_attn(cx, in, io);
     }
     kv_mem_free(blk, blk ? lb : 0);
     return rc;
@@ -333,6 +346,8 @@ int cuda_convert(void *ctx, const kv_convert_params_t *p)
         return rc;
     ctx_t *cx = (ctx_t *)ctx;
     guard_t g(cx);
+    if (g.rc)
+        return g.rc;
     const uint32_t pb = p->geom.page_bytes;
     const void *base;
     uint32_t cap;
@@ -369,7 +384,8 @@ int cuda_convert(void *ctx, const kv_convert_params_t *p)
         cx->pool ? (void *)base : d + o_dst,
         (const uint32_t *)(d + o_dl),
     };
-    rc = transfer_run(cx, up, o_dst, (size_t)n_dst * pb,
+    const range_t down = {o_dst, (size_t)n_dst * pb};
+    rc = transfer_run(cx, up, &down, 1,
                       [&] { return kv_cuda_convert_launch(&a, cx->stream); });
     for (uint32_t j = 0; !rc && j < n_dst; j++)
         memcpy(p->dst[j], h + o_dst + (size_t)j * pb, pb);
@@ -389,7 +405,8 @@ void cuda_destroy(void *ctx)
     ctx_t *cx = (ctx_t *)ctx;
     if (!cx)
         return;
-    cudaSetDevice(cx->device);
+    /* best effort: frees whatever it can, whatever the device's state */
+    (void)cudaSetDevice(cx->device);
     kv_cuda_pool_destroy(cx->pool);
     if (cx->stream)
         cudaStreamDestroy(cx->stream);
@@ -397,6 +414,7 @@ void cuda_destroy(void *ctx)
     cudaFreeHost(cx->hbuf);
     pthread_mutex_destroy(&cx->lock);
     kv_mem_free(cx, sizeof *cx);
+    (void)cudaGetLastError(); /* a failed free is not a later call's error */
 }
 
 const kv_backend_ops_t staged_ops = {

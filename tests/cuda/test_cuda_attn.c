@@ -11,6 +11,8 @@
  *           statistics counted from row 0 and from a later row;
  *   long    one context of KV_CUDA_TEST_MAX_CTX tokens (default 8192;
  *           scripts/gpu_check.sh sets 131072);
+ *   large   pages of 20480 and 24576 bytes (over 48 KiB of shared memory
+ *           with the kernel's static part: the launch must opt in);
  *   device  a device-mode backend reading pages written into its pool;
  *   errors  an unsupported head_dim is KV_ENOTSUP and leaves out untouched.
  * Outputs must agree within 1e-3 of the largest reference magnitude per
@@ -225,6 +227,30 @@ static void test_long(void)
     tcp_free_lists(&L);
 }
 
+/* Pages of 20480 and 24576 bytes: 40-48 KiB of dynamic shared memory, under
+ * the 48 KiB default alone but over it with the kernel's static shared
+ * memory; the launch must opt in to more (else it fails: KV_EIO). */
+static void test_large_pages(void)
+{
+    static const struct {
+        uint32_t pb, mix;
+    } cases[] = {{20480, TCP_FMT_ONLY(KV_FMT_FP16)}, {24576, TCP_FMT_MIX}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const kv_page_geom_t g = {128, cases[c].pb};
+        uint32_t len[4] = {1000, 517, 48, 1};
+        tcp_lists_t L;
+        tcp_make_lists(&L, &g, 4, len, cases[c].mix, &rng);
+        char what[64];
+        snprintf(what, sizeof what, "decode D=128 page_bytes=%u", g.page_bytes);
+        run_decode(&g, 2, 8, 2, &L, NULL, 0, 1, what);
+        snprintf(what, sizeof what, "decode D=128 page_bytes=%u part=64",
+                 g.page_bytes);
+        run_decode(&g, 2, 8, 2, &L, NULL, 64, 1, what);
+        tcp_free_lists(&L);
+        run_prefill(&g, 8, 2, 33, 400, 0, cases[c].mix);
+    }
+}
+
 /* A device-mode backend: the same lists copied into its pool. */
 static void test_device_mode(void)
 {
@@ -347,6 +373,7 @@ int main(void)
     test_decode();
     test_prefill();
     test_long();
+    test_large_pages();
     if (!selfcheck) {
         test_device_mode();
         test_errors();
