@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Thin wrapper over CMake. The two commands of README.md:
 #   make run    install what is missing, fetch the model once, build, and run
 #               the main job: SmolLM2-135M generating through the store

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_alloc.c — fixed-size page pools with refcounts (see kv_alloc.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_alloc.h — fixed-size page pools (one per tier), with refcounts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fault.c — process-wide allocation fault injection (see kv_mem.h).
  *

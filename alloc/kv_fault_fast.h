@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fault_fast.h — internal to alloc/: an inlinable kv_fault_hit() for the
  * page allocator's hot path (kv_alloc.c). Same semantics as kv_fault_hit()

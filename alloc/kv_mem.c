@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_mem.c — metadata allocation for the whole library (see kv_mem.h).
  *

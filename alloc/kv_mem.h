@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_mem.h — metadata memory for the whole library, and fault injection.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_bench_util.h — small helpers shared by kvbench-hash and kvbench-remote:
  * a monotonic clock in seconds, the median of a sample (sorts it), and a

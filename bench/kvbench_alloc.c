@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_alloc.c — page pool alloc+free pairs against general allocators.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_attn.c — decode attention throughput through the public API, per
  * page format, against FP16 and memcpy bandwidth measured in the same run.

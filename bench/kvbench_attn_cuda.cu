@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_attn_cuda.cu — `kvbench-attn --backend cuda`: paged decode attention
  * on the GPU per page format, against the device-to-device copy bandwidth

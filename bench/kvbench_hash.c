@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_hash.c — cost of the prefix block hashes (prefix/kv_prefix_hash.h).
  *

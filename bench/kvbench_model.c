@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_model.c — SmolLM2-135M prefill and decode speed with its KV cache
  * in kvpage pages, against the model's dense-attention path (K/V in a

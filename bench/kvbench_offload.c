@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_offload.c — page-out / page-in throughput of the page file.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_prefix.c — time to first token of SmolLM2-135M with the prefix
  * cache (docs/prefix.md): a cold prefill against a hit from the host tier,

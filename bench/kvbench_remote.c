@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvbench_remote.c — pipelined fetch throughput of the remote tier client
  * (remote/kv_remote.h) against Redis's own GET throughput, measured in the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # kv_build_info.cmake — run at every build (cmake -P) to write the header the
 # kvpage command prints in `kvpage --version`: the commit the source tree is
 # at (git describe --tags --always --dirty) and the features built in. OUT is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * engine_loop.c — kvpage driven the way an inference engine drives it.
  *

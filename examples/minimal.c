@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * minimal.c — the smallest complete kvpage program (README.md shows it).
  *

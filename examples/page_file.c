@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * page_file.c — a page file round trip: sequences go to an NVMe page file,
  * the store is destroyed, and a new store (as after a restart) reopens the

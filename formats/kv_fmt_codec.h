@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_codec.h — the per-element math of the page formats, one source for
  * the C codecs, the CPU attention steps and the CUDA kernels (kernels/cuda/).

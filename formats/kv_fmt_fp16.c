@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_fp16.c — the FP16 page format (kv_fmt_fp16.h; layout in
  * kv_fmt_layout.h).

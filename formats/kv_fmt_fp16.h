@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_fp16.h — the FP16 page format (KV_FMT_FP16 = 0).
  *

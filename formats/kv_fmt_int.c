@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_int.c — the INT4 and INT2 page formats (kv_fmt_int.h; layout in
  * kv_fmt_layout.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_int.h — the INT4 and INT2 page formats (KV_FMT_INT4 = 1,
  * KV_FMT_INT2 = 2): KIVI/MiniKV asymmetric quantization in groups of 16.

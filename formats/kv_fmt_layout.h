@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_layout.h — where every byte of a page is, for every format: the one
  * definition of the page layouts (sizes and offsets). The C codecs

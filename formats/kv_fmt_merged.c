@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_merged.c — the MERGED page format (kv_fmt_merged.h; layout in
  * kv_fmt_layout.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_merged.h — the MERGED page format (KV_FMT_MERGED = 3): MiniCache
  * cross-layer merging of a layer pair (l-1, l) for one kv_head.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_fmt_rot.h — the rotation of rotated INT pages (variant 1 of KV_FMT_INT4
  * and KV_FMT_INT2, kv_fmt_int.h): one definition, shared by the C codecs,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_format.c — the page-format traits table (see kv_format.h).
  *

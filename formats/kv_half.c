@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_half.c — IEEE binary16 <-> binary32 conversion (see kv_half.h).
  *

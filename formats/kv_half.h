@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_half.h — IEEE binary16 <-> binary32 conversion.
  *

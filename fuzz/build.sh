@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # fuzz/build.sh — build the libFuzzer targets with clang and run each one.
 #
 #   fuzz/build.sh [SECONDS] [TARGET...]     (defaults: 30 s each; every target:

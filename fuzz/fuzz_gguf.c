@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_gguf.c — libFuzzer target for the GGUF reader (model/kv_gguf*)
  * and what is built on its metadata (kv_tok_from_gguf).

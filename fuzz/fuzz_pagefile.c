@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_pagefile.c — libFuzzer target for what a restart reads first: the
  * page file's superblock, its index and its slot headers, through

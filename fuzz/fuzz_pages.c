@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_pages.c — libFuzzer target for every page format's decoder on
  * hostile bytes (pages arriving from a page file or, later, a shared remote

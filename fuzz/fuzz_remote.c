@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_remote.c — libFuzzer target for what the remote tier reads from a
  * server or a user: the value frame check (remote/kv_remote_frame.c) and

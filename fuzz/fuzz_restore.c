@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_restore.c — libFuzzer target for a store's restart: sequence
  * records and the pages they name, as a page file holds them, restored by

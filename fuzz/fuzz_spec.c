@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_spec.c — libFuzzer target for the two spec grammars of the public
  * API: policy specs (kv_policy_parse, e.g. "h2o:hh=0.1,rw=0.1+cam") and

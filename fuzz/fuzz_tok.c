@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_tok.c — libFuzzer target for the tokenizer (model/kv_tok*).
  *

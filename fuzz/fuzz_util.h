@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_util.h — what the page-file fuzz targets share: a scratch directory
  * for the files each input becomes, and writing seed inputs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_backend.c — backend-independent part of the backend interface
  * (kv_backend.h): destroying any backend through its ops table. Each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_backend.h — the compute backend interface (ops table + context).
  *

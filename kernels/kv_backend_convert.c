@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_backend_convert.c — running a conversion on a backend (kv_backend.h,
  * "conversions"): the backend's op when its ops table lists one, else the

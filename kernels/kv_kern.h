@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_kern.h — what every backend shares (kernels/, backend-neutral; each
  * backend's own code lives in kernels/cpu/ and kernels/cuda/):

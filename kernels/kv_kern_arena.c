@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_kern_arena.c — the two-pass scratch arena of kv_kern.h, used by the
  * CPU drivers (kernels/cpu/kv_cpu_decode.c, kv_cpu_prefill.c) and the CUDA

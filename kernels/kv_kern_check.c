@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_kern_check.c — validation of the backend ops' parameters, the same for
  * every backend (kv_kern.h): the CPU backend runs it first thing, the CUDA

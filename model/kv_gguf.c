@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_gguf.c — parsing and validation of a GGUF file (see kv_gguf.h).
  *

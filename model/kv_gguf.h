@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_gguf.h — a validating, read-only reader of GGUF files (versions 2 and 3).
  *

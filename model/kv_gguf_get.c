@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_gguf_get.c — typed access to GGUF metadata values (see kv_gguf.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model.h — the reference inference engine: a llama-architecture model
  * (SmolLM2-135M-Instruct, Q4_1 GGUF) whose attention runs through kvpage.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_attn.c — one layer's attention for a forward step, two ways:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_find.c — where the model file is and whether it is intact.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_fwd.c — the llama forward pass over a step of rows:
  *

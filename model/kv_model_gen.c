@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_gen.c — prompt + sampling loop shared by `kvpage run`, the tests
  * and the benchmark: prefill the prompt, then sample, report, feed back, one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_int.h — internal: the structures behind kv_model.h and the
  * pieces the forward pass is built from (elementwise ops, attention).

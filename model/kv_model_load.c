@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_load.c — builds a kv_model_t from a GGUF file: hyperparameters
  * from the `llama.*` metadata, every weight bound by name with its shape and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_ops.c — the elementwise pieces of the forward pass: RMSNorm,
  * RoPE, SwiGLU, residual add. Rows are independent; a row is one work unit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_sample.c — turning logits into tokens and scores: argmax (ties to
  * the lowest id), temperature sampling with a caller-held xorshift64* state

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_session.c — creating, forking and freeing model sessions (see
  * kv_model.h). A paged session owns one store sequence; a dense one owns its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_qpack.c — packing weight matrices into the 8-row interleaved layout and
  * the matmul over it (layout and arithmetic in kv_quant.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_quant.c — binary16 conversion and row dequantization of the ggml block
  * formats (layouts in kv_quant.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_quant.h — the weight formats of the model file and math over them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_quant_avx2.c — AVX2+FMA kernels for kv_quant (see kv_quant_simd.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_quant_simd.h — internal: the AVX2+FMA+F16C kernels behind kv_quant.h
  * and their run-time switch. On other CPUs (or compilers) kv_q_have_avx2()

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_sha256.h — SHA-256 (FIPS 180-4), to check the model file against the
  * hash pinned in kv_model.h. Streaming: init, update any number of times,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok.c — building and querying a tokenizer: validates the config, turns
  * every token into its raw bytes ("piece"), and builds the two hash maps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok.h — the byte-level BPE tokenizer of GPT-2 style vocabularies
  * (tokenizer.ggml.model = "gpt2"), as used by SmolLM2-135M-Instruct.

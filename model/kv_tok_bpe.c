@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_bpe.c — byte-pair merging of one pre-token.
  *

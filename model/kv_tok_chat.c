@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_chat.c — the ChatML prompt of SmolLM2-Instruct (its GGUF
  * tokenizer.chat_template with one system and one user message and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_gguf.c — the glue from a GGUF file's tokenizer.ggml.* metadata to
  * kv_tok_create; the only tokenizer file that knows the GGUF reader.

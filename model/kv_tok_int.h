@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_int.h — internals shared by the tokenizer's files (kv_tok*.c); not
  * for other modules, which use kv_tok.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_pre.c — the pre-tokenizer: splits a text segment into the pieces
  * that BPE then merges independently, as an iterator (no allocation).

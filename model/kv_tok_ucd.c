@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_ucd.c — GENERATED: Unicode 14.0.0 general categories L* (letters)
  * and N* (numbers) as sorted, disjoint, maximal code point ranges, for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_tok_utf8.c — characters for the tokenizer: strict UTF-8 decoding that
  * never fails (an undecodable byte is a character of its own), the three

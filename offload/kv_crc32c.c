@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_crc32c.c — CRC-32C, hardware (SSE4.2 crc32) and table (slicing-by-8).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_crc32c.h — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the
  * checksum of every page and index in a page file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload.c — a page file's life: create (built under "<path>.new":
  * geometry, superblock, empty index, then renamed), open (superblock, index,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload.h — the page-file tier: whole pages, in their stored
  * (compressed) form, written to and read back from a file on NVMe, with a

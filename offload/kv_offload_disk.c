@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_disk.c — encode/decode/check of the on-disk structures laid out
  * in kv_offload_disk.h. Pure functions over byte buffers; the only state is

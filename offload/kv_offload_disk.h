@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_disk.h — the bytes of a page file and of its index (format
  * version 1). Encoding, decoding and checking only: no I/O here.

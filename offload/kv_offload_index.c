@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_index.c — the index file "<path>.idx" of a page file: which
  * slots hold which pages (layout in kv_offload_disk.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_int.h — internals of a page file shared by its sources:
  *   kv_offload.c        create/open/close, slots, free, list, stats

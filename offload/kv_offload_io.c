@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_io.c — batches of page reads and writes: from submit, through
  * coalesced I/Os on the I/O queue, to verified per-page results.

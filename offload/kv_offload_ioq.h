@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_ioq.h — the I/O queues of the page file: an ops table with
  * two implementations (io_uring, pread/pwrite), and nothing else.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_pread.c — the fallback I/O queue: pread(2)/pwrite(2), one transfer
  * at a time, for kernels without io_uring (or when configured).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_shim.c — the fault-injection shim (see kv_offload_shim.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_shim.h — fault injection between the page file's I/O core and
  * its I/O queue (hence between the I/O queue and the kernel): every transfer is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_stage.c — staging runs (see kv_offload_stage.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_stage.h — the staging region of a page file: aligned memory
  * cut into units of slot_bytes, handed out as contiguous runs, so that a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_offload_uring.c — the io_uring I/O queue (liburing).
  *

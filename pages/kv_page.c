@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page.c — the page table (kv_page.h): create/destroy, sequences
  * (create, free, fork), read-back and queries.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page.h — the page table: sequences x layers x kv_heads -> page lists.
  *

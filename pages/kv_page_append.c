@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_append.c — kv_page_append: add tokens to every kv_head list of one
  * (sequence, layer).

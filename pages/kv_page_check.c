@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_check.c — kv_page_table_check: verify every invariant of
  * kv_page.h and kv_page_int.h against the pool.

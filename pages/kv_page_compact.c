@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_compact.c — kv_page_compact: keep tokens keep[0..n_keep) of one
  * list, in order with their positions, packed densely into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_convert.c — residual conversion (KIVI/MiniKV): the oldest tokens
  * of a list's FP16 residual become pages of the list's target format

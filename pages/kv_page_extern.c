@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_extern.c — page references held outside the table's lists (the
  * store's prefix cache, store/kv_store_prefix.c), and installing such pages

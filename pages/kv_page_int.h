@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_int.h — internals of the page table shared by its source files
  * (kv_page.c: table, sequences, queries; kv_page_append.c; kv_page_compact.c;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_merge.c — kv_page_merge_layers: MiniCache merge of the layer pair
  * (layer-1, layer) of one sequence, every kv_head (docs/design.md).

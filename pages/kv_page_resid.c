@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_resid.c — residency of page-table entries, for the store's
  * page-file tier (store/kv_store_offload*.c): the one place that changes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_page_update.c — kv_page_update_v: overwrite the VALUE rows of tokens
  * [t0, t0+n) of one list in place (CaM merges evicted values into kept

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_prefix_hash.c — chained SHA-256 block hashes (see kv_prefix_hash.h).
  *

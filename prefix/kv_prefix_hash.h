@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_prefix_hash.h — content addresses of KV blocks: a SHA-256 per full block
  * of tokens, chained on the block before it (as vLLM's prefix caching does),

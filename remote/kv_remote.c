@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote.c — the remote tier client: create/destroy, and the one engine
  * behind kv_remote_get, kv_remote_set and kv_remote_exists (see kv_remote.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote.h — the remote tier: blobs kept in Redis or Valkey (one server,
  * or a Redis Cluster), shared by every engine process that points at it.

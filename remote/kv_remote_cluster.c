@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_cluster.c — what the servers are: one Redis, or a Redis Cluster
  * and its slot map.

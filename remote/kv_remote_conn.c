@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_conn.c — one TCP connection per server node, and the I/O loop
  * that drives all of them at once against a deadline.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_frame.c — what the remote tier writes into a server: the key
  * string of a hash, its cluster hash slot, and the 64-byte value header

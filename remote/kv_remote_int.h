@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_int.h — internal to remote/: the client's state, shared by the
  * URL parser (kv_remote_url.c), the connections (kv_remote_conn.c), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_pub.c — the publisher: blobs queued by the caller, stored by a
  * thread of its own through its own client, so that publishing never waits

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_url.c — the servers of a remote tier url:
  *   url  = seed *("," seed)

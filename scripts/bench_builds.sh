@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/bench_builds.sh — kvbench-attn in two build types, side by side
 # (make bench runs it): the default build (build/, RelWithDebInfo: -O2 -g)
 # and a Release build (build-release/, CMake's -O3 -DNDEBUG), each with its

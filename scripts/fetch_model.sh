@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # fetch_model.sh — put SmolLM2-135M-Instruct (Q4_1 GGUF) in the kvpage model
 # cache, once. Later runs find it there and do nothing (no network).
 #

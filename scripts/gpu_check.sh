@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/gpu_check.sh — everything about the CUDA backend that needs a GPU,
 # in one command (docs/gpu.md). On a machine with an NVIDIA GPU, from the
 # repository root:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # kv_redis.sh — throwaway Redis servers on loopback for the remote tier's
 # tests and benchmark (docs/prefix.md). Never a fixed port: each server gets
 # a random free port in 10000..21999 (cluster bus: +10000, both below the

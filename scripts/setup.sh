@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what kvpage needs on a Debian machine, only what is missing:
 # the C toolchain, CMake, jemalloc, liburing, clang + libFuzzer (fuzz
 # targets), libcrypto, hiredis and Redis (prefix reuse), fortunes-min (an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_error.c — kv_strerror() and kv_version().
  *

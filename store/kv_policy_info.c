@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_info.c — kv_policy_info: what a parsed policy resolves to for a
  * sequence's shape and prompt, in numbers, for tools that plan capacity or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_int.h — policies inside the store: the parsed policy (immutable
  * data), the per-sequence policy state the store keeps, and the functions the

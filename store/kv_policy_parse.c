@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_parse.c — policy strings to kv_policy_t and back (the grammar is
  * in docs/policies.md): parts joined by '+', each "method" or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_run.c — what a sequence's policy does at prefill end and after
  * every decode step (kv_seq_prefill_end, kv_seq_step_end), in this order:

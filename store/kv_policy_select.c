@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_select.c — which tokens a list keeps, and keeping them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_policy_state.c — the per-sequence policy state the store keeps, and
  * the statistics attention collects for it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_spec.c — "key=value" settings against a key table (see kv_spec.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_spec.h — "key=value" settings checked against a key table: the one
  * machinery behind the two small grammars of the public API, policies

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store.c — the public API (include/kvpage/kvpage.h) on top of the modules.
  *

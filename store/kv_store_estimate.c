@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_estimate.c — kv_config_estimate(): the memory a configuration
  * can take, computed before anything is allocated, and the cap

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_format.c — the public API of compressed formats (kvpage.h,
  * "compressed formats"): per-layer target format, quantize on demand,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_int.h — the store object, shared by the store/ files that
  * implement the public API (kv_store.c: store, sequences, attention; others:

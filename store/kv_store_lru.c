@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_lru.c — recency of sequences, for the memory-pressure escalation
  * and the offload policy ("coldest sequences first").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload.c — the page-file tier's life inside a store: config
  * fields, create/open of the file at kv_store_create (and restore with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload_access.c — what a call does when it meets pages that are
  * not resident (kvpage.h, "offload").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload_api.c — the per-sequence calls of the page-file tier
  * (kvpage.h, "offload"): kv_seq_offload, kv_seq_prefetch, kv_seq_wait,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload_balance.c — kv_store_offload_balance: the watermarks.
  *

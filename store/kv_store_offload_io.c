@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload_io.c — page-outs and page-ins of one sequence as
  * batches on the page file, and what their completions do to the entries.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_offload_record.c — sequence records: what a page file needs
  * besides its pages to give a sequence back after a restart

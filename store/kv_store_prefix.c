@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_prefix.c — the prefix cache in the host pool (kvpage.h, "prefix
  * cache"; docs/prefix.md): content-addressed nodes of prompt blocks shared

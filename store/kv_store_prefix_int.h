@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_prefix_int.h — the prefix cache's structures, shared by
  * kv_store_prefix.c (nodes in the pool: match, publish, eviction, check) and

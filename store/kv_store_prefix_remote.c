@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_prefix_remote.c — the prefix cache's remote tier: nodes in Redis
  * or Valkey (one server or a Redis Cluster) through remote/ (kv_remote_*),

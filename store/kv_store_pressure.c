@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_store_pressure.c — the memory-pressure ladder (kvpage.h, "memory
  * pressure"): when a mutating call fails because the pool refused a page,

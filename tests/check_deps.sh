@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The import graph of the library's folders (docs/design.md, "Layers"):
 # prints every folder -> folder edge (with how many #include lines make it)
 # and fails when

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The shared library must export exactly the functions declared KV_API in
 # include/kvpage/kvpage.h: no internal symbol leaks, no public one is missing.
 # usage: check_exports.sh LIBKVPAGE_SO KVPAGE_H

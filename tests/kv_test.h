@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test.h — the tiny test harness shared by every test program.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_attn.h — the dense attention reference the attention tests compare
  * against: one query row over FP32 keys/values, computed in double, with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_kern.h — the fixture the kernel-level attention tests share
  * (test_attn_cpu, test_attn_mixed, test_attn_codes): lists of FP16, INT4 and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_prefix.h — what the prefix-cache tests share: a store created or
  * the test ended, and the K/V a prompt's token gets (a function of the token

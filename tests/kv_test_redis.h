@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_redis.h — real Redis servers for the remote tier's tests and its
  * benchmark, through scripts/kv_redis.sh (path in KV_REDIS_SCRIPT, set by

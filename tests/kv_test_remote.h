@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_remote.h — helpers of the remote tier's tests: deterministic keys
  * and payloads, one-blob set/get, and a client for a url with short

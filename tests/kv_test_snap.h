@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_test_snap.h — "a failed call changed nothing": what a store shows
  * through the public API, taken before and after a call and compared bit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvpage.h — the public C API of kvpage, a paged KV-cache store.
  *

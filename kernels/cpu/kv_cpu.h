@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu.h — private interface of the CPU reference backend (kernels/cpu/).
  *

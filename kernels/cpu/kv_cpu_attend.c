@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_attend.c — the hot loops of the CPU backend (see kv_cpu.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_backend.c — the CPU reference backend: context and ops table.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_convert.c — CPU reference conversion kernels (contract in
  * kernels/kv_backend.h, "conversions"):

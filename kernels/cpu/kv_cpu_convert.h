@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_convert.h — the CPU reference conversion kernels (kv_cpu_convert.c):
  * the convert / merge_select / merge ops of kv_backend_ops_t (contract in

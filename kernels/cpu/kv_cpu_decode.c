@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_decode.c — batched decode attention on the CPU (flash-decoding).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_fmt_int.c — CPU attention straight from INT4/INT2 codes: the
  * score and accum steps of the kernels-side format table (kv_cpu.h,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_fmt_load.c — the CPU kernels' decoders of whole token ranges to
  * FP32 rows, for the formats the hot loops read as rows (kernels-side

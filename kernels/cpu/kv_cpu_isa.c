@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_isa.c — the CPU feature probe of kvpage (the only one in the
  * library) and the builds of the hot loops it allows.

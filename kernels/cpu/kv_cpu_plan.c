@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_plan.c — bookkeeping shared by the decode and prefill drivers:
  * locating token ranges of page lists, the per-thread scratch size (the

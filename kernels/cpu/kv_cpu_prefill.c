@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_prefill.c — causal prefill attention on the CPU.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cpu_simd.h — the vector types of the CPU hot loops and the few
  * operations whose instruction is never left to the optimizer.

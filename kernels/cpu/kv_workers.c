@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_workers.c — worker threads (kv_workers_*, public: kvpage.h): the CPU
  * backend's attention calls and the reference model's matmuls and row loops

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda.h — the CUDA backend (kernels/cuda/): its C interface.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_attn.cu — paged attention on the GPU: decode and causal prefill
  * over pages of any format (FP16, INT4, INT2, MERGED mixed in one list),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_backend.cu — the CUDA backend behind kv_backend_t (kv_backend.h):
  * attn_decode, attn_prefill and convert run on the GPU; merge_select and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_convert.cu — the conversion kernel: tokens of pages of any format
  * (and variant) -> FP16, INT4 or INT2 pages. This is the quantization of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_int.cuh — private helpers of the CUDA backend's .cu files: the
  * CUDA error -> KV_E* mapping, the head_dim dispatch switch, the attention

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_plan.cu — host side of a CUDA call (no GPU needed, no CUDA API):
  * validation and the device page table a call uploads.

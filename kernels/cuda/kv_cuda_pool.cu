@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_pool.cu — the device page tier: one cudaMalloc arena carved into
  * pages, page ids from a KV_TIER_DEVICE id-only kv_alloc pool (page i of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cuda_attn.c — the CUDA backend's attention against the CPU reference
  * backend, on random pages of every format mixed in one list (MERGED read

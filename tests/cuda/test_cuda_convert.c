@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cuda_convert.c — the CUDA conversion kernel and the device page pool:
  *   convert  runs of pages of every format (MERGED both variants) from a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cuda_host.c — the host-side parts of the CUDA backend; runs (and can
  * fail) without a GPU:

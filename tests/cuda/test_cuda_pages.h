@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cuda_pages.h — random pages and page lists for the CUDA backend's
  * tests (header-only, tests only): pages of every format written through

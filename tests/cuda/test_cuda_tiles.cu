@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cuda_tiles.cu — the attention kernel's control logic, run on the
  * host (these are __host__ __device__ functions of kv_cuda_int.cuh; no GPU

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_alloc_failures.c — every public call that can allocate, failed at each
  * of its allocations in turn (kv_fault_arm), must leave the store unchanged.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api.c — the public API end to end, used the way an inference engine
  * uses it, checked against dense attention computed here.

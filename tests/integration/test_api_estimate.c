@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_estimate.c — kv_config_estimate and the metadata cap of
  * kv_store_create (kvpage.h, "store"):

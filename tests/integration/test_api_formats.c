@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_formats.c — compressed formats through the public API
  * (kvpage.h, "compressed formats"): config kv_format/residual,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_info.c — the numbers the API gives tools: kv_format_info (bits
  * per element, group size, tokens per page), kv_policy_value (one key of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_policy.c — policies through the public API: compositions
  * (SimLayerKV + MiniKV, H2O + INT4, SnapKV + INT2, StreamingLLM + CaM) run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_pressure.c — the memory-pressure ladder (kvpage.h, "memory
  * pressure"; store/kv_store_pressure.c) through the public API.

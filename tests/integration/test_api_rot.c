@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_rot.c — rotated INT pages (KV_FMT_ROT; formats/kv_fmt_rot.h)
  * through the public API and the format traits.

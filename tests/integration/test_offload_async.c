@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_async.c — asynchronous page-in while other work runs.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_faults.c — injected I/O faults never produce wrong data.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_owner.c — one owner per page file, and creation a crash
  * cannot wedge (offload/kv_offload.h, "One owner", kv_offload_create).

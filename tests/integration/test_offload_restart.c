@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_restart.c — a page file outlives its process.
  *

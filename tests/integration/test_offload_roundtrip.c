@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_roundtrip.c — pages through a page file and back, with every
  * I/O queue this machine runs (io_uring, pread), several page sizes (64 B to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_serial.c — a page file whose write serials near the top of
  * their range still closes into a file that reopens (offload/kv_offload.h,

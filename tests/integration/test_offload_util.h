@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_util.h — helpers shared by the offload test programs
  * (test_offload_*.c under tests/): a scratch directory where O_DIRECT works,

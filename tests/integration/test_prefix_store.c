@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_prefix_store.c — the prefix cache in the host pool (kvpage.h,
  * "prefix cache"; store/kv_store_prefix.c) through the public API.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_remote_cluster.c — the remote tier client against a real Redis
  * Cluster of 3 masters (started by this test on free loopback ports):

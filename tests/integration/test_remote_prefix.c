@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_remote_prefix.c — the prefix cache's remote tier (docs/prefix.md;
  * store/kv_store_prefix_remote.c) against real redis-server processes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_remote_pub.c — the remote tier's publisher (kv_remote_pub_*) against
  * a real redis-server started by this test:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_remote_single.c — the remote tier client against one real
  * redis-server (started by this test on a free loopback port):

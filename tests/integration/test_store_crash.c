@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_crash.c — kill -9 at random moments, then restart: every
  * acknowledged sequence comes back bit-exact, and nothing comes back wrong.

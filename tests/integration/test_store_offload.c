@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload.c — the page-file tier through the public API, with
  * every I/O queue that runs here (io_uring when it initialises, pread):

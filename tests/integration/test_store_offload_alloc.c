@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_alloc.c — allocation failure injection (kv_fault_arm:
  * the Nth metadata or page allocation from now fails, N = 1, 2, ... until

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_balance.c — kv_store_offload_balance and a full file:
  *   - four equal FP16 sequences (32 pages each) in a pool of 200 pages with

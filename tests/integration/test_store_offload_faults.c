@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_faults.c — injected I/O faults through the store: no
  * corrupt page returned, no silent loss, no leak.

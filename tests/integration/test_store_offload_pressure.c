@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_pressure.c — the memory-pressure ladder's offload step
  * (kvpage.h, "memory pressure"; store/kv_store_pressure.c) and the offload

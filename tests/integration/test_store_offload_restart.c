@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_restart.c — a page file outlives its store:
  *   - sequences of every restorable kind (FP16, INT4, INT2, compacted with

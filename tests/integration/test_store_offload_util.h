@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_util.h — helpers shared by the test_store_offload*.c
  * programs: a store with a page file in a scratch directory, sequences of

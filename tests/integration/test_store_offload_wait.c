@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_offload_wait.c — non-resident pages met by calls, and I/O next
  * to attention on other threads:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_store_owner.c — two stores on one page file, through the public API
  * (issue: they returned each other's data silently). For the io_uring

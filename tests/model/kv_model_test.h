@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_model_test.h — what the tests/model/ programs share: finding the model
  * file the way `kvpage run` does (exit 77 = skipped only when it is not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_eval_report.c — the ratio columns of `kvpage eval`'s report
  * (tools/kvpage/eval_report.c, from the kvtool library with the task

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_eval_share.c — `kvpage eval`'s shared prompt pass (tools/kvpage/
  * eval_run.c, in kvtool) gives bit for bit what the

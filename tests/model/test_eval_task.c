@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_eval_task.c — the retrieval items of `kvpage eval` (tools/kvpage/
  * eval_task.c, from the kvtool library): seeded determinism, needle

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_gguf.c — the GGUF reader, the weight formats and the model file.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_model_generate.c — the reference model end to end on real text, KV cache in
  * the store.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_model_logits.c — the model's attention through FP16 pages against
  * its dense-attention path, determinism, forks and rollback.

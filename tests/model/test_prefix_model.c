@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_prefix_model.c — the prefix cache on the real model (SmolLM2-135M):
  * a prefix hit gives the same logits, bit for bit, as the publisher's own

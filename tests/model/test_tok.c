@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_tok.c — the SmolLM2-135M-Instruct tokenizer on its real vocabulary
  * (read from the model's GGUF with kv_gguf + kv_tok_from_gguf). Exits 77

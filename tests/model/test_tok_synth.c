@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_tok_synth.c — the tokenizer (model/kv_tok*) on a hand-built
  * vocabulary, so its core is tested without the model file: never skips.

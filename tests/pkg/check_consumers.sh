@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_consumers.sh — kvpage works for the ways a C project consumes it.
 #
 #   install   cmake --install BUILD into a prefix inside the build tree, check

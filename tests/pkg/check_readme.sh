@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_readme.sh — the code block README.md shows under the marker line
 # "<!-- examples/minimal.c -->" is exactly examples/minimal.c.
 # Usage: check_readme.sh SRC_DIR

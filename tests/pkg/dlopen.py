@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """dlopen.py — libkvpage.so loads into a Python process with ctypes, with
 nothing preloaded (the way a Python binding will load it), and a few of its
 functions answer: the version, an error's name, a worker workers created,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_dlopen.c — libkvpage.so loads with dlopen into a process that links
  * neither kvpage nor jemalloc, the way a Python extension, a plugin or an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_cli.c — the pieces of `kvpage stress` (tools/kvpage/stress_*.c,
  * from the kvtool library): the length distributions and generators, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_formats.c — randomized test of the compressed formats through
  * the public API: appends with residual conversion (INT4/INT2), set_format,

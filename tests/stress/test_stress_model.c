@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_model.c — randomized model-based test of the public API
  * (allocator + page table + fork + compaction + attention) against a shadow

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_offload.c — `kvpage stress` with a page file (tools/kvpage/
  * stress_offload.c and the offload parts of the verifier, from the kvtool

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_policy.c — randomized test of policies through the public
  * API: sequences under every method and composition (and none) created,

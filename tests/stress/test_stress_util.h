@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_stress_util.h — the driver runs shared by the `kvpage stress` test
  * programs (test_stress_cli.c, test_stress_offload.c): a small fixed shape

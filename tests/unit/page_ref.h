@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * page_ref.h — helpers shared by the page-table unit tests (test_page,
  * test_page_cow, test_page_compact): a fixture (host pool + page table), a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_attn_codes.c — attention computed straight from INT4/INT2 codes (the
  * score / accum steps of the CPU kernels' format table,

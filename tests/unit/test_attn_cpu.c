@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_attn_cpu.c — the CPU backend's decode and prefill attention against a
  * naive dense implementation (double-precision softmax over the decoded K/V).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_attn_mixed.c — CPU backend attention over page lists that mix the
  * FP16, INT4 and INT2 formats (kernel level, no page table).

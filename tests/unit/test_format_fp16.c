@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_format_fp16.c — the FP16 page format and the traits table.
  *

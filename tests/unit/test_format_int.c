@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_format_int.c — the INT4 and INT2 page formats (formats/kv_fmt_int.h).
  *

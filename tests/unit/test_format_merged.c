@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_format_merged.c — the MERGED page format (formats/kv_fmt_merged.h) and
  * the CPU conversion kernels (kernels/cpu/kv_cpu_convert.c) at kernel

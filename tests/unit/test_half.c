@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_half.c — binary16 <-> binary32 conversion (formats/kv_half.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mem.c — kv_mem_* accounting and kv_fault_* injection.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_crc32c.c — CRC-32C against published vectors (RFC 3720 B.4
  * and the "123456789" check value), the hardware and table paths against

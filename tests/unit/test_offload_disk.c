@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_disk.c — the on-disk structures of a page file
  * (offload/kv_offload_disk.h): superblock, slot header, index.

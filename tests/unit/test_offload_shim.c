@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_shim.c — the fault-injection shim (offload/kv_offload_shim.h):
  * rates near the configured ppm, kinds that cannot apply to an op inject

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_offload_stage.c — the staging-run allocator of a page file
  * (offload/kv_offload_stage.h): alignment, first fit, the longest-run

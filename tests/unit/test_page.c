@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_page.c — the page table: creation, sequences, append (FP32 and FP16
  * input, across page boundaries, one token at a time and in chunks),

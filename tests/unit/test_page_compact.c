@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_page_compact.c — compaction of page lists: keep all / none / every
  * other / first / last, on exclusive and shared (forked) lists; kept tokens

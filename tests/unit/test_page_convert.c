@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_page_convert.c — the page table across formats: residual conversion
  * (pages/kv_page_convert.c), MiniCache merges (pages/kv_page_merge.c), and

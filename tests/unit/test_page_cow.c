@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_page_cow.c — fork and copy-on-write in the page table: a fork shares
  * every page (refcount 2, no new page), an append to a shared partly filled

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_plan.c — `kvpage plan` (tools/kvpage/plan_*.c, from the kvtool
  * library with the workload generator and policy parser it uses):

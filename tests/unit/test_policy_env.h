@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_policy_env.h — synthetic inputs for the policy tests (included by
  * tests/unit/test_policy_*.c and tests/integration/test_api_policy.c).

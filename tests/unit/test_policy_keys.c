@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_policy_keys.c — docs/policies.md's key table is the library's: for
  * every row (method, key, kind, range, default) of the table under

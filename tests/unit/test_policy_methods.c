@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_policy_methods.c — each method on synthetic prompts with known
  * answers (tests/unit/test_policy_env.h plants "hot" keys every query

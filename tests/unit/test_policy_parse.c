@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_policy_parse.c — policy strings: every example of the issue parses,
  * describe() round-trips, bad strings are KV_EINVAL with a message naming

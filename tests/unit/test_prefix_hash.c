@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_prefix_hash.c — the chained block hashes of prefix/kv_prefix_hash.h:
  *   - known answers: the encodings and digests of docs/prefix.md, computed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_remote_frame.c — the remote tier's parts that need no Redis:
  *   - key strings, hash slots (CRC16 known answers, hash tags);

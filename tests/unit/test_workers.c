@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_workers.c — the worker threads (kv_workers_*, kvpage.h) that the
  * CPU attention backend and the reference model run on.

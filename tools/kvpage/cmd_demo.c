@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_demo.c — `kvpage demo`: a synthetic engine-like workload.
  *

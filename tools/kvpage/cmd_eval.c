@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_eval.c — `kvpage eval`: what each KV cache policy costs in quality, on
  * identical inputs, with SmolLM2-135M-Instruct running through the store.

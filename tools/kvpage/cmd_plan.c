@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_plan.c — `kvpage plan`: KV-cache capacity planning per policy.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_run.c — `kvpage run`: generate text with SmolLM2-135M-Instruct whose
  * KV cache lives in a kvpage store.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_stress.c — `kvpage stress`: drive the store like a serving engine
  * under constant memory pressure and verify it continuously (docs/stress.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_hay.c — haystack sources of `kvpage eval` (eval_hay.h): the files of
  * each kind, read with kv_cli_read_file (bounded, regular files only) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_hay.h — the haystacks of `kvpage eval`'s retrieval items: where the
  * text around a needle comes from.

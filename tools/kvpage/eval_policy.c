@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_policy.c — `kvpage eval`'s policies over the store's policy API (see
  * eval_policy.h).

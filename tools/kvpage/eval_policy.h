@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_policy.h — what `kvpage eval` calls a policy: a spec string parsed by
  * the store (kv_policy_parse: "fp16", "kivi4", "kivi2", "minicache",

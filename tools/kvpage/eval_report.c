@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_report.c — JSON, Markdown and SVG renderings of a `kvpage eval` run
  * (eval_report.h). Pure formatting: reads the report, writes the stream.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_report.h — the results of `kvpage eval` and their three renderings:
  * JSON (machines), a Markdown table (people), an SVG plot of quality against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_run.c — a policy's run over one input, with the reference's prompt
  * pass recorded and replayed for the policies that share it (eval_run.h).

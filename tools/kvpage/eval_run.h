@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_run.h — one policy's run over one input in `kvpage eval`: a fresh
  * store holding one sequence under the policy, the prompt's forward pass

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_task.c — retrieval items of `kvpage eval` as text (see eval_task.h):
  * passkey, multi-key needle, variable tracking; fitting to a token budget;

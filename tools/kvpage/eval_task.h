@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * eval_task.h — the retrieval items of `kvpage eval`, as text: generators for
  * passkey retrieval, multi-key needle-in-a-haystack and RULER-style variable

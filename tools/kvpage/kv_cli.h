@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli.h — what the subcommands of the `kvpage` tool share.
  *

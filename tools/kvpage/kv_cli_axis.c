@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli_axis.c — round chart axes for the tool's SVG charts (the eval
  * plots, eval_report.c; the plan's HTML report, plan_html.c): ticks at

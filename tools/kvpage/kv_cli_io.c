@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli_io.c — the files the `kvpage` commands read and write, checked.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli_json.c — the one JSON string writer of the `kvpage` tool's reports
  * (run, eval, plan, stress): every string a report prints goes through it,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli_opt.c — the option parser every `kvpage` subcommand shares.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kv_cli_report.c — one report, two forms: the --json / --md outputs of the
  * `kvpage` commands whose report is a list of fields (run, demo, stress).

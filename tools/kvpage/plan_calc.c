@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_calc.c — the capacity plan per policy (see plan_calc.h for the
  * method): pool, samples, footprints scaled from the simulated heads,

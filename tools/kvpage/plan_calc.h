@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_calc.h — the capacity plan of `kvpage plan`: the KV pool a GPU
  * leaves, and per policy the footprint of the workload's sequences measured

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_closed.c — closed-form KV bytes per policy (see plan_closed.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_closed.h — the closed-form KV bytes of `kvpage plan`: what a policy
  * would cost from the formats' bits per element and the policy's budgets

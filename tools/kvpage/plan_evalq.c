@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_evalq.c — quality costs from `kvpage eval` reports (see
  * plan_evalq.h): a JSON scanner for the few fields needed, the per-policy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_evalq.h — the quality cost `kvpage plan` shows beside a policy,
  * read from the JSON reports of `kvpage eval` (tools/kvpage/eval_report.c,

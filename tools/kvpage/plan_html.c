@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_html.c — the HTML rendering of a plan (see plan_report.h): one
  * self-contained page (inline CSS, hand-written inline SVG, no scripts, no

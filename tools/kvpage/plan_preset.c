@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_preset.c — the preset tables of `kvpage plan` (see plan_preset.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_preset.h — the model and GPU presets of `kvpage plan`.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_report.c — the table, JSON and Markdown renderings of a plan, and
  * the pieces every rendering shares (see plan_report.h; HTML is in

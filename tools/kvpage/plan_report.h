@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_report.h — the renderings of a `kvpage plan`: a plain table (people
  * at a terminal), JSON (machines), Markdown, and a self-contained HTML page

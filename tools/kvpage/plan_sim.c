@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_sim.c — one sequence of `kvpage plan` through the real store (see
  * plan_sim.h for the serving loop and the synthetic data).

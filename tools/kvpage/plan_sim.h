@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_sim.h — one sequence of `kvpage plan` through the real store.
  *

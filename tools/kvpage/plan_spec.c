@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_spec.c — the policies of `kvpage plan` (see plan_spec.h).
  */

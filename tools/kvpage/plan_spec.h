@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan_spec.h — the policies `kvpage plan` compares.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_driver.c — the simulated server's state and its one door to the
  * store, stress_call (stress_driver.h): issue a public call, count it, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_driver.h — the serving loop simulated by `kvpage stress`: a store
  * with a small pool, live sequences with their shadows, a queue of waiting

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_gen.c — RNG, Poisson arrivals, request length distributions and
  * token values for `kvpage stress` (see stress_gen.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_gen.h — the workload generator of `kvpage stress`: a seeded RNG,
  * Poisson arrivals, request lengths (a ShareGPT-like log-normal, fixed, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_mix.c — parse the policy mix of `kvpage stress` and derive what
  * each policy lets the verifier expect (stress_mix.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_mix.h — the policy mix of `kvpage stress` and what each policy
  * lets the verifier expect of a sequence's contents.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_offload.c — the page-file tier in `kvpage stress` (docs/stress.md,
  * "Offload"): the settle phase and the offload, prefetch, balance and sync

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_shadow.c — the shadow record of a live sequence (stress_shadow.h).
  */

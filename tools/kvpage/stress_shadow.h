@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_shadow.h — the shadow record of one live sequence in `kvpage
  * stress`: what was appended to it, in a few integers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_step.c — one iteration of the serving loop `kvpage stress` simulates
  * (stress_driver_step): the phases every iteration runs, in order, then the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_verify.c — the verifier of `kvpage stress` (stress_verify.h).
  *

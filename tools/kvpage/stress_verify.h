@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_verify.h — the verifier of `kvpage stress`: compares a store,
  * through the public API only, against the shadow records of its live
