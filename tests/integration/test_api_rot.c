@@ -63,7 +63,9 @@ static void make_kv(float *k, float *v)
             }
 }
 
-static kv_store_t *store_new(uint32_t hd)
+/* A store of the test shape at head_dim hd; with a page file at path when
+ * path != NULL (offload flags: KV_OFFLOAD_OPEN reopens it). */
+static kv_store_t *store_open(uint32_t hd, const char *path, uint32_t flags)
 {
     kv_config_t c = kv_config_default();
     c.n_layers = 1;
@@ -73,10 +75,19 @@ static kv_store_t *store_new(uint32_t hd)
     c.host_pages = 4096;
     c.residual = 32;
     c.n_threads = 2;
+    if (path) {
+        c.offload_path = path;
+        c.offload_pages = (flags & KV_OFFLOAD_OPEN) ? 0 : 512;
+        c.offload_qd = 8;
+        c.offload_flags = flags;
+    }
     kv_store_t *s = NULL;
-    if (kv_store_create(&c, &s))
-        return NULL;
-    return s;
+    return kv_store_create(&c, &s) ? NULL : s;
+}
+
+static kv_store_t *store_new(uint32_t hd)
+{
+    return store_open(hd, NULL, 0);
 }
 
 static void check_rotation(void)
@@ -377,26 +388,6 @@ static void check_policies(void)
  * flag would decode the codes in the wrong basis), and tokens appended
  * after the restart are quantized rotated, as in a store that never
  * restarted (the list's target keeps KV_FMT_ROT). */
-static kv_store_t *store_file(const char *path, uint32_t flags)
-{
-    kv_config_t c = kv_config_default();
-    c.n_layers = 1;
-    c.n_q_heads = NQ;
-    c.n_kv_heads = NKV;
-    c.head_dim = HD;
-    c.host_pages = 4096;
-    c.residual = 32;
-    c.n_threads = 2;
-    if (path) {
-        c.offload_path = path;
-        c.offload_pages = (flags & KV_OFFLOAD_OPEN) ? 0 : 512;
-        c.offload_qd = 8;
-        c.offload_flags = flags;
-    }
-    kv_store_t *s = NULL;
-    return kv_store_create(&c, &s) ? NULL : s;
-}
-
 static void check_restart(void)
 {
     enum { NX = 40 };
@@ -408,7 +399,7 @@ static void check_restart(void)
     char path[4096];
     kvt_path(&d, "rot.kvp", path);
     /* the reference: a store without a file, same calls */
-    kv_store_t *ref = store_file(NULL, 0), *s = store_file(path, 0);
+    kv_store_t *ref = store_new(HD), *s = store_open(HD, path, 0);
     CHECK(ref != NULL && s != NULL);
     if (!ref || !s) {
         kv_store_destroy(ref);
@@ -427,7 +418,7 @@ static void check_restart(void)
     CHECK_OK(kv_seq_wait(s, a));
     CHECK_OK(kv_store_offload_sync(s));
     kv_store_destroy(s);
-    s = store_file(path, KV_OFFLOAD_OPEN);
+    s = store_open(HD, path, KV_OFFLOAD_OPEN);
     CHECK(s != NULL);
     if (s) {
         kv_seq_id_t ids[2];
