@@ -44,6 +44,7 @@ enum {
     KV_POL_M_KIVI4,
     KV_POL_M_INT2,
     KV_POL_M_INT4,
+    KV_POL_M_EATTN, /* a later bit: canonical order is kv_policy_parse.c's */
     KV_POL_M_COUNT
 };
 
@@ -53,7 +54,10 @@ enum { /* token selection, at most one per policy */
     KV_POL_SEL_H2O,
     KV_POL_SEL_SNAPKV,
     KV_POL_SEL_MINIKV,
+    KV_POL_SEL_EATTN,
 };
+
+enum { KV_POL_ROPE_PAIRS = 0, KV_POL_ROPE_HALVES = 1 }; /* eattn: RoPE layout */
 
 enum { KV_POL_SIM_DECODE = 0, KV_POL_SIM_PREFILL = 1 };
 
@@ -78,6 +82,17 @@ struct kv_policy {
     uint32_t rot;             /* rot=1: INT pages stored rotated (target    */
                               /* fmt | KV_FMT_ROT; kv_pol_target)           */
     uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
+    /* AdaKV (h2o, snapkv, minikv, eattn: ada=1): a layer's heavy budget    */
+    /* shared by its kv heads (kv_pol_ada_split)                             */
+    uint32_t ada;             /* 1: on                                       */
+    double ada_alpha;         /* floor per head: alpha * the uniform budget  */
+    /* Expected Attention (kv_policy_eattn.c); c -> hh, w -> window          */
+    uint32_t ea_sink;         /* first tokens always kept, rows not counted  */
+    uint32_t ea_future;       /* future positions RoPE is averaged over      */
+    double ea_theta;          /* RoPE base of the engine's keys/queries      */
+    uint32_t ea_rope;         /* KV_POL_ROPE_*: pair layout of RoPE          */
+    uint32_t ea_cov;          /* 1: covariance term                          */
+    uint32_t ea_vnorm;        /* 1: scores times ||v||                       */
     /* SimLayerKV */
     uint32_t sim;             /* 1: on                                       */
     double sim_delta;         /* lazy when mass > delta                      */
@@ -112,6 +127,7 @@ enum {
     KV_POL_WANT_ACC = 1,   /* accumulated attention, every query row         */
     KV_POL_WANT_WIN = 2,   /* prefill: the last `window` rows (snapkv)       */
     KV_POL_WANT_SIM = 4,   /* simlayerkv mass (its rows / first decode row)  */
+    KV_POL_WANT_Q = 8,     /* prefill: query moments (eattn)                 */
 };
 
 typedef struct kv_pol_seq {
@@ -122,7 +138,12 @@ typedef struct kv_pol_seq {
     uint32_t prompt_len;     /* T: list length at prefill end               */
     uint64_t steps;          /* kv_seq_step_end calls done                   */
     kv_pol_vec_t *acc;       /* [n_lists] accumulated attention (or NULL)    */
-    kv_pol_vec_t *win;       /* [n_lists] snapkv window scores (or NULL)     */
+    kv_pol_vec_t *win;       /* [n_lists] snapkv window / eattn scores       */
+    double *qmom;            /* eattn while prefilling: [n_layers][n_q_heads] */
+                             /* [1 + D + D*D] count, sum of pre-RoPE q, sum  */
+                             /* of q q^T (upper triangle); NULL once scored  */
+    uint32_t ea_scored;      /* eattn: 1 once win holds the scores          */
+    float ea_scale;          /* eattn: the prefill calls' softmax scale     */
     float *sim_mass;         /* [n_layers] mass measured (-1: not measured)  */
     uint8_t *lazy;           /* [n_layers] 1: lazy layer                     */
     uint32_t sim_decided;    /* 1: lazy layers decided                       */
@@ -152,6 +173,8 @@ uint64_t kv_pol_meta_bytes(const kv_store_t *s);
 /* Attention with statistics collection for sequences with a policy. */
 int kv_pol_attn_prefill(kv_store_t *s, const kv_prefill_t *a, kv_pol_seq_t *ps);
 int kv_pol_attn_decode(kv_store_t *s, const kv_decode_t *a);
+/* Free ps->qmom (eattn's query moments), NULL after. */
+void kv_pol_qmom_free(kv_store_t *s, kv_pol_seq_t *ps);
 /* Make v hold exactly n entries (zero-extending); KV_ENOMEM. */
 int kv_pol_vec_resize(kv_store_t *s, kv_pol_vec_t *v, uint32_t n);
 
@@ -182,12 +205,49 @@ void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *re
 /* MiniCache: the lower layer of the first merged pair of n_layers
  * (pairs (S, S+1), (S+2, S+3), ... below n_layers). */
 uint32_t kv_pol_merge_first(const kv_policy_t *p, uint32_t n_layers);
-/* Selection of one list at prefill end or after a decode step. */
-int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
-                       uint32_t layer, uint32_t head, int at_prefill);
+/* Selection of one layer's lists at prefill end or after a decode step
+ * (per list, or with ada=1 one budget for the layer). */
+int kv_pol_select_layer(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
+                        uint32_t layer, int at_prefill);
 /* SimLayerKV trim of one list to sink + last w (if longer). */
 int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
                     uint32_t layer, uint32_t head);
+
+/* ---- kv_policy_eattn.c ---------------------------------------------------- */
+
+/* Doubles of one layer's query moments: n_q_heads * (1 + D + D*D). */
+size_t kv_pol_eattn_mom_len(const kv_store_t *s);
+/* Add the pre-RoPE queries of a successful kv_attn_prefill call (a) to
+ * ps->qmom (w = 0: every row at position >= sink, all calls; w > 0: the
+ * last w rows of this call replace the layer's moments). Allocates nothing. */
+void kv_pol_eattn_observe(const kv_store_t *s, kv_pol_seq_t *ps, const kv_prefill_t *a);
+/* Rotate x[D] by RoPE at position pos (inverse: by -pos), in place. */
+void kv_pol_rope(double *x, uint32_t D, double pos, double theta, uint32_t layout,
+                 int inverse);
+/* Future-query statistics from one head's moments mom[1 + D + D*D]: mu[D]
+ * and cov[D*D] (full, symmetric; NULL: none) of the pre-RoPE queries,
+ * rotated by the mean RoPE rotation over positions [p0, p0 + future). */
+void kv_pol_eattn_stats(const double *mom, uint32_t D, double theta, uint32_t layout,
+                        double p0, uint32_t future, double *mu, double *cov);
+/* Expected-attention scores of keys k[n][D] (values v[n][D]) for G query
+ * heads with statistics mu[G][D], cov[G][D*D] (NULL: mean only): per head
+ * softmax over tokens >= sink of scale mu.k + scale^2/2 k^T cov k, mean
+ * over the G heads, times ||v|| (vnorm); tokens < sink score +inf.
+ * scratch: [n] doubles. */
+void kv_pol_eattn_score(const float *k, const float *v, uint32_t n, uint32_t D, uint32_t G,
+                        const double *mu, const double *cov, double scale, uint32_t sink,
+                        int vnorm, float *out, double *scratch);
+/* At prefill end: every list's scores into ps->win, then frees qmom
+ * (ea_scored = 1). On error (KV_ENOMEM) nothing is scored. */
+int kv_pol_eattn_prepare(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps);
+
+/* AdaKV: split a layer's heavy budget H * k over its H heads. score[h]
+ * scores n_cand[h] candidates of head h; k_out[h] receives that head's
+ * share: its top floor(alpha * k) (at most n_cand[h]) plus the heads' best
+ * of the rest, H * k in all (or every candidate if fewer). scratch: u64s
+ * for the sum of n_cand. Ties: lower head, then lower index. */
+void kv_pol_ada_split(const float *const *score, const uint32_t *n_cand, uint32_t H,
+                      uint32_t k, double alpha, uint32_t *k_out, uint64_t *scratch);
 
 /* ---- test hooks ----------------------------------------------------------- */
 

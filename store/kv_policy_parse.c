@@ -46,6 +46,16 @@ static const struct pol_method {
     [KV_POL_M_KIVI4] = {"kivi4", 0, KV_FMT_INT4, 1},
     [KV_POL_M_INT2] = {"int2", 0, KV_FMT_INT2, 0},
     [KV_POL_M_INT4] = {"int4", 0, KV_FMT_INT4, 0},
+    [KV_POL_M_EATTN] = {"eattn", KV_POL_SEL_EATTN, KV_FMT_FP16, 0},
+};
+
+/* Canonical order (kv_policy_describe, error lists): the selections
+ * together, then the rest, formats last. A method added later takes the
+ * next bit (the public KV_POLICY_* numbers stay) and its place here. */
+static const uint8_t order[KV_POL_M_COUNT] = {
+    KV_POL_M_FP16,  KV_POL_M_STREAM, KV_POL_M_H2O,   KV_POL_M_SNAPKV, KV_POL_M_MINIKV,
+    KV_POL_M_EATTN, KV_POL_M_SIM,    KV_POL_M_MC,    KV_POL_M_CAM,    KV_POL_M_KIVI2,
+    KV_POL_M_KIVI4, KV_POL_M_INT2,   KV_POL_M_INT4,
 };
 
 _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
@@ -59,11 +69,22 @@ _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
                    1u << KV_POL_M_KIVI2 == KV_POLICY_KIVI2 &&
                    1u << KV_POL_M_KIVI4 == KV_POLICY_KIVI4 &&
                    1u << KV_POL_M_INT2 == KV_POLICY_INT2 &&
-                   1u << KV_POL_M_INT4 == KV_POLICY_INT4,
+                   1u << KV_POL_M_INT4 == KV_POLICY_INT4 &&
+                   1u << KV_POL_M_EATTN == KV_POLICY_EATTN,
                "method numbers are the public KV_POLICY_* bits");
 
 static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
                                         [KV_POL_SIM_PREFILL] = "prefill", NULL};
+static const char *const rope_layouts[] = {[KV_POL_ROPE_PAIRS] = "pairs",
+                                           [KV_POL_ROPE_HALVES] = "halves", NULL};
+
+/* ada=1 (AdaKV per-head budgets) and its floor alpha, keys of every
+ * scoring selection; quiet, so policies without them describe as before. */
+#define KV_POL_ADA(m)                                                          \
+    {.part = (m), .name = "ada", .kind = KV_SPEC_UINT, KV_SPEC_FIELD(P, ada),    \
+     .lo = 0, .hi = 1, .dflt = 0, .quiet = 1},                                  \
+    {.part = (m), .name = "alpha", .kind = KV_SPEC_REAL, KV_SPEC_FIELD(P, ada_alpha), \
+     .rlo = 0.0, .rhi = 1.0, .dflt = 0.2, .quiet = 1}
 
 /* rot=1 (rotated INT pages): quiet, so policies without it describe as
  * before rotation existed. */
@@ -78,13 +99,28 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_A(KV_POL_M_STREAM, "recent", P, recent, 0.2),
     KV_SPEC_A(KV_POL_M_H2O, "hh", P, hh, 0.1),
     KV_SPEC_A(KV_POL_M_H2O, "rw", P, recent, 0.1),
+    KV_POL_ADA(KV_POL_M_H2O),
     KV_SPEC_U(KV_POL_M_SNAPKV, "w", P, window, 1, 65536, 32),
     KV_SPEC_U_RULE(KV_POL_M_SNAPKV, "k", P, kernel, 1, 255, 7, 2, 1), /* odd */
     KV_SPEC_A(KV_POL_M_SNAPKV, "c", P, hh, 0.2),
+    KV_POL_ADA(KV_POL_M_SNAPKV),
     KV_SPEC_A(KV_POL_M_MINIKV, "hh", P, hh, 0.25),
     KV_SPEC_A(KV_POL_M_MINIKV, "rw", P, recent, 0.25),
     KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
     KV_POL_ROT(KV_POL_M_MINIKV),
+    KV_POL_ADA(KV_POL_M_MINIKV),
+    /* eattn: c kept tokens; w query rows (0: every prompt row past the
+     * sinks); RoPE of the engine (theta, layout) to undo it on the queries
+     * and average it over the future positions */
+    KV_SPEC_A(KV_POL_M_EATTN, "c", P, hh, 0.2),
+    KV_SPEC_U(KV_POL_M_EATTN, "w", P, window, 0, 65536, 0),
+    KV_SPEC_U(KV_POL_M_EATTN, "sink", P, ea_sink, 0, 1u << 20, 4),
+    KV_SPEC_U(KV_POL_M_EATTN, "future", P, ea_future, 1, 1u << 20, 512),
+    KV_SPEC_R(KV_POL_M_EATTN, "theta", P, ea_theta, 1.0, 1e12, 10000.0),
+    KV_SPEC_E(KV_POL_M_EATTN, "rope", P, ea_rope, rope_layouts, KV_POL_ROPE_PAIRS),
+    KV_SPEC_U(KV_POL_M_EATTN, "cov", P, ea_cov, 0, 1, 1),
+    KV_SPEC_U(KV_POL_M_EATTN, "vnorm", P, ea_vnorm, 0, 1, 1),
+    KV_POL_ADA(KV_POL_M_EATTN),
     KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
     KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
     KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),
@@ -117,11 +153,13 @@ _Static_assert(sizeof keys / sizeof keys[0] <= 64, "kv_spec_set: a bit per row")
 static void method_names(kv_spec_buf_t *b, int (*want)(const struct pol_method *))
 {
     const char *sep = "";
-    for (uint32_t m = 0; m < KV_POL_M_COUNT; m++)
+    for (uint32_t i = 0; i < KV_POL_M_COUNT; i++) {
+        const uint32_t m = order[i];
         if (!want || want(&methods[m])) {
             kv_spec_printf(b, "%s%s", sep, methods[m].name);
             sep = ", ";
         }
+    }
 }
 
 static int is_sel(const struct pol_method *m) { return m->sel != 0; }
@@ -275,7 +313,8 @@ int kv_policy_describe(const kv_policy_t *p, char *buf, size_t len)
         return KV_EINVAL;
     kv_spec_buf_t s = {buf, len, 0, 0};
     const char *sep = "";
-    for (uint32_t m = 0; m < KV_POL_M_COUNT; m++) {
+    for (uint32_t i = 0; i < KV_POL_M_COUNT; i++) {
+        const uint32_t m = order[i];
         if (!(p->methods >> m & 1u))
             continue;
         kv_spec_printf(&s, "%s%s", sep, methods[m].name);

@@ -5,8 +5,10 @@
  *
  *   prefill end: resolve budgets against the prompt length T (fractions of
  *   T; MiniKV pyramid per layer); SimLayerKV (prefill mode) marks lazy
- *   layers; per (layer, kv_head): lazy -> trim to sink + last w, else the
- *   selection (StreamingLLM, H2O, SnapKV, MiniKV; CaM on evictions); then
+ *   layers; Expected Attention scores every list (kv_policy_eattn.c); per
+ *   (layer, kv_head): lazy -> trim to sink + last w, else the selection
+ *   (StreamingLLM, H2O, SnapKV, MiniKV, Expected Attention; per list, or
+ *   per layer with AdaKV's ada=1; CaM on evictions); then
  *   the kept tokens' format (set_format + quantize, all but the last T mod R
  *   tokens); MiniCache merges its layer pairs.
  *   step end: SimLayerKV (decode mode) decides after the first step; lazy
@@ -109,13 +111,15 @@ static void sim_decide(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
 /* Per list: lazy trim or selection. */
 static int lists_apply(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, int at_prefill)
 {
-    for (uint32_t l = 0; l < s->cfg.n_layers; l++)
-        for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
-            int rc = ps->lazy && ps->lazy[l] ? kv_pol_sim_trim(s, seq, ps, l, h)
-                                             : kv_pol_select_list(s, seq, ps, l, h, at_prefill);
-            if (rc)
-                return rc;
-        }
+    for (uint32_t l = 0; l < s->cfg.n_layers; l++) {
+        int rc = 0;
+        if (!(ps->lazy && ps->lazy[l]))
+            rc = kv_pol_select_layer(s, seq, ps, l, at_prefill);
+        for (uint32_t h = 0; h < s->cfg.n_kv_heads && !rc && ps->lazy && ps->lazy[l]; h++)
+            rc = kv_pol_sim_trim(s, seq, ps, l, h);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -150,7 +154,11 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
     }
     if (p->sim && p->sim_mode == KV_POL_SIM_PREFILL && !ps->sim_decided)
         sim_decide(s, seq, ps);
-    int rc = lists_apply(s, seq, ps, 1);
+    int rc = 0;
+    if (p->sel == KV_POL_SEL_EATTN && !(rc = kv_pol_eattn_prepare(s, seq, ps)))
+        kv_pol_qmom_free(s, ps);
+    if (!rc)
+        rc = lists_apply(s, seq, ps, 1);
     if (!rc && p->sel && p->fmt != KV_FMT_FP16) {
         const uint32_t R = s->cfg.residual;
         for (uint32_t l = 0; l < s->cfg.n_layers && !rc; l++) {

@@ -73,6 +73,10 @@ static uint64_t key_of(float f, uint32_t i)
     return ((uint64_t)~u << 32) | i;
 }
 
+/* ada=1 for layers of at most this many kv heads (plans on the stack);
+ * wider layers select per list. */
+#define KV_MAX_KV_HEADS_SEL 64u
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -259,72 +263,186 @@ int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t l
     return rc;
 }
 
-int kv_pol_select_list(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
-                       uint32_t head, int at_prefill)
+/* What one list's selection keeps: the top k of candidates [0, n_cand)
+ * plus [n_cand, n); nothing to do when n <= budget (or skip). */
+typedef struct sel_plan {
+    uint32_t n, n_cand, k, win, budget;
+    int skip;
+} sel_plan_t;
+
+static sel_plan_t plan_list(const kv_store_t *s, kv_seq_id_t seq, const kv_pol_seq_t *ps,
+                            uint32_t layer, uint32_t head, int at_prefill)
 {
     const kv_policy_t *p = &ps->pol;
-    const uint32_t n = kv_page_list_get(s->pt, seq, layer, head)->n_tokens;
-    const uint32_t i = layer * s->cfg.n_kv_heads + head;
-    uint32_t budget, n_cand, k, win;
-    const float *score = NULL;
+    sel_plan_t pl = {.n = kv_page_list_get(s->pt, seq, layer, head)->n_tokens};
+    const uint32_t n = pl.n;
     switch (p->sel) {
     case KV_POL_SEL_STREAM:
-        win = ps->recent;
-        budget = p->sink + win;
-        n_cand = n > win ? n - win : 0;
-        k = p->sink;
+        pl.win = ps->recent;
+        pl.budget = p->sink + pl.win;
+        pl.n_cand = n > pl.win ? n - pl.win : 0;
+        pl.k = p->sink;
         break;
     case KV_POL_SEL_H2O:
     case KV_POL_SEL_MINIKV:
         if (p->sel == KV_POL_SEL_MINIKV && !at_prefill)
-            return 0; /* heavy hitters frozen while decoding */
-        win = ps->recent;
-        k = ps->hh_layer[layer];
-        budget = k + win;
-        n_cand = n > win ? n - win : 0;
+            pl.skip = 1; /* heavy hitters frozen while decoding */
+        pl.win = ps->recent;
+        pl.k = ps->hh_layer[layer];
+        pl.budget = pl.k + pl.win;
+        pl.n_cand = n > pl.win ? n - pl.win : 0;
         break;
     case KV_POL_SEL_SNAPKV:
-        if (!at_prefill)
-            return 0;
-        budget = ps->hh_layer[layer];
-        win = p->window < n ? p->window : n;
-        win = win < budget ? win : budget;
-        k = budget - win;
-        n_cand = n - win;
+        pl.skip = !at_prefill;
+        pl.budget = ps->hh_layer[layer];
+        pl.win = p->window < n ? p->window : n;
+        pl.win = pl.win < pl.budget ? pl.win : pl.budget;
+        pl.k = pl.budget - pl.win;
+        pl.n_cand = n - pl.win;
+        break;
+    case KV_POL_SEL_EATTN: /* every token a candidate (sinks score +inf) */
+        pl.skip = !at_prefill;
+        pl.budget = pl.k = ps->hh_layer[layer];
+        pl.n_cand = n;
         break;
     default:
+        pl.skip = 1;
+    }
+    return pl;
+}
+
+/* The candidates' scores of one list into *score (pooled: [n_cand]
+ * scratch for SnapKV's max-pool, the sinks' marks for StreamingLLM). */
+static int list_scores(kv_store_t *s, kv_pol_seq_t *ps, uint32_t i, const sel_plan_t *pl,
+                       float *pooled, const float **score)
+{
+    const kv_policy_t *p = &ps->pol;
+    if (p->sel == KV_POL_SEL_STREAM) {
+        memset(pooled, 0, pl->n_cand * sizeof *pooled);
+        for (uint32_t t = 0; t < pl->n_cand && t < pl->k; t++)
+            pooled[t] = 1.0f; /* the sinks */
+        *score = pooled;
         return 0;
     }
-    if (n <= budget)
+    int win = p->sel == KV_POL_SEL_SNAPKV || p->sel == KV_POL_SEL_EATTN;
+    kv_pol_vec_t *v = win ? &ps->win[i] : &ps->acc[i];
+    int rc = kv_pol_vec_resize(s, v, pl->n);
+    *score = v->v;
+    if (rc == 0 && p->sel == KV_POL_SEL_SNAPKV && pl->n_cand) {
+        kv_pol_maxpool(v->v, pl->n_cand, p->kernel, pooled);
+        *score = pooled;
+    }
+    return rc;
+}
+
+static int cmp_u64_desc(const void *a, const void *b)
+{
+    return cmp_u64(b, a);
+}
+
+void kv_pol_ada_split(const float *const *score, const uint32_t *n_cand, uint32_t H,
+                      uint32_t k, double alpha, uint32_t *k_out, uint64_t *keys)
+{
+    const uint32_t floor_k = (uint32_t)floor(alpha * k);
+    uint64_t total = 0, floors = 0, m = 0;
+    for (uint32_t h = 0; h < H; h++) {
+        total += n_cand[h];
+        k_out[h] = floor_k < n_cand[h] ? floor_k : n_cand[h];
+        floors += k_out[h];
+    }
+    const uint64_t budget = (uint64_t)H * k;
+    if (total <= budget) {
+        for (uint32_t h = 0; h < H; h++)
+            k_out[h] = n_cand[h];
+        return;
+    }
+    /* The pool: every head's candidates but its top k_out[h] (a head's
+     * best first, so its floor is its top floor_k): key = score, then
+     * lower head first (key_of orders descending score, ascending index). */
+    for (uint32_t h = 0; h < H; h++) {
+        uint64_t *hk = keys + m;
+        for (uint32_t t = 0; t < n_cand[h]; t++)
+            hk[t] = key_of(score[h][t], t);
+        qsort(hk, n_cand[h], sizeof *hk, cmp_u64);
+        for (uint32_t t = k_out[h]; t < n_cand[h]; t++) {
+            uint32_t u = (uint32_t)(~(hk[t] >> 32)); /* the score's order key */
+            keys[m++] = ((uint64_t)u << 32) | (uint32_t)(~h);
+        }
+    }
+    qsort(keys, m, sizeof *keys, cmp_u64_desc);
+    for (uint64_t r = 0; r < budget - floors && r < m; r++)
+        k_out[~(uint32_t)keys[r]]++;
+}
+
+/* Keep the top k of one list's candidates (+ the rest past n_cand). */
+static int keep_top(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                    uint32_t head, const sel_plan_t *pl, const float *score, uint32_t k,
+                    uint64_t *scr, uint32_t *keep)
+{
+    const kv_policy_t *p = &ps->pol;
+    uint32_t n_keep = kv_pol_topk_keep(score, pl->n_cand, pl->n, k, keep, (uint32_t *)(void *)scr);
+    uint32_t cam_win = p->sel == KV_POL_SEL_STREAM || p->sel == KV_POL_SEL_H2O ? pl->win : 0;
+    return kv_pol_keep(s, seq, ps, layer, head, keep, n_keep, cam_win);
+}
+
+int kv_pol_select_layer(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
+                        int at_prefill)
+{
+    const uint32_t H = s->cfg.n_kv_heads;
+    if (plan_list(s, seq, ps, layer, 0, at_prefill).skip)
         return 0;
-    size_t bytes = (size_t)n * sizeof(uint32_t) + (size_t)n_cand * sizeof(uint64_t) +
-                   (size_t)n_cand * sizeof(float);
+    if (!ps->pol.ada || H == 1 || H > KV_MAX_KV_HEADS_SEL) { /* per list */
+        int rc = 0;
+        for (uint32_t h = 0; h < H && !rc; h++) {
+            sel_plan_t q = plan_list(s, seq, ps, layer, h, at_prefill);
+            if (q.n <= q.budget)
+                continue;
+            size_t bytes = (size_t)q.n * sizeof(uint32_t) +
+                           (size_t)q.n_cand * (sizeof(uint64_t) + sizeof(float));
+            char *mem = kv_mem_alloc(bytes);
+            if (!mem)
+                return KV_ENOMEM;
+            uint64_t *scr = (uint64_t *)(void *)mem;
+            float *pooled = (float *)(void *)(scr + q.n_cand);
+            uint32_t *keep = (uint32_t *)(void *)(pooled + q.n_cand);
+            const float *sc;
+            rc = list_scores(s, ps, layer * H + h, &q, pooled, &sc);
+            if (!rc)
+                rc = keep_top(s, seq, ps, layer, h, &q, sc, q.k, scr, keep);
+            kv_mem_free(mem, bytes);
+        }
+        return rc;
+    }
+    /* AdaKV: the layer keeps H * k candidates in all (+ each list's
+     * window), split by kv_pol_ada_split */
+    sel_plan_t pl[KV_MAX_KV_HEADS_SEL];
+    uint32_t n_cand[KV_MAX_KV_HEADS_SEL], k_h[KV_MAX_KV_HEADS_SEL], n_max = 0;
+    const float *score[KV_MAX_KV_HEADS_SEL];
+    uint64_t sum_cand = 0;
+    for (uint32_t h = 0; h < H; h++) {
+        pl[h] = plan_list(s, seq, ps, layer, h, at_prefill);
+        n_cand[h] = pl[h].n_cand;
+        sum_cand += pl[h].n_cand;
+        n_max = pl[h].n > n_max ? pl[h].n : n_max;
+    }
+    if (sum_cand <= (uint64_t)H * pl[0].k)
+        return 0;
+    size_t bytes = sum_cand * (sizeof(uint64_t) + sizeof(float)) +
+                   (size_t)n_max * sizeof(uint32_t);
     char *mem = kv_mem_alloc(bytes);
     if (!mem)
         return KV_ENOMEM;
     uint64_t *scr = (uint64_t *)(void *)mem;
-    float *pooled = (float *)(void *)(mem + (size_t)n_cand * sizeof(uint64_t));
-    uint32_t *keep = (uint32_t *)(void *)(pooled + n_cand);
+    float *pooled = (float *)(void *)(scr + sum_cand);
+    uint32_t *keep = (uint32_t *)(void *)(pooled + sum_cand);
     int rc = 0;
-    if (p->sel == KV_POL_SEL_STREAM) {
-        memset(pooled, 0, n_cand * sizeof *pooled);
-        for (uint32_t t = 0; t < n_cand && t < k; t++)
-            pooled[t] = 1.0f; /* the sinks */
-        score = pooled;
-    } else {
-        kv_pol_vec_t *v = p->sel == KV_POL_SEL_SNAPKV ? &ps->win[i] : &ps->acc[i];
-        rc = kv_pol_vec_resize(s, v, n);
-        score = v->v;
-        if (rc == 0 && p->sel == KV_POL_SEL_SNAPKV && n_cand) {
-            kv_pol_maxpool(v->v, n_cand, p->kernel, pooled);
-            score = pooled;
-        }
-    }
-    if (rc == 0) {
-        uint32_t n_keep = kv_pol_topk_keep(score, n_cand, n, k, keep, (uint32_t *)(void *)scr);
-        uint32_t cam_win = p->sel == KV_POL_SEL_STREAM || p->sel == KV_POL_SEL_H2O ? win : 0;
-        rc = kv_pol_keep(s, seq, ps, layer, head, keep, n_keep, cam_win);
-    }
+    for (uint32_t h = 0, at = 0; h < H && !rc; at += n_cand[h], h++)
+        rc = list_scores(s, ps, layer * H + h, &pl[h], pooled + at, &score[h]);
+    if (!rc)
+        kv_pol_ada_split(score, n_cand, H, pl[0].k, ps->pol.ada_alpha, k_h, scr);
+    for (uint32_t h = 0; h < H && !rc; h++)
+        if (k_h[h] < n_cand[h])
+            rc = keep_top(s, seq, ps, layer, h, &pl[h], score[h], k_h[h], scr, keep);
     kv_mem_free(mem, bytes);
     return rc;
 }

@@ -72,10 +72,17 @@ static void state_free(kv_store_t *s, kv_pol_seq_t *ps)
         return;
     vecs_free(s, ps->acc, ps->n_lists);
     vecs_free(s, ps->win, ps->n_lists);
+    kv_pol_qmom_free(s, ps);
     pol_free(s, ps->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
     pol_free(s, ps->lazy, ps->n_layers);
     pol_free(s, ps->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
     pol_free(s, ps, sizeof *ps);
+}
+
+void kv_pol_qmom_free(kv_store_t *s, kv_pol_seq_t *ps)
+{
+    pol_free(s, ps->qmom, ps->n_layers * kv_pol_eattn_mom_len(s) * sizeof *ps->qmom);
+    ps->qmom = NULL;
 }
 
 /* Empty state for policy p (vectors per its needs). */
@@ -92,8 +99,11 @@ static kv_pol_seq_t *state_new(kv_store_t *s, const kv_policy_t *p)
     int ok = (ps->hh_layer = pol_alloc(s, ps->n_layers * sizeof *ps->hh_layer)) != NULL;
     if (ok && need_acc)
         ok = (ps->acc = pol_alloc(s, ps->n_lists * sizeof *ps->acc)) != NULL;
-    if (ok && p->sel == KV_POL_SEL_SNAPKV)
+    if (ok && (p->sel == KV_POL_SEL_SNAPKV || p->sel == KV_POL_SEL_EATTN))
         ok = (ps->win = pol_alloc(s, ps->n_lists * sizeof *ps->win)) != NULL;
+    if (ok && p->sel == KV_POL_SEL_EATTN)
+        ok = (ps->qmom = pol_alloc(s, ps->n_layers * kv_pol_eattn_mom_len(s) *
+                                          sizeof *ps->qmom)) != NULL;
     if (ok && p->sim) {
         ok = (ps->sim_mass = pol_alloc(s, ps->n_layers * sizeof *ps->sim_mass)) &&
              (ps->lazy = pol_alloc(s, ps->n_layers));
@@ -168,6 +178,10 @@ int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
         rc = vecs_copy(s, src->acc, ps->acc, ps->n_lists);
     if (!rc && src->win)
         rc = vecs_copy(s, src->win, ps->win, ps->n_lists);
+    if (!src->qmom) /* scored: the child needs no moments */
+        kv_pol_qmom_free(s, ps);
+    else
+        memcpy(ps->qmom, src->qmom, ps->n_layers * kv_pol_eattn_mom_len(s) * sizeof *ps->qmom);
     if (rc) {
         state_free(s, ps);
         return rc;
@@ -178,6 +192,8 @@ int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
     ps->sim_decided = src->sim_decided;
     ps->recent = src->recent;
     ps->rng = src->rng;
+    ps->ea_scored = src->ea_scored;
+    ps->ea_scale = src->ea_scale;
     memcpy(ps->hh_layer, src->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
     if (src->sim_mass) {
         memcpy(ps->sim_mass, src->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
@@ -213,6 +229,8 @@ uint32_t kv_pol_wants(const kv_pol_seq_t *ps)
         w |= KV_POL_WANT_ACC;
     if (p->sel == KV_POL_SEL_SNAPKV && !ps->decoding)
         w |= KV_POL_WANT_WIN;
+    if (p->sel == KV_POL_SEL_EATTN && !ps->decoding)
+        w |= KV_POL_WANT_Q;
     if (p->sim && !ps->sim_decided) {
         if (p->sim_mode == KV_POL_SIM_PREFILL && !ps->decoding)
             w |= KV_POL_WANT_SIM;
@@ -418,6 +436,8 @@ int kv_pol_attn_prefill(kv_store_t *s, const kv_prefill_t *a, kv_pol_seq_t *ps)
         }
     }
     kv_mem_free(buf, bytes);
+    if (rc == 0 && (want & KV_POL_WANT_Q) && ps->qmom)
+        kv_pol_eattn_observe(s, ps, a);
     return rc;
 }
 

@@ -280,15 +280,18 @@ void kv_spec_printf(kv_spec_buf_t *s, const char *fmt, ...)
 }
 
 /* The shortest decimal that reads back (strtod, as the parser reads it) as
- * exactly v: "0.2", not "0.20000000000000001". */
+ * exactly v: "0.2", not "0.20000000000000001"; "10000", not "1e+04". */
 static void spec_print_real(kv_spec_buf_t *out, double v)
 {
-    char b[32];
+    char b[48];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(b, sizeof b, "%.*g", prec, v);
         if (strtod(b, NULL) == v)
             break;
     }
+    /* no "1e+04": '+' joins a policy's parts; large values in full */
+    for (int prec = 0; strstr(b, "e+") && prec <= 17; prec++)
+        snprintf(b, sizeof b, "%.*f", prec, v);
     kv_spec_printf(out, "%s", b);
 }
 

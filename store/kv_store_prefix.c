@@ -388,7 +388,8 @@ out:
 
 /* What a sequence's rule is (see the file comment and kvpage.h). */
 typedef struct pfx_rule {
-    int off;          /* 1: H2O/MiniKV, neither match nor publish     */
+    int off;          /* 1: H2O/MiniKV, eattn w=0 (statistics of every */
+                      /* prompt row): neither match nor publish         */
     uint32_t window;  /* rows a match must leave to the engine        */
     uint32_t step;    /* node boundaries are multiples of this        */
 } pfx_rule_t;
@@ -437,8 +438,9 @@ static int seq_hasher(kv_store_t *s, kv_seq_id_t seq, const void *salt, size_t s
         if (kv_policy_describe(&ps->pol, st + at, cap - (size_t)at))
             st[at] = '?'; /* never: specs are far shorter */
         at += (int)strlen(st + at);
-        rule->off = ps->pol.sel == KV_POL_SEL_H2O || ps->pol.sel == KV_POL_SEL_MINIKV;
-        if (ps->pol.sel == KV_POL_SEL_SNAPKV)
+        rule->off = ps->pol.sel == KV_POL_SEL_H2O || ps->pol.sel == KV_POL_SEL_MINIKV ||
+                    (ps->pol.sel == KV_POL_SEL_EATTN && ps->pol.window == 0);
+        if (ps->pol.sel == KV_POL_SEL_SNAPKV || ps->pol.sel == KV_POL_SEL_EATTN)
             rule->window = ps->pol.window;
         if (ps->pol.sim && ps->pol.sim_mode == KV_POL_SIM_PREFILL && ps->pol.sim_rows > rule->window)
             rule->window = ps->pol.sim_rows;

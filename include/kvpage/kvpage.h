@@ -487,7 +487,8 @@ KV_API int kv_policy_value(const kv_policy_t *policy, const char *method,
                            const char *key, double *out);
 
 /* The methods of a policy: bits of kv_policy_info_t.methods, in the order
- * kv_policy_describe writes them. */
+ * kv_policy_describe writes them (but eattn, a later bit, which it writes
+ * after minikv, with the other selections). */
 #define KV_POLICY_FP16         0x001u
 #define KV_POLICY_STREAMINGLLM 0x002u
 #define KV_POLICY_H2O          0x004u
@@ -500,6 +501,8 @@ KV_API int kv_policy_value(const kv_policy_t *policy, const char *method,
 #define KV_POLICY_KIVI4        0x200u
 #define KV_POLICY_INT2         0x400u
 #define KV_POLICY_INT4         0x800u
+#define KV_POLICY_EATTN        0x1000u /* Expected Attention (selection);  */
+                                       /* described after h2o..minikv     */
 
 /* What a policy does to the lists of a sequence of n_layers layers and a
  * prompt of prompt_len tokens, in numbers, resolved as kv_seq_prefill_end

@@ -164,14 +164,19 @@ static void described_keys(const char *m, char *out, size_t cap)
     base(m, spec, sizeof spec);
     kv_policy_t *p = NULL;
     out[0] = '\0';
-    /* rot is a quiet key (described only when set): set it where it exists */
-    char rspec[80];
-    snprintf(rspec, sizeof rspec, "%s%srot=1", spec, strchr(spec, ':') ? "," : ":");
-    const char *use = spec;
-    if (!kv_policy_parse(rspec, &p, NULL, 0))
-        use = rspec;
-    kv_policy_destroy(p);
-    p = NULL;
+    /* rot, ada and alpha are quiet keys (described only when set): set
+     * each where the method has it */
+    char use[160];
+    snprintf(use, sizeof use, "%s", spec);
+    static const char *const quiet[] = {"rot=1", "ada=1", "alpha=0.5"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        char q[200];
+        snprintf(q, sizeof q, "%s%s%s", use, strchr(use, ':') ? "," : ":", quiet[i]);
+        if (!kv_policy_parse(q, &p, NULL, 0))
+            snprintf(use, sizeof use, "%s", q);
+        kv_policy_destroy(p);
+        p = NULL;
+    }
     if (kv_policy_parse(use, &p, NULL, 0) || kv_policy_describe(p, d, sizeof d)) {
         kv_policy_destroy(p);
         return;
@@ -223,6 +228,6 @@ int main(void)
             CHECK(!strcmp(want, got));
         }
     }
-    CHECK_EQ(methods, 12); /* every method of the grammar */
+    CHECK_EQ(methods, 13); /* every method of the grammar */
     return kv_test_end();
 }
