@@ -140,8 +140,9 @@ typedef struct kv_pol_seq {
     kv_pol_vec_t *acc;       /* [n_lists] accumulated attention (or NULL)    */
     kv_pol_vec_t *win;       /* [n_lists] snapkv window / eattn scores       */
     double *qmom;            /* eattn while prefilling: [n_layers][n_q_heads] */
-                             /* [1 + D + D*D] count, sum of pre-RoPE q, sum  */
-                             /* of q q^T (upper triangle); NULL once scored  */
+                             /* [1 + D + D(D+1)/2] count, sum of pre-RoPE q, */
+                             /* packed upper triangle of sum q q^T; NULL     */
+                             /* once scored                                  */
     uint32_t ea_scored;      /* eattn: 1 once win holds the scores          */
     float ea_scale;          /* eattn: the prefill calls' softmax scale     */
     float *sim_mass;         /* [n_layers] mass measured (-1: not measured)  */
@@ -215,7 +216,7 @@ int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
 
 /* ---- kv_policy_eattn.c ---------------------------------------------------- */
 
-/* Doubles of one layer's query moments: n_q_heads * (1 + D + D*D). */
+/* Doubles of one layer's query moments: n_q_heads * (1 + D + D(D+1)/2). */
 size_t kv_pol_eattn_mom_len(const kv_store_t *s);
 /* Add the pre-RoPE queries of a successful kv_attn_prefill call (a) to
  * ps->qmom (w = 0: every row at position >= sink, all calls; w > 0: the
@@ -224,7 +225,7 @@ void kv_pol_eattn_observe(const kv_store_t *s, kv_pol_seq_t *ps, const kv_prefil
 /* Rotate x[D] by RoPE at position pos (inverse: by -pos), in place. */
 void kv_pol_rope(double *x, uint32_t D, double pos, double theta, uint32_t layout,
                  int inverse);
-/* Future-query statistics from one head's moments mom[1 + D + D*D]: mu[D]
+/* Future-query statistics from one head's moments (kv_pol_seq_t.qmom): mu[D]
  * and cov[D*D] (full, symmetric; NULL: none) of the pre-RoPE queries,
  * rotated by the mean RoPE rotation over positions [p0, p0 + future). */
 void kv_pol_eattn_stats(const double *mom, uint32_t D, double theta, uint32_t layout,

@@ -6,9 +6,10 @@
  *
  *   none      streamingllm, streamingllm+int4, simlayerkv (decode mode),
  *             minicache
- *   all rows  h2o, h2o+cam, minikv (INT2 at prefill end)
+ *   all rows  h2o, h2o+cam, minikv (INT2 at prefill end), eattn (w 0,
+ *             ada=1: query moments of every row)
  *   rows      snapkv (w 32), snapkv w 64 + int2 (w longer than the last
- *             chunk), simlayerkv mode=prefill
+ *             chunk), simlayerkv mode=prefill, eattn w 48 + int4
  *
  * A ~300-token chat prompt (two forward chunks of 256 and the rest), then
  * 8 teacher-forced decode steps with the policy's step end after each. Per
@@ -23,7 +24,7 @@
  * simlayerkv+kivi4), are checked too. Skipped (77) without the model.
  * KV_EVAL_SHARE_QUICK=1 (the sanitizer build sets it: the full set runs
  * past its time limit under ASan) checks one policy per sharing class:
- * streamingllm, h2o, snapkv w 64 + int2 (from both recordings).
+ * streamingllm, h2o, snapkv w 64 + int2 (from both recordings), and eattn.
  */
 #include <math.h>
 #include <stdint.h>
@@ -155,6 +156,8 @@ static void test_classes(void)
         {"h2o+kivi2", 1, 1, 0},
         {"minikv", 1, 1, 0},
         {"snapkv:w=64", 1, 0, 64},
+        {"eattn", 1, 1, 0},
+        {"eattn:w=48+int4", 1, 0, 48},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         eval_policy_t p;
@@ -196,9 +199,11 @@ int main(void)
         "h2o:hh=0.2,rw=0.1",
         "h2o:hh=0.2,rw=0.1+cam",
         "minikv:hh=0.25,rw=0.25",
+        "eattn:c=0.3,theta=100000,ada=1",
         "snapkv:c=0.4",
         "snapkv:w=64,c=0.4+int2",
         "simlayerkv:w=64,delta=0.5,mode=prefill",
+        "eattn:w=48,c=0.4,theta=100000+int4",
     };
     enum { N = sizeof specs / sizeof specs[0] };
     eval_policy_t pol[N];
@@ -210,7 +215,7 @@ int main(void)
      * the windowed ones only (queries of the last rows) */
     eval_prompt_t all = {0}, win = {0};
     trace_t ref, ref2;
-    uint32_t q_all = eval_prompt_q0(pol + 1, N - 1, n), q_win = eval_prompt_q0(pol + 8, 3, n);
+    uint32_t q_all = eval_prompt_q0(pol + 1, N - 1, n), q_win = eval_prompt_q0(pol + 9, 4, n);
     CHECK_EQ(q_all, 0);
     CHECK_EQ(q_win, n - (n - 256 < 64 ? n - 256 : 64));
     run(&env, &pol[0], ids, n, NULL, &all, q_all, &ref);
@@ -223,8 +228,8 @@ int main(void)
     const char *qe = getenv("KV_EVAL_SHARE_QUICK");
     const int quick = qe && *qe && strcmp(qe, "0") != 0;
     for (int i = 1; i < N; i++) {
-        if (quick && i != 1 && i != 5 && i != 9)
-            continue; /* one per class: none, all rows, rows */
+        if (quick && i != 1 && i != 5 && i != 8 && i != 10)
+            continue; /* one per class: none, all rows, rows; eattn */
         trace_t own, shared;
         run(&env, &pol[i], ids, n, NULL, NULL, 0, &own);
         run(&env, &pol[i], ids, n, &all, NULL, 0, &shared);
@@ -234,7 +239,7 @@ int main(void)
                 own.nll / STEPS);
         CHECK(ok);
         free(shared.kv);
-        if (i >= 8) { /* windowed: from the recording of the last rows only */
+        if (i >= 9) { /* windowed: from the recording of the last rows only */
             run(&env, &pol[i], ids, n, &win, NULL, 0, &shared);
             CHECK(same(&own, &shared));
             free(shared.kv);

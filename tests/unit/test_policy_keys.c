@@ -166,14 +166,14 @@ static void described_keys(const char *m, char *out, size_t cap)
     out[0] = '\0';
     /* rot, ada and alpha are quiet keys (described only when set): set
      * each where the method has it */
-    char use[160];
+    char use[200];
     snprintf(use, sizeof use, "%s", spec);
     static const char *const quiet[] = {"rot=1", "ada=1", "alpha=0.5"};
     for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
-        char q[200];
-        snprintf(q, sizeof q, "%s%s%s", use, strchr(use, ':') ? "," : ":", quiet[i]);
-        if (!kv_policy_parse(q, &p, NULL, 0))
-            snprintf(use, sizeof use, "%s", q);
+        char q[sizeof use];
+        int w = snprintf(q, sizeof q, "%s%s%s", use, strchr(use, ':') ? "," : ":", quiet[i]);
+        if (w > 0 && (size_t)w < sizeof q && !kv_policy_parse(q, &p, NULL, 0))
+            memcpy(use, q, (size_t)w + 1);
         kv_policy_destroy(p);
         p = NULL;
     }

@@ -39,7 +39,7 @@ eval_share_t eval_policy_share(const kv_policy_t *p)
 {
     const uint32_t fmt = KV_POLICY_KIVI2 | KV_POLICY_KIVI4 | KV_POLICY_INT2 | KV_POLICY_INT4;
     const uint32_t sel = KV_POLICY_STREAMINGLLM | KV_POLICY_H2O | KV_POLICY_SNAPKV |
-                         KV_POLICY_MINIKV;
+                         KV_POLICY_MINIKV | KV_POLICY_EATTN;
     const uint32_t known = fmt | sel | KV_POLICY_FP16 | KV_POLICY_SIMLAYERKV |
                            KV_POLICY_MINICACHE | KV_POLICY_CAM;
     kv_policy_info_t in;
@@ -49,7 +49,11 @@ eval_share_t eval_policy_share(const kv_policy_t *p)
         return sh;
     sh.shares = 1;
     sh.all_rows = (in.methods & (KV_POLICY_H2O | KV_POLICY_MINIKV | KV_POLICY_CAM)) != 0;
+    double w;
+    if (!kv_policy_value(p, "eattn", "w", &w) && w == 0)
+        sh.all_rows = 1; /* query moments of every prompt row */
     rows_max(p, "snapkv", "w", &sh.rows);
+    rows_max(p, "eattn", "w", &sh.rows);
     double mode;
     if (!kv_policy_value(p, "simlayerkv", "mode", &mode) && mode == 1) /* prefill */
         rows_max(p, "simlayerkv", "rows", &sh.rows);

@@ -30,11 +30,13 @@
  *             a selection (KIVI converts while the prompt is appended:
  *             kivi2/4, int2/4, simlayerkv+kivi*, minicache+int4), and any
  *             method this table does not know.
- *   all_rows  the policy sums attention statistics over every prompt row
- *             (accumulated attention: h2o, minikv, cam)
+ *   all_rows  the policy sums statistics over every prompt row
+ *             (accumulated attention: h2o, minikv, cam; query moments:
+ *             eattn w=0)
  *   rows      else: it keeps the statistics of the last `rows` query rows of
- *             each layer's last prefill call (snapkv: w; simlayerkv
- *             mode=prefill: rows); 0: it collects nothing from the prompt */
+ *             each layer's last prefill call (snapkv: w; eattn: w > 0;
+ *             simlayerkv mode=prefill: rows); 0: it collects nothing from
+ *             the prompt */
 typedef struct eval_share {
     int shares;
     int all_rows;

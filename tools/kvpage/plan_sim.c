@@ -162,6 +162,8 @@ static void sim_attention(sim_t *S, uint32_t prompt)
     int acc = (m & (KV_POLICY_MINIKV | KV_POLICY_H2O | KV_POLICY_CAM)) != 0;
     double rows = acc ? 1 : 0;
     rows = fmax(rows, plan_spec_value(p, "snapkv", "w", 0));
+    if (m & KV_POLICY_EATTN) /* its queries' moments (w = 0: every row) */
+        rows = fmax(rows, fmax(1, plan_spec_value(p, "eattn", "w", 0)));
     rows = fmax(rows, sim_prefill ? plan_spec_value(p, "simlayerkv", "rows", 0) : 0);
     S->rows = rows < prompt ? (uint32_t)rows : prompt;
     S->attn_every = (m & (KV_POLICY_H2O | KV_POLICY_CAM)) != 0;

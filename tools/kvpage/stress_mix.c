@@ -68,7 +68,7 @@ void stress_check_derive(const kv_policy_t *policy, uint32_t n_layers, stress_ch
     const uint32_t m = pi.methods;
     c->bits = pi.format == KV_FMT_INT2 ? 2 : pi.format == KV_FMT_INT4 ? 4 : 0;
     int per_step = (m & (KV_POLICY_H2O | KV_POLICY_STREAMINGLLM | KV_POLICY_SIMLAYERKV)) != 0;
-    c->select = per_step || (m & (KV_POLICY_SNAPKV | KV_POLICY_MINIKV));
+    c->select = per_step || (m & (KV_POLICY_SNAPKV | KV_POLICY_MINIKV | KV_POLICY_EATTN));
     c->drift = per_step && c->bits != 0;
     c->cam = (m & KV_POLICY_CAM) != 0;
     if (m & KV_POLICY_MINICACHE) {
