@@ -35,6 +35,7 @@ class Method(enum.IntFlag):
     KIVI4 = 0x200
     INT2 = 0x400
     INT4 = 0x800
+    EATTN = 0x1000
 
 
 @dataclass

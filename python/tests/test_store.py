@@ -125,6 +125,11 @@ def test_policy_objects():
             p.value("h2o", "hh")
         assert e.value.code == kvpage.KV_ENOENT
     assert repr(p) == "Policy(<closed>)"
+    with kvpage.Policy("eattn:c=0.25,theta=100000,ada=1+int4") as p:
+        info = p.info(2, 100)
+        assert info.methods == kvpage.Method.EATTN | kvpage.Method.INT4
+        assert (info.evicts, info.budget) == (0, 25)
+        assert p.value("eattn", "theta") == 100000
     kvpage.check_pressure("int4,int2,evict:sink=4,recent=256")
     kvpage.check_pressure(None)
 

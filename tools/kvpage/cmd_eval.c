@@ -669,6 +669,14 @@ int kv_cmd_eval(int argc, char **argv)
         goto done;
     }
     E.hp = kv_model_hparams(E.m);
+    for (uint32_t p = 0; p < E.n_pol; p++) { /* eattn undoes the engine's RoPE: its base */
+        double th;
+        if (!kv_policy_value(E.pol[p].policy, "eattn", "theta", &th) &&
+            th != (double)E.hp->rope_theta)
+            fprintf(stderr, "kvpage eval: warning: policy '%s': eattn theta=%g but the "
+                    "model's RoPE base is %g (add theta=%g)\n", E.pol[p].spec, th,
+                    (double)E.hp->rope_theta, (double)E.hp->rope_theta);
+    }
     E.env = (eval_env_t){.m = E.m, .threads = o.threads ? (uint32_t)o.threads
                                                          : (uint32_t)sysconf(_SC_NPROCESSORS_ONLN)};
     for (uint32_t i = 0; i < n_ctx; i++)
