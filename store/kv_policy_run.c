@@ -149,6 +149,7 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
                                   : hh;
     }
     if (T == 0) {
+        kv_pol_qmom_free(s, ps); /* eattn: nothing to score */
         ps->decoding = 1;
         return 0;
     }

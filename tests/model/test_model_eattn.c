@@ -3,11 +3,11 @@
  * test_model_eattn.c — Expected Attention (eattn) and AdaKV budgets on the
  * real model (SmolLM2-135M-Instruct), short context.
  *
- * Perplexity: the first 320 tokens of GPL-3 (Debian base-files) prefilled,
- * the next 48 teacher-forced one step at a time (tools/kvpage/eval_run.c,
+ * Perplexity: the first 256 tokens of GPL-3 (Debian base-files) prefilled,
+ * the next 24 teacher-forced one step at a time (tools/kvpage/eval_run.c,
  * what `kvpage eval --tasks ppl` runs), under fp16 and under eattn with the
- * model's own RoPE base (kv_model_hparams: theta) at c = 0.5 and 0.25, with
- * ada=1, and with +int4. Each must be finite and within a loose sanity
+ * model's own RoPE base (kv_model_hparams: theta) at c = 0.5, and at
+ * c = 0.25 with ada=1 and +int4. Each must be finite and within a loose sanity
  * bound of fp16's (at most 2x fp16's perplexity: a broken scorer that keeps
  * arbitrary tokens at 4x is far past that on this model, see below), and
  * must hold fewer KV bytes than fp16. A budget above the prompt
@@ -25,8 +25,8 @@
 #include "tools/kvpage/eval_policy.h"
 #include "tools/kvpage/eval_run.h"
 
-#define PREFILL 320u
-#define STEPS 48u
+#define PREFILL 256u
+#define STEPS 24u
 
 typedef struct result {
     double ppl;
@@ -92,8 +92,8 @@ int main(void)
     CHECK(isfinite(fp.ppl) && fp.ppl > 1);
     char spec[160];
     static const char *const forms[] = {
-        "eattn:c=0.5,theta=%.17g", "eattn:c=0.25,theta=%.17g",
-        "eattn:c=0.25,ada=1,theta=%.17g", "eattn:c=0.5,theta=%.17g+int4",
+        "eattn:c=0.5,theta=%.17g",
+        "eattn:c=0.25,ada=1,theta=%.17g+int4",
     };
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         snprintf(spec, sizeof spec, forms[i], theta);
@@ -109,8 +109,8 @@ int main(void)
 
     /* greedy decoding under eattn */
     char user[4096] = "Remember the pass key. ";
-    for (int i = 0; i < 12; i++)
-        strcat(user, i == 6 ? "The pass key is 48213. Remember it. "
+    for (int i = 0; i < 6; i++)
+        strcat(user, i == 3 ? "The pass key is 48213. Remember it. "
                             : "The grass is green. The sky is blue. The sun is yellow. ");
     strcat(user, "What is the pass key? Answer with the number only.");
     uint32_t np;
@@ -121,7 +121,7 @@ int main(void)
     float *lg = malloc((size_t)kv_model_hparams(m)->vocab * sizeof *lg);
     eval_run_t r;
     CHECK_OK(eval_run_start(&env, &p, prompt, np, np + 16, NULL, NULL, 0, lg, &r));
-    eval_steps_t s = {.n = 12, .tok = tok, .logits = lg};
+    eval_steps_t s = {.n = 6, .tok = tok, .logits = lg};
     CHECK_OK(eval_run_steps(&r, &p, &s));
     CHECK(s.n_out > 0);
     char outs[256];
