@@ -72,7 +72,7 @@ struct kv_policy {
     uint32_t sink;            /* streamingllm: sink tokens                   */
     kv_pol_amount_t hh;       /* h2o/minikv heavy hitters; snapkv budget c;  */
                               /* streamingllm unused                         */
-    kv_pol_amount_t recent;   /* streamingllm recent; h2o/minikv rw          */
+    kv_pol_amount_t recent;   /* streamingllm recent; h2o/minikv/eattn rw    */
     uint32_t window, kernel;  /* snapkv: w observation rows, k pool kernel   */
     uint32_t pyramid;         /* minikv: 0 = uniform, else the divisor       */
     uint32_t fmt;             /* kept tokens' format: FP16, INT4, INT2       */

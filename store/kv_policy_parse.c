@@ -109,10 +109,11 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
     KV_POL_ROT(KV_POL_M_MINIKV),
     KV_POL_ADA(KV_POL_M_MINIKV),
-    /* eattn: c kept tokens; w query rows (0: every prompt row past the
+    /* eattn: c kept tokens, the last rw of them always; w query rows (0: every prompt row past the
      * sinks); RoPE of the engine (theta, layout) to undo it on the queries
      * and average it over the future positions */
     KV_SPEC_A(KV_POL_M_EATTN, "c", P, hh, 0.2),
+    KV_SPEC_A(KV_POL_M_EATTN, "rw", P, recent, 32),
     KV_SPEC_U(KV_POL_M_EATTN, "w", P, window, 0, 65536, 0),
     KV_SPEC_U(KV_POL_M_EATTN, "sink", P, ea_sink, 0, 1u << 20, 4),
     KV_SPEC_U(KV_POL_M_EATTN, "future", P, ea_future, 1, 1u << 20, 512),

@@ -34,7 +34,7 @@ void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *re
 {
     *hh = kv_pol_amount(p->hh, T);
     *recent = kv_pol_amount(p->recent, T);
-    if (*recent == 0 && p->sel != KV_POL_SEL_SNAPKV)
+    if (*recent == 0 && p->sel != KV_POL_SEL_SNAPKV && p->sel != KV_POL_SEL_EATTN)
         *recent = 1; /* the newest token always stays */
 }
 
@@ -300,10 +300,13 @@ static sel_plan_t plan_list(const kv_store_t *s, kv_seq_id_t seq, const kv_pol_s
         pl.k = pl.budget - pl.win;
         pl.n_cand = n - pl.win;
         break;
-    case KV_POL_SEL_EATTN: /* every token a candidate (sinks score +inf) */
+    case KV_POL_SEL_EATTN: /* the last rw kept, the rest scored (sinks +inf) */
         pl.skip = !at_prefill;
-        pl.budget = pl.k = ps->hh_layer[layer];
-        pl.n_cand = n;
+        pl.budget = ps->hh_layer[layer];
+        pl.win = ps->recent < n ? ps->recent : n;
+        pl.win = pl.win < pl.budget ? pl.win : pl.budget;
+        pl.k = pl.budget - pl.win;
+        pl.n_cand = n - pl.win;
         break;
     default:
         pl.skip = 1;

@@ -29,7 +29,7 @@ static const char *const specs[] = {
     "snapkv:w=8,c=20+int2:r=16", "minikv:hh=0.2,rw=0.2", "minikv:hh=0.2,rw=0.2,pyramid=7",
     "simlayerkv:w=8+minikv:hh=0.2,rw=0.2", "h2o:hh=8,rw=8+int4:r=16", "kivi2:r=16",
     "minicache:from=0.5,every=4+int4:r=16", "simlayerkv:w=8,mode=prefill+int4:r=16",
-    "eattn:c=20,sink=2+int4:r=16", "eattn:c=0.3,w=8,ada=1,rope=halves",
+    "eattn:c=20,rw=6,sink=2+int4:r=16", "eattn:c=0.3,w=8,ada=1,rope=halves",
     "h2o:hh=6,rw=10,ada=1+cam:m=4", "snapkv:w=8,c=20,ada=1+int2:r=16",
     "minikv:hh=0.2,rw=0.2,ada=1,alpha=0.5",
 };

@@ -302,6 +302,44 @@ static void test_select(const char *spec, uint32_t c, int fmt_int4)
     kv_store_destroy(E.s);
 }
 
+/* rw: the newest rw tokens kept whatever they score, the sinks, and the
+ * best of the rest: c in all. */
+static void test_select_window(void)
+{
+    env_data(2, 120, 17);
+    E.chunk = 64;
+    CHECK_OK(env_open(0));
+    kv_seq_id_t seq;
+    CHECK_OK(seq_with("eattn:c=30,rw=10", &seq));
+    CHECK_OK(prefill(seq, 10000, 0));
+    static float K[TMAX * D], V[TMAX * D];
+    CHECK_OK(kv_read(E.s, seq, 1, 1, 0, E.T, K, V, NULL));
+    CHECK_OK(kv_seq_prefill_end(E.s, seq));
+    double ref[TMAX];
+    reference(1, 1, 0, 4, 512, 10000, 0, 1, 1, K, V, ref);
+    uint32_t n = 0;
+    CHECK_OK(kv_seq_len(E.s, seq, 1, 1, &n));
+    CHECK_EQ(n, 30);
+    int32_t pos[TMAX];
+    CHECK_OK(kv_read(E.s, seq, 1, 1, 0, n, NULL, NULL, pos));
+    uint8_t kept[TMAX] = {0};
+    double least = INFINITY;
+    for (uint32_t i = 0; i < n; i++) {
+        kept[pos[i]] = 1;
+        if (pos[i] >= 4 && pos[i] < 110)
+            least = fmin(least, ref[pos[i]]);
+    }
+    int ok = 1;
+    for (uint32_t t = 0; t < E.T; t++) {
+        if (t < 4 || t >= 110)
+            ok &= kept[t];
+        else if (!kept[t])
+            ok &= ref[t] <= least * (1 + 1e-5);
+    }
+    CHECK(ok);
+    kv_store_destroy(E.s);
+}
+
 /* kv_pol_ada_split against brute force: floors, then the best of the rest. */
 static void test_ada_split(void)
 {
@@ -440,16 +478,16 @@ static void test_grammar(void)
         CHECK(err[0] != '\0');
     }
     static const char *const good[][2] = {
-        {"eattn", "eattn:c=0.2,w=0,sink=4,future=512,theta=10000,rope=pairs,cov=1,vnorm=1"},
+        {"eattn", "eattn:c=0.2,rw=32,w=0,sink=4,future=512,theta=10000,rope=pairs,cov=1,vnorm=1"},
         {"int4+eattn:c=0.25,ada=1",
-         "eattn:c=0.25,w=0,sink=4,future=512,theta=10000,rope=pairs,cov=1,vnorm=1,ada=1"
+         "eattn:c=0.25,rw=32,w=0,sink=4,future=512,theta=10000,rope=pairs,cov=1,vnorm=1,ada=1"
          "+int4:r=128"},
         {"eattn:theta=100000,rope=halves,alpha=0.5",
-         "eattn:c=0.2,w=0,sink=4,future=512,theta=100000,rope=halves,cov=1,vnorm=1,alpha=0.5"},
+         "eattn:c=0.2,rw=32,w=0,sink=4,future=512,theta=100000,rope=halves,cov=1,vnorm=1,alpha=0.5"},
         {"snapkv:c=0.2,ada=1", "snapkv:w=32,k=7,c=0.2,ada=1"},
         {"h2o:ada=1,alpha=0", "h2o:hh=0.1,rw=0.1,ada=1,alpha=0"},
         {"minikv:ada=1", "minikv:hh=0.25,rw=0.25,pyramid=0,ada=1"},
-        {"simlayerkv+eattn:c=64", "eattn:c=64,w=0,sink=4,future=512,theta=10000,rope=pairs,"
+        {"simlayerkv+eattn:c=64", "eattn:c=64,rw=32,w=0,sink=4,future=512,theta=10000,rope=pairs,"
                                   "cov=1,vnorm=1+simlayerkv:delta=0.9,w=1024,sink=4,rows=32,"
                                   "mode=decode"},
     };
@@ -488,11 +526,13 @@ int main(void)
 {
     test_grammar();
     test_scores();
-    test_select("eattn:c=40", 40, 0);
-    test_select("eattn:c=40+int4:r=16", 40, 1);
+    test_select("eattn:c=40,rw=0", 40, 0);
+    test_select_window();
+    test_select("eattn:c=40,rw=0+int4:r=16", 40, 1);
     test_ada_split();
     /* per head 40, floor 0.2 * 40 = 8 (eattn: + 4 sinks are within it) */
-    test_ada_store("eattn:c=40,ada=1", 40, 8, 2);
+    test_ada_store("eattn:c=40,rw=0,ada=1", 40, 8, 2);
+    test_ada_store("eattn:c=48,rw=8,ada=1", 48, 8 + 8, 0);
     test_ada_store("snapkv:c=40,w=8,ada=1", 40, 8 + 8, 2);
     test_ada_store("h2o:hh=32,rw=8,ada=1", 40, 6 + 8, 6);
     test_ada_store("minikv:hh=32,rw=8,ada=1,alpha=0.5", 40, 16 + 8, 0);
