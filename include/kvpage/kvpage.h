@@ -526,8 +526,9 @@ typedef struct kv_policy_info {
                              /* token (snapkv, minikv), or no selection      */
     uint32_t budget;         /* tokens a list keeps at prefill end: heavy    */
                              /* hitters + recent window (at least 1),        */
-                             /* sink + recent (at least 1), snapkv's c;      */
-                             /* under a MiniKV pyramid the mean over layers  */
+                             /* sink + recent (at least 1), snapkv's and     */
+                             /* eattn's c; under a MiniKV pyramid or ada=1   */
+                             /* the mean over layers / lists                 */
                              /* (heavy hitters before the pyramid spreads    */
                              /* them); may exceed prompt_len (all kept);     */
                              /* prompt_len without a selection               */
