@@ -22,7 +22,8 @@
  *   - KIVI (INT2 target, R 64): nodes only at multiples of 64 (full INT2
  *     pages); a sequence that matched 128 and appends the rest holds exactly
  *     the publisher's lists (formats, tokens, values bit for bit);
- *   - policies: h2o matches and publishes nothing; snapkv w=40 leaves the
+ *   - policies: h2o without attention statistics publishes nodes without a
+ *     snapshot and matches nothing (test_prefix_acc.c); snapkv w=40 leaves the
  *     last 40 tokens to the engine; different policies never share;
  *   - memory: with no ladder, an append the pool refuses evicts cached-only
  *     nodes (chain ends first) and succeeds; a cached prefix shared with a
@@ -281,8 +282,16 @@ static void test_policies(void)
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(kv_seq_set_policy(s, a, h2o));
     CHECK_OK(feed(s, a, p, 0, 128));
-    CHECK_EQ(kv_seq_prefix_publish(s, a, p, 128, NULL, 0), 0);
-    CHECK_EQ(stats(s).prefix_nodes, 0);
+    /* h2o: no attention ran, so no statistics snapshot: nodes, but no
+     * match (test_prefix_acc.c has the rest) */
+    CHECK_EQ(kv_seq_prefix_publish(s, a, p, 128, NULL, 0), 128);
+    CHECK_EQ(stats(s).prefix_nodes, 8);
+    CHECK_EQ(stats(s).prefix_snapshots, 0);
+    kv_seq_id_t e;
+    CHECK_OK(kv_seq_create(s, &e));
+    CHECK_OK(kv_seq_set_policy(s, e, h2o));
+    CHECK_OK(kv_seq_prefix_match(s, e, p, 128, NULL, 0, &m));
+    CHECK_EQ(m, 0);
     CHECK_OK(kv_seq_create(s, &b));
     CHECK_OK(kv_seq_set_policy(s, b, snap));
     CHECK_OK(feed(s, b, p, 0, 128));
