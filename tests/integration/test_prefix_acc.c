@@ -261,44 +261,14 @@ typedef struct fcall {
     uint32_t m;          /* match: tokens matched              */
 } fcall_t;
 
-static int fcall_run(kv_store_t *s, kv_seq_id_t seq, fcall_t *c)
+static int fcall_run(kv_store_t *s, kv_seq_id_t seq, void *arg)
 {
+    fcall_t *c = arg;
     size_t sl = strlen(c->salt);
     if (c->match)
         return kv_seq_prefix_match(s, seq, c->p, c->n, c->salt, sl, &c->m);
     int rc = kv_seq_prefix_publish(s, seq, c->p, c->n, c->salt, sl);
     return rc < 0 ? rc : 0;
-}
-
-/* Fail every allocation of the call in turn; returns how many it makes. */
-static uint32_t faults(kv_store_t *s, kv_seq_id_t seq, fcall_t *c)
-{
-    for (uint32_t n = 1; n < 10000; n++) {
-        kv_stats_t b = stats(s);
-        uint32_t len = len0(s, seq);
-        uint64_t live = kv_mem_live_bytes();
-        kv_fault_arm(n);
-        int rc = fcall_run(s, seq, c);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        if (!fired) {
-            CHECK_OK(rc);
-            CHECK_OK(kv_store_check(s));
-            return n - 1;
-        }
-        CHECK_EQ(rc, KV_ENOMEM);
-        kv_stats_t a = stats(s);
-        CHECK_EQ(a.prefix_nodes, b.prefix_nodes);
-        CHECK_EQ(a.prefix_snapshots, b.prefix_snapshots);
-        CHECK_EQ(a.prefix_snapshot_bytes, b.prefix_snapshot_bytes);
-        CHECK_EQ(a.prefix_hits, b.prefix_hits);
-        CHECK_EQ(a.pages_used, b.pages_used);
-        CHECK_EQ(len0(s, seq), len);
-        CHECK_EQ(kv_mem_live_bytes(), live);
-        CHECK_OK(kv_store_check(s));
-    }
-    CHECK(0);
-    return 0;
 }
 
 static void test_faults(void)
@@ -311,7 +281,7 @@ static void test_faults(void)
     kv_seq_id_t a = seq_new(s, pol);
     CHECK_OK(step(s, a, p, 0, 64));
     fcall_t c = {.match = 0, .p = p, .n = 64, .salt = "f"};
-    uint32_t n = faults(s, a, &c);
+    uint32_t n = kvt_pfx_faults(s, a, fcall_run, &c);
     printf("publish with a new snapshot node: %u allocations\n", n);
     CHECK(n >= 4);
     CHECK_EQ(stats(s).prefix_snapshots, 1);
@@ -321,14 +291,14 @@ static void test_faults(void)
     CHECK_EQ(kv_seq_prefix_publish(s, d, p, 64, "g", 1), 64);
     CHECK_EQ(stats(s).prefix_snapshots, 1);
     c.salt = "g";
-    n = faults(s, a, &c);
+    n = kvt_pfx_faults(s, a, fcall_run, &c);
     printf("publish giving a cached node its snapshot: %u allocations\n", n);
     CHECK(n >= 3);
     CHECK_EQ(stats(s).prefix_snapshots, 2);
     /* a match that restores one */
     kv_seq_id_t b = seq_new(s, pol);
     c = (fcall_t){.match = 1, .p = p, .n = 100, .salt = "g"};
-    n = faults(s, b, &c);
+    n = kvt_pfx_faults(s, b, fcall_run, &c);
     printf("match restoring a snapshot: %u allocations\n", n);
     CHECK(n >= 4);
     CHECK_EQ(c.m, 64);

@@ -352,46 +352,16 @@ static void test_evict(void)
     kv_store_destroy(s);
 }
 
-/* Every allocation of fn failed in turn: KV_ENOMEM with nothing changed,
- * or success. Returns the allocations found. */
-typedef int (*call_fn)(kv_store_t *s, kv_seq_id_t seq, const int32_t *p);
-
-static int call_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *p)
+static int call_publish(kv_store_t *s, kv_seq_id_t seq, void *p)
 {
     int rc = kv_seq_prefix_publish(s, seq, p, 128, "t", 1);
     return rc < 0 ? rc : 0;
 }
 
-static int call_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *p)
+static int call_match(kv_store_t *s, kv_seq_id_t seq, void *p)
 {
     uint32_t m;
     return kv_seq_prefix_match(s, seq, p, 128, "t", 1, &m);
-}
-
-static uint32_t faults(call_fn fn, kv_store_t *s, kv_seq_id_t seq, const int32_t *p)
-{
-    for (uint32_t n = 1; n < 10000; n++) {
-        kv_stats_t b = stats(s);
-        uint32_t len = len0(s, seq);
-        uint64_t live = kv_mem_live_bytes();
-        kv_fault_arm(n);
-        int rc = fn(s, seq, p);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        if (!fired) {
-            CHECK_OK(rc);
-            return n - 1;
-        }
-        CHECK_EQ(rc, KV_ENOMEM);
-        kv_stats_t a = stats(s);
-        CHECK_EQ(a.prefix_nodes, b.prefix_nodes);
-        CHECK_EQ(a.pages_used, b.pages_used);
-        CHECK_EQ(len0(s, seq), len);
-        CHECK_EQ(kv_mem_live_bytes(), live);
-        CHECK_OK(kv_store_check(s));
-    }
-    CHECK(0);
-    return 0;
 }
 
 static void test_faults(void)
@@ -425,12 +395,12 @@ static void test_faults(void)
     kv_seq_id_t a, b;
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(feed(s, a, p, 0, 128));
-    n = faults(call_publish, s, a, p);
+    n = kvt_pfx_faults(s, a, call_publish, p);
     printf("publish: %u allocations\n", n);
     CHECK(n >= 3);
     CHECK_EQ(stats(s).prefix_nodes, 8);
     CHECK_OK(kv_seq_create(s, &b));
-    n = faults(call_match, s, b, p);
+    n = kvt_pfx_faults(s, b, call_match, p);
     printf("match: %u allocations\n", n);
     CHECK(n >= 3);
     CHECK_EQ(len0(s, b), 112);

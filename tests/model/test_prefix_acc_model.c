@@ -33,12 +33,6 @@
 #define DEC 6
 #define CTX 320
 
-static const char TEXT[] =
-    "The library keeps the keys and values of every layer in fixed-size pages taken from "
-    "a pool, compresses cold pages, and computes attention directly over them. Two requests "
-    "that share a long system prompt compute the same keys and values for it; a prefix "
-    "cache computes them once and hands the pages to the next request copy-on-write. ";
-
 typedef struct kept {
     uint32_t n[90];        /* per list (layer * n_kv_heads + head)        */
     int32_t pos[90][CTX];  /* positions kept                             */
@@ -220,12 +214,8 @@ int main(void)
 {
     kv_tok_t *tok = NULL;
     kv_model_t *m = kvt_load(&tok);
-    char text[8 * sizeof TEXT];
-    text[0] = '\0';
-    for (int i = 0; i < 7; i++)
-        strcat(text, TEXT);
     uint32_t n = 0;
-    int32_t *ids = kvt_chat(tok, text, &n);
+    int32_t *ids = kvt_prefix_prompt(tok, &n);
     CHECK(n >= N);
     if (n >= N) {
         one_policy(m, ids, "h2o:hh=0.1,rw=0.1");
