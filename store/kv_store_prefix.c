@@ -28,12 +28,20 @@
  * list li's entries of [a, b) are entries a/tpp .. b/tpp - 1 (tpp: tokens
  * per page of the list's format).
  *
+ * Policies whose prefill end reads attention summed over every prompt row
+ * (H2O, MiniKV, CaM): a node may carry a statistics snapshot (the sums of
+ * [0, end) after rows [0, end), kv_store_prefix_acc.c), taken by a publish
+ * made when the prefill has processed exactly `end` rows; a match under
+ * such a policy stops at the last node of its chain with one, restores it,
+ * and never uses the remote tier (whose nodes carry none).
+ *
  * Invariants (kv_store_prefix_check): every node is in exactly one hash
  * bucket (by key) and in the LRU list (coldest first); children == the
  * nodes whose parent it is; a node's entries per list sum to end - start
  * tokens; refcount of each page == table entries + node entries naming it
  * (kv_page_table_check_ext). A node with children is never evicted: chains
- * are evicted from their ends. bytes == every kv_mem block held here.
+ * are evicted from their ends. bytes == every kv_mem block held here
+ * (snapshots included; n_acc, acc_bytes: theirs).
  *
  * Ownership: the store owns s->pfx, its buckets, its copy of the model
  * fingerprint and every node (one kv_mem block each) with its references.
