@@ -179,6 +179,17 @@ void kv_pol_qmom_free(kv_store_t *s, kv_pol_seq_t *ps);
 /* Make v hold exactly n entries (zero-extending); KV_ENOMEM. */
 int kv_pol_vec_resize(kv_store_t *s, kv_pol_vec_t *v, uint32_t n);
 
+/* Prefix-cache hit (kv_store_prefix.c): the acc vectors become a node's
+ * statistics snapshot snap ([n_lists][n] floats, list i = layer *
+ * n_kv_heads + head), in two steps so that the match stays all or nothing:
+ * stage copies snap into new blocks (*out; KV_ENOMEM with nothing held,
+ * KV_EINVAL without acc vectors or for n = 0); commit (cannot fail) puts
+ * them in place of the vectors, each then holding exactly n entries;
+ * unstage frees a staged set that is not committed (NULL-safe). */
+int kv_pol_acc_stage(const kv_pol_seq_t *ps, const float *snap, uint32_t n, float ***out);
+void kv_pol_acc_commit(kv_store_t *s, kv_pol_seq_t *ps, float **staged, uint32_t n);
+void kv_pol_acc_unstage(const kv_pol_seq_t *ps, float **staged, uint32_t n);
+
 /* ---- kv_policy_select.c --------------------------------------------------- */
 
 /* Keep list indices keep[0..n_keep) of (seq, layer, head): compacts the list

@@ -491,3 +491,45 @@ int kv_pol_attn_decode(kv_store_t *s, const kv_decode_t *a)
     kv_mem_free(sp, pbytes);
     return rc;
 }
+
+/* ---- prefix-cache restore (kv_store_prefix.c) ------------------------------ */
+
+int kv_pol_acc_stage(const kv_pol_seq_t *ps, const float *snap, uint32_t n, float ***out)
+{
+    *out = NULL;
+    if (!ps->acc || n == 0)
+        return KV_EINVAL;
+    float **st = kv_mem_calloc(ps->n_lists, sizeof *st);
+    if (!st)
+        return KV_ENOMEM;
+    for (uint32_t i = 0; i < ps->n_lists; i++) {
+        if (!(st[i] = kv_mem_alloc((size_t)n * sizeof(float)))) {
+            kv_pol_acc_unstage(ps, st, n);
+            return KV_ENOMEM;
+        }
+        memcpy(st[i], snap + (size_t)i * n, (size_t)n * sizeof(float));
+    }
+    *out = st;
+    return 0;
+}
+
+void kv_pol_acc_unstage(const kv_pol_seq_t *ps, float **staged, uint32_t n)
+{
+    if (!staged)
+        return;
+    for (uint32_t i = 0; i < ps->n_lists; i++)
+        kv_mem_free(staged[i], staged[i] ? (size_t)n * sizeof(float) : 0);
+    kv_mem_free(staged, (size_t)ps->n_lists * sizeof *staged);
+}
+
+void kv_pol_acc_commit(kv_store_t *s, kv_pol_seq_t *ps, float **staged, uint32_t n)
+{
+    for (uint32_t i = 0; i < ps->n_lists; i++) {
+        kv_pol_vec_t *v = &ps->acc[i];
+        pol_free(s, v->v, (size_t)v->cap * sizeof(float));
+        v->v = staged[i];
+        v->n = v->cap = n;
+        s->pol->bytes += (size_t)n * sizeof(float);
+    }
+    kv_mem_free(staged, (size_t)ps->n_lists * sizeof *staged);
+}

@@ -28,12 +28,20 @@
  * list li's entries of [a, b) are entries a/tpp .. b/tpp - 1 (tpp: tokens
  * per page of the list's format).
  *
+ * Policies whose prefill end reads attention summed over every prompt row
+ * (H2O, MiniKV, CaM): a node may carry a statistics snapshot (the sums of
+ * [0, end) after rows [0, end), kv_store_prefix_acc.c), taken by a publish
+ * made when the prefill has processed exactly `end` rows; a match under
+ * such a policy stops at the last node of its chain with one, restores it,
+ * and never uses the remote tier (whose nodes carry none).
+ *
  * Invariants (kv_store_prefix_check): every node is in exactly one hash
  * bucket (by key) and in the LRU list (coldest first); children == the
  * nodes whose parent it is; a node's entries per list sum to end - start
  * tokens; refcount of each page == table entries + node entries naming it
  * (kv_page_table_check_ext). A node with children is never evicted: chains
- * are evicted from their ends. bytes == every kv_mem block held here.
+ * are evicted from their ends. bytes == every kv_mem block held here
+ * (snapshots included; n_acc, acc_bytes: theirs).
  *
  * Ownership: the store owns s->pfx, its buckets, its copy of the model
  * fingerprint and every node (one kv_mem block each) with its references.
@@ -100,7 +108,12 @@ static void node_release(kv_store_t *s, kv_pfx_node_t *n)
     for (uint32_t i = 0; i < n->n_ents; i++)
         kv_page_ref_drop(s->pt, n->ents[i].id, n->ents[i].format);
     s->pfx->n_refs -= n->n_ents;
-    s->pfx->bytes -= n->bytes;
+    s->pfx->bytes -= n->bytes + n->acc_bytes;
+    if (n->acc) { /* its statistics snapshot (kv_store_prefix_acc.c) */
+        s->pfx->n_acc--;
+        s->pfx->acc_bytes -= n->acc_bytes;
+        kv_mem_free(n->acc, n->acc_bytes);
+    }
     kv_mem_free(n, n->bytes);
 }
 
@@ -240,6 +253,8 @@ void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs)
     p->n_refs += x->n_ents;
     p->n_nodes++;
     p->bytes += x->bytes;
+    if (x->acc) /* given before linking */
+        kv_pfx_acc_give(p, x, x->acc, x->acc_bytes, 1);
     lru_push_hot(p, x);
 }
 
@@ -312,6 +327,8 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_published = p->published;
     out->prefix_evicted = p->evicted;
     out->prefix_evicted_pages = p->evicted_pages;
+    out->prefix_snapshots = p->n_acc;
+    out->prefix_snapshot_bytes = p->acc_bytes;
     out->prefix_remote_hits = p->r_hits;
     out->prefix_remote_tokens = p->r_tokens;
     out->prefix_remote_bad = p->r_bad;
@@ -342,6 +359,7 @@ int kv_store_prefix_check(const kv_store_t *s)
     int rc = 0;
     uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len + p->url_bytes +
                                           (uint64_t)p->n_buckets * sizeof *p->buckets;
+    uint64_t acc_n = 0, acc_b = 0;
     for (const kv_pfx_node_t *n = p->cold; n; n = n->next, nodes++) {
         if (nodes >= p->n_nodes || (n->next ? n->next->prev != n : p->hot != n))
             PFX_FAIL("LRU list broken at node %llu", (unsigned long long)nodes);
@@ -369,15 +387,24 @@ int kv_store_prefix_check(const kv_store_t *s)
         if (refs + n->n_ents > p->n_refs)
             PFX_FAIL("more node entries than the %llu recorded",
                      (unsigned long long)p->n_refs);
+        if (kv_pfx_acc_check(s, n))
+            PFX_FAIL("node [%u, %u): statistics snapshot of %zu bytes", n->start, n->end,
+                     n->acc_bytes);
         memcpy(ext + refs, n->ents, (size_t)n->n_ents * sizeof *ext);
         refs += n->n_ents;
-        bytes += n->bytes;
+        bytes += n->bytes + n->acc_bytes;
+        acc_n += n->acc != NULL;
+        acc_b += n->acc_bytes;
     }
     if (nodes != p->n_nodes || refs != p->n_refs || bytes != p->bytes)
         PFX_FAIL("nodes %llu/%llu, refs %llu/%llu, bytes %llu/%llu",
                  (unsigned long long)nodes, (unsigned long long)p->n_nodes,
                  (unsigned long long)refs, (unsigned long long)p->n_refs,
                  (unsigned long long)bytes, (unsigned long long)p->bytes);
+    if (acc_n != p->n_acc || acc_b != p->acc_bytes)
+        PFX_FAIL("snapshots %llu/%llu, %llu/%llu bytes", (unsigned long long)acc_n,
+                 (unsigned long long)p->n_acc, (unsigned long long)acc_b,
+                 (unsigned long long)p->acc_bytes);
     rc = kv_page_table_check_ext(s->pt, ext, refs);
 out:
     kv_mem_free(ext, ext_n * sizeof *ext);
@@ -388,8 +415,10 @@ out:
 
 /* What a sequence's rule is (see the file comment and kvpage.h). */
 typedef struct pfx_rule {
-    int off;          /* 1: H2O/MiniKV, eattn w=0 (statistics of every */
-                      /* prompt row): neither match nor publish         */
+    int off;          /* 1: eattn w=0 (query moments of every prompt  */
+                      /* row, no snapshot): neither match nor publish */
+    int acc;          /* 1: H2O/MiniKV/CaM: a match ends at a node    */
+                      /* with a statistics snapshot, no remote tier   */
     uint32_t window;  /* rows a match must leave to the engine        */
     uint32_t step;    /* node boundaries are multiples of this        */
 } pfx_rule_t;
@@ -438,8 +467,8 @@ static int seq_hasher(kv_store_t *s, kv_seq_id_t seq, const void *salt, size_t s
         if (kv_policy_describe(&ps->pol, st + at, cap - (size_t)at))
             st[at] = '?'; /* never: specs are far shorter */
         at += (int)strlen(st + at);
-        rule->off = ps->pol.sel == KV_POL_SEL_H2O || ps->pol.sel == KV_POL_SEL_MINIKV ||
-                    (ps->pol.sel == KV_POL_SEL_EATTN && ps->pol.window == 0);
+        rule->off = ps->pol.sel == KV_POL_SEL_EATTN && ps->pol.window == 0;
+        rule->acc = kv_pfx_acc_rule(s, seq);
         if (ps->pol.sel == KV_POL_SEL_SNAPKV || ps->pol.sel == KV_POL_SEL_EATTN)
             rule->window = ps->pol.window;
         if (ps->pol.sim && ps->pol.sim_mode == KV_POL_SIM_PREFILL && ps->pol.sim_rows > rule->window)
@@ -549,7 +578,15 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
             ents += x->n_ents;
         }
     }
-    if (p->remote && got + rule.step <= cap) { /* the remote tier, after the host */
+    if (rule.acc) { /* the chain ends at its last node with a snapshot */
+        while (last && !last->acc)
+            last = last->parent;
+        got = last ? last->end : 0;
+        n_chain = ents = 0;
+        for (const kv_pfx_node_t *x = last; x; x = x->parent)
+            n_chain++, ents += x->n_ents;
+    }
+    if (p->remote && !rule.acc && got + rule.step <= cap) { /* the remote tier, after the host */
         const uint32_t H = s->cfg.n_kv_heads, L0 = s->cfg.n_layers * H;
         uint8_t *tg = kv_mem_alloc(L0);
         if (tg) {
@@ -594,7 +631,16 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
             cnt[li] += m;
         }
     }
+    float **staged = NULL; /* the snapshot, staged before anything changes */
+    if (rule.acc && (rc = kv_pfx_acc_stage(s, seq, last, &staged))) {
+        kv_mem_free(mem, bytes);
+        return rc;
+    }
     rc = kv_page_seq_attach(s->pt, seq, flat, cnt);
+    if (rc == 0 && staged)
+        kv_pfx_acc_commit(s, seq, staged, got);
+    else if (staged)
+        kv_pfx_acc_unstage(s, seq, staged, got);
     if (rc == 0) {
         for (uint32_t c = 0; c < n_chain; c++)
             lru_touch(p, chain[c]);
@@ -701,10 +747,22 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
     boundaries(s, seq, nb, rule.step, good, ends);
     uint32_t n_made = 0, covered = 0;
     kv_pfx_node_t *prev = NULL;
+    /* ACC policies: a statistics snapshot for the node ending where the
+     * prefill is now (kv_store_prefix_acc.c), given to a new node before it
+     * is linked or to a cached one that has none after all succeeded */
+    const uint32_t snap_b = rule.acc ? kv_pfx_acc_at(s, seq, nb * B) : 0;
+    kv_pfx_node_t *snap_to = NULL;
+    float *snap = NULL;
+    size_t snap_bytes = 0;
     for (uint32_t j = 0; j < nb && rc == 0; j++) {
         const uint32_t b = (j + 1) * B;
         kv_pfx_node_t *x = kv_pfx_lookup(p, &h[j]);
         if (x && x->end == b && x->start == covered) {
+            if (b == snap_b && !x->acc) {
+                if (!(snap = kv_pfx_acc_take(s, seq, b, &snap_bytes)))
+                    rc = KV_ENOMEM;
+                snap_to = x;
+            }
             prev = x;
             covered = b;
             continue;
@@ -714,6 +772,14 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
         if (!(x = node_new(s, seq, covered, b))) {
             rc = KV_ENOMEM;
             break;
+        }
+        if (b == snap_b) {
+            if (!(snap = kv_pfx_acc_take(s, seq, b, &snap_bytes))) {
+                kv_mem_free(x, x->bytes);
+                rc = KV_ENOMEM;
+                break;
+            }
+            kv_pfx_acc_give(p, x, snap, snap_bytes, 0);
         }
         x->key = h[j];
         x->parent = prev;
@@ -727,13 +793,19 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
         kv_pfx_node_t *x;
         memcpy(&x, made + sizeof x * i, sizeof x);
         if (rc) { /* all or nothing: nothing was linked */
+            kv_mem_free(x->acc, x->acc_bytes);
             kv_mem_free(x, x->bytes);
             continue;
         }
         kv_pfx_link(s, x, 1);
         p->published++;
-        kv_pfx_remote_put(s, x); /* non-blocking (remote tier) */
+        if (!rule.acc) /* never fetched under ACC policies (no snapshot there) */
+            kv_pfx_remote_put(s, x); /* non-blocking (remote tier) */
     }
+    if (snap_to && rc == 0)
+        kv_pfx_acc_give(p, snap_to, snap, snap_bytes, 1);
+    else if (snap_to)
+        kv_mem_free(snap, snap_bytes);
     kv_mem_free(scr, sb);
     kv_mem_free(h, hb);
     return rc ? rc : (int)covered;

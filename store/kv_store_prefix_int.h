@@ -29,6 +29,11 @@ typedef struct kv_pfx_node {
     uint32_t *off;               /* [n_lists + 1]: list li's entries are      */
                                  /* ents[off[li] .. off[li+1])                */
     kv_page_ent_t *ents;         /* [n_ents]                                  */
+    /* statistics snapshot (kv_store_prefix_acc.c), NULL if none: list li's  */
+    /* accumulated attention of tokens [0, end) after rows [0, end), at      */
+    /* acc[li * end .. (li + 1) * end); its own kv_mem block of acc_bytes    */
+    float *acc;
+    size_t acc_bytes;            /* n_lists * end * 4, 0 without            */
 } kv_pfx_node_t;
 
 typedef struct kv_pfx {
@@ -40,6 +45,8 @@ typedef struct kv_pfx {
     uint64_t n_nodes, n_refs;    /* nodes, entries over all nodes             */
     uint64_t bytes;              /* kv_mem bytes held (meta_bytes)            */
     uint64_t hits, misses, reused, published, evicted, evicted_pages;
+    uint64_t n_acc, acc_bytes;   /* nodes with a snapshot, their bytes (in   */
+                                 /* bytes too)                               */
     /* remote tier (kv_store_prefix_remote.c); NULL/0 without prefix_remote */
     struct kv_remote *remote;     /* fetches, on the caller's thread        */
     struct kv_remote_pub *pub;    /* publishes, on its own thread           */
@@ -59,6 +66,29 @@ int kv_pfx_reserve(kv_pfx_t *p, uint64_t more);
  * (hottest), counters; take_refs: take one reference per entry (else the
  * caller's references become the node's). */
 void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs);
+
+/* kv_store_prefix_acc.c: statistics snapshots, for policies whose prefill
+ * end reads attention summed over every prompt row (H2O, MiniKV, CaM) */
+/* 1 if seq's policy keeps accumulated attention (a match needs a snapshot). */
+int kv_pfx_acc_rule(const kv_store_t *s, kv_seq_id_t seq);
+/* The boundary where seq's statistics may be taken now, 0 if none: before
+ * its prefill end, every list holds b tokens (b a positive multiple of B,
+ * b <= limit) and every acc vector b entries, so they sum rows [0, b). */
+uint32_t kv_pfx_acc_at(const kv_store_t *s, kv_seq_id_t seq, uint32_t limit);
+/* A copy of seq's acc vectors of [0, b) ([n_lists][b] floats, a kv_mem
+ * block of *bytes), NULL without memory. */
+float *kv_pfx_acc_take(const kv_store_t *s, kv_seq_id_t seq, uint32_t b, size_t *bytes);
+/* Give x (without one; ending at the snapshot's b) the snapshot; counted in
+ * p when x is linked (kv_pfx_link counts a linked node's own). */
+void kv_pfx_acc_give(kv_pfx_t *p, kv_pfx_node_t *x, float *acc, size_t bytes, int linked);
+/* A hit on chain end `last` (got = last->end) under an ACC policy: stage
+ * the snapshot into seq's policy state (kv_pol_acc_stage). */
+int kv_pfx_acc_stage(kv_store_t *s, kv_seq_id_t seq, const kv_pfx_node_t *last,
+                     float ***staged);
+void kv_pfx_acc_commit(kv_store_t *s, kv_seq_id_t seq, float **staged, uint32_t got);
+void kv_pfx_acc_unstage(kv_store_t *s, kv_seq_id_t seq, float **staged, uint32_t got);
+/* A node's snapshot is sane (size, finite): 0 or KV_ECORRUPT. */
+int kv_pfx_acc_check(const kv_store_t *s, const kv_pfx_node_t *x);
 
 /* kv_store_prefix_remote.c */
 /* Validate the remote fields of a config: 0, KV_EINVAL, KV_ERANGE. */

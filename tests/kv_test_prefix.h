@@ -3,7 +3,8 @@
  * kv_test_prefix.h — what the prefix-cache tests share: a store created or
  * the test ended, and the K/V a prompt's token gets (a function of the token
  * id, its index, layer, head and element, multiples of 1/256 in [-1, 1):
- * exact in FP16), appended to every layer of a sequence.
+ * exact in FP16), appended to every layer of a sequence; and the loop that
+ * fails every allocation of a prefix call in turn.
  */
 #ifndef KV_TEST_PREFIX_H
 #define KV_TEST_PREFIX_H
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "alloc/kv_mem.h"
+#include "kv_test.h"
 #include "kvpage/kvpage.h"
 
 /* kv_store_create, or exit(1) with the reason. */
@@ -58,6 +61,47 @@ static inline int kvt_pfx_feed(kv_store_t *s, kv_seq_id_t seq, const int32_t *pr
     free(k);
     free(v);
     return rc;
+}
+
+/* A prefix call on (s, seq) with the test's arguments: 0 or an error. */
+typedef int (*kvt_pfx_call_fn)(kv_store_t *s, kv_seq_id_t seq, void *arg);
+
+/* Fail every kv_mem allocation of fn in turn (kv_fault_arm 1, 2, ...): each
+ * must give KV_ENOMEM with nothing changed (nodes, snapshots and their
+ * bytes, hits, pages, seq's length, kv_mem bytes; kv_store_check passes),
+ * until a run that fails none succeeds. Returns the allocations found. */
+static inline uint32_t kvt_pfx_faults(kv_store_t *s, kv_seq_id_t seq, kvt_pfx_call_fn fn,
+                                      void *arg)
+{
+    for (uint32_t n = 1; n < 10000; n++) {
+        kv_stats_t b, a;
+        uint32_t len = 0, len2 = 0;
+        kv_store_stats(s, &b);
+        kv_seq_len(s, seq, 0, 0, &len);
+        uint64_t live = kv_mem_live_bytes();
+        kv_fault_arm(n);
+        int rc = fn(s, seq, arg);
+        int fired = kv_fault_fired();
+        kv_fault_arm(0);
+        if (!fired) {
+            CHECK_OK(rc);
+            CHECK_OK(kv_store_check(s));
+            return n - 1;
+        }
+        CHECK_EQ(rc, KV_ENOMEM);
+        kv_store_stats(s, &a);
+        kv_seq_len(s, seq, 0, 0, &len2);
+        CHECK_EQ(a.prefix_nodes, b.prefix_nodes);
+        CHECK_EQ(a.prefix_snapshots, b.prefix_snapshots);
+        CHECK_EQ(a.prefix_snapshot_bytes, b.prefix_snapshot_bytes);
+        CHECK_EQ(a.prefix_hits, b.prefix_hits);
+        CHECK_EQ(a.pages_used, b.pages_used);
+        CHECK_EQ(len2, len);
+        CHECK_EQ(kv_mem_live_bytes(), live);
+        CHECK_OK(kv_store_check(s));
+    }
+    CHECK(0);
+    return 0;
 }
 
 #endif /* KV_TEST_PREFIX_H */

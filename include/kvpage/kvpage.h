@@ -246,6 +246,9 @@ typedef struct kv_stats {
     uint64_t prefix_remote_put;    /* nodes queued for the remote                  */
     uint64_t prefix_remote_dropped; /* nodes not queued (queue full, no memory, or */
                                    /* more than 1023 pages)                        */
+    /* prefix cache, continued: statistics snapshots (H2O, MiniKV, CaM)       */
+    uint64_t prefix_snapshots;     /* nodes that carry one                         */
+    uint64_t prefix_snapshot_bytes; /* their host bytes (also in meta_bytes)       */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -600,8 +603,14 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * prompt before kv_seq_prefill_end (which may select, merge or quantize:
  * the nodes keep the pages as appended). A match under SnapKV, or
  * SimLayerKV in prefill mode, stops before the last w rows (their
- * statistics are computed again); under H2O or MiniKV (statistics over all
- * prompt rows) it matches nothing and publish publishes nothing.
+ * statistics are computed again). Under H2O, MiniKV or CaM (attention
+ * summed over all prompt rows) a node may carry a statistics snapshot: the
+ * sums for tokens [0, b) after rows [0, b), taken by a publish made when
+ * the prefill has processed exactly b rows (b a node boundary: publish
+ * after each prefill chunk); a match then stops at the last node with a
+ * snapshot and installs it in seq's policy state, and never uses the
+ * remote tier. The selection is then bit-identical to the publisher's when
+ * the rest of the prompt is prefilled in the same chunks.
  *
  * Memory: when a page allocation of a call under the memory-pressure
  * protocol (see "memory pressure") is refused, least recently used nodes

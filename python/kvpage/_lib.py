@@ -72,7 +72,7 @@ class kv_stats_t(Structure):
         "prefix_tokens_reused", "prefix_published", "prefix_evicted", "prefix_evicted_pages",
         "prefix_remote_hits", "prefix_remote_tokens", "prefix_remote_bad",
         "prefix_remote_errors", "prefix_remote_bytes_in", "prefix_remote_put",
-        "prefix_remote_dropped")]
+        "prefix_remote_dropped", "prefix_snapshots", "prefix_snapshot_bytes")]
 
 
 class kv_estimate_t(Structure):

@@ -194,6 +194,8 @@ class Stats:
     prefix_remote_bytes_in: int
     prefix_remote_put: int
     prefix_remote_dropped: int
+    prefix_snapshots: int
+    prefix_snapshot_bytes: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

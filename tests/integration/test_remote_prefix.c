@@ -18,6 +18,8 @@
  *   - the server stopped (SIGSTOP): a match returns within the timeout
  *     (200 ms, checked < 2 s) as a miss, counted (prefix_remote_errors);
  *     SIGCONT: served again;
+ *   - H2O: a publish with a statistics snapshot queues nothing for the
+ *     remote, and a match under H2O in another store gets nothing from it;
  *   - KIVI INT2 (R 64): a 64-token node fetched, its INT2 pages bit for bit;
  *   - cluster: the same sharing; then every allocation of a fetching match
  *     failed in turn (kv_fault_arm): KV_ENOMEM, or success with every
@@ -204,6 +206,44 @@ int main(void)
     CHECK_EQ(stats(b).prefix_remote_bad, 1 + 7); /* the frame's crc, every key of the batch */
     CHECK_OK(kv_store_check(b));
     kv_store_destroy(b);
+    /* H2O (statistics snapshots, kv_store_prefix_acc.c): nodes with a
+     * snapshot are not sent (a fetched node would have none), and a match
+     * under H2O asks nothing of the remote */
+    {
+        kv_store_t *a = mk(t.url, 1000);
+        b = mk(t.url, 1000);
+        kv_policy_t *h2o = NULL;
+        char err[64];
+        CHECK_OK(kv_policy_parse("h2o:hh=0.2,rw=0.1", &h2o, err, sizeof err));
+        kv_seq_id_t sa;
+        CHECK_OK(kv_seq_create(a, &sa));
+        CHECK_OK(kv_seq_set_policy(a, sa, h2o));
+        feed(a, sa, p, NTOK);
+        static float qo[NTOK * 4 * HD];
+        for (uint32_t l = 0; l < NL; l++) { /* fills the attention sums */
+            for (uint32_t i = 0; i < NTOK * 4 * HD; i++)
+                qo[i] = (float)((i * 37u + l) % 17u) / 16.0f;
+            kv_prefill_t pa = {.layer = l, .seq = sa, .n_new = NTOK, .q = qo, .out = qo};
+            CHECK_OK(kv_attn_prefill(a, &pa));
+        }
+        CHECK_EQ(kv_seq_prefix_publish(a, sa, p, NTOK, NULL, 0), NTOK);
+        CHECK_OK(kv_store_prefix_flush(a, 5000));
+        st = stats(a);
+        CHECK_EQ(st.prefix_snapshots, 1);
+        CHECK_EQ(st.prefix_remote_put, 0);
+        kv_seq_id_t sb2;
+        CHECK_OK(kv_seq_create(b, &sb2));
+        CHECK_OK(kv_seq_set_policy(b, sb2, h2o));
+        CHECK_OK(kv_seq_prefix_match(b, sb2, p, NTOK, NULL, 0, &m));
+        CHECK_EQ(m, 0);
+        st = stats(b);
+        CHECK_EQ(st.prefix_remote_hits + st.prefix_remote_errors + st.prefix_nodes, 0);
+        CHECK_OK(kv_store_check(a));
+        CHECK_OK(kv_store_check(b));
+        kv_policy_destroy(h2o);
+        kv_store_destroy(a);
+        kv_store_destroy(b);
+    }
     /* a silent server: a miss within the timeout */
     b = mk(t.url, 200);
     CHECK_OK(kv_seq_create(b, &s));

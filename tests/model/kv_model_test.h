@@ -69,4 +69,21 @@ static inline int32_t *kvt_chat(const kv_tok_t *tok, const char *user, uint32_t 
     return ids;
 }
 
+/* The prefix-cache tests' prompt: the chat-template ids of 7 repeats of a
+ * paragraph (about 370 tokens; malloc'd); exits on failure. */
+static inline int32_t *kvt_prefix_prompt(const kv_tok_t *tok, uint32_t *n)
+{
+    static const char para[] =
+        "The library keeps the keys and values of every layer in fixed-size pages taken "
+        "from a pool, compresses cold pages, and computes attention directly over them. Two "
+        "requests that share a long system prompt compute the same keys and values for it; "
+        "a prefix cache computes them once and hands the pages to the next request "
+        "copy-on-write. ";
+    char text[8 * sizeof para];
+    text[0] = '\0';
+    for (int i = 0; i < 7; i++)
+        strcat(text, para);
+    return kvt_chat(tok, text, n);
+}
+
 #endif /* KV_MODEL_TEST_H */

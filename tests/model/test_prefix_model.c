@@ -26,12 +26,6 @@
 #define DEC 4
 #define CTX 320
 
-static const char TEXT[] =
-    "The library keeps the keys and values of every layer in fixed-size pages taken from "
-    "a pool, compresses cold pages, and computes attention directly over them. Two requests "
-    "that share a long system prompt compute the same keys and values for it; a prefix "
-    "cache computes them once and hands the pages to the next request copy-on-write. ";
-
 static kv_model_session_t *session(const kv_model_t *m, kv_store_t *st, uint32_t chunk)
 {
     kv_model_session_opts_t o = {.store = st, .max_ctx = CTX, .chunk = chunk};
@@ -121,12 +115,8 @@ int main(void)
 {
     kv_tok_t *tok = NULL;
     kv_model_t *m = kvt_load(&tok);
-    char text[8 * sizeof TEXT];
-    text[0] = '\0';
-    for (int i = 0; i < 7; i++)
-        strcat(text, TEXT);
     uint32_t n = 0;
-    int32_t *ids = kvt_chat(tok, text, &n);
+    int32_t *ids = kvt_prefix_prompt(tok, &n);
     CHECK(n >= N);
     if (n >= N) {
         one_format(m, ids, KV_FMT_FP16, "fp16");
