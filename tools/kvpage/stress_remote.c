@@ -359,13 +359,15 @@ uint32_t stress_redis_corrupt(stress_redis_t *r, const char *ns, uint32_t n)
 {
     uint32_t done = 0;
     char key[256], key2[256];
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t tries = 0; done < n && tries < 4 * n; tries++) {
         uint8_t *v = NULL, *o = NULL;
         size_t len = 0, olen = 0;
-        if (red_random_key(r, ns, key, sizeof key) || red_get(r, key, &v, &len)) {
-            r->no_key++;
+        if (red_random_key(r, ns, key, sizeof key)) {
+            r->no_key++; /* empty (restarted) or down: later */
             return done;
         }
+        if (red_get(r, key, &v, &len))
+            continue; /* not a frame any more (a list, empty, truncated) */
         if (r->crc_ok < 0)
             r->crc_ok = red_frame_crc(v, len) == rd32(v + 60);
         int k = (int)(r->injected % STRESS_BAD_COUNT);
@@ -394,7 +396,7 @@ uint32_t stress_redis_corrupt(stress_redis_t *r, const char *ns, uint32_t n)
         free(v);
         free(o);
         if (!ok)
-            return done;
+            return done; /* the server went away */
         r->injected++;
         r->by_kind[k]++;
         done++;

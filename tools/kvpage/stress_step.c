@@ -6,8 +6,9 @@
  *
  *   arrive  Poisson(rate) requests join the queue (lengths from the dist,
  *           a policy from the mix, 10% want 2-4 parallel samples).
- *   admit   while one of the first 8 queued requests fits (free pages >=
- *           its prompt's pages, vLLM's watermark; the head first, and only
+ *   admit   while one of the first 8 queued requests fits (free pages, and
+ *           pages only the prefix cache holds, >= its prompt's pages, vLLM's
+ *           watermark; the head first, and only
  *           the head once it was passed over 64 iterations, so that nothing
  *           starves): create, attach the policy, prefill every
  *           layer (one chunk, or two in 1 of 4; kv_attn_prefill over up to
@@ -160,9 +161,11 @@ static int eng_pick_req(stress_driver_t *d)
     uint32_t n = d->q_len < ENG_LOOKAHEAD ? d->q_len : ENG_LOOKAHEAD;
     if (d->queue[d->q_head].waited >= ENG_MAX_WAIT)
         n = 1;
+    /* pages only the prefix cache holds are free to an engine: the store
+     * evicts them before it refuses a page */
+    const uint64_t avail = st.pages_free + st.prefix_pages_only;
     for (uint32_t j = 0; j < n; j++)
-        if (d->n_live == 0 ||
-            st.pages_free >= eng_need(d, &d->queue[(d->q_head + j) % d->q_cap]))
+        if (d->n_live == 0 || avail >= eng_need(d, &d->queue[(d->q_head + j) % d->q_cap]))
             return (int)j;
     return -1;
 }
