@@ -257,13 +257,14 @@ static int red_random_key(stress_redis_t *r, const char *ns, char *key, size_t c
         redisReply *rep = red_cmd(r, "RANDOMKEY");
         int ok = rep && rep->type == REDIS_REPLY_STRING && rep->len < cap &&
                  strncmp(rep->str, ns, nl) == 0 && rep->str[nl] == ':';
+        const int none = !rep || rep->type == REDIS_REPLY_NIL; /* down, or empty */
         if (ok)
             memcpy(key, rep->str, rep->len + 1);
         if (rep)
             freeReplyObject(rep);
         if (ok)
             return 0;
-        if (!rep || rep->type == REDIS_REPLY_NIL)
+        if (none)
             return -1;
     }
     return -1;
