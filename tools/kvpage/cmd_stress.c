@@ -18,6 +18,12 @@
  * store cannot start); an existing file is refused (usage error) and never
  * touched.
  *
+ * With --prefix-cache the store's prefix cache is on and requests share
+ * system prompts (stress_prefix.c); --remote adds its remote tier, and with
+ * --remote local this command starts, kills and restarts a private
+ * redis-server and writes corrupt values into it (stress_remote.c,
+ * stress_chaos_step), stopping it at the end.
+ *
  * Exit codes: 0 clean, 1 a violation or leak (or the store failed), 2 usage.
  */
 #include <stddef.h>

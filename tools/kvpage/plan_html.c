@@ -271,14 +271,15 @@ static void table(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t n)
         fputs("<tr><td class=\"l\"><code>", f);
         html_str(f, r[i].spec->given);
         fprintf(f, "</code></td><td>%.1f</td><td>%.1f</td><td>%.1f</td><td>%llu</td>"
-                "<td>%s</td><td>%s</td><td class=\"l\">", r[i].bytes_per_token,
+                "<td>%s</td><td>%s</td>", r[i].bytes_per_token,
                 r[i].closed_bytes_per_token, r[i].pages_per_seq,
                 (unsigned long long)r[i].max_seqs, plan_report_ctx(p, &r[i], 0, c0),
                 plan_report_ctx(p, &r[i], 1, c1));
         if (pfx)
-            fprintf(f, "%.3f</td><td>%.1f</td><td>%llu</td><td>%.1f</td><td class=\"l\">",
-                    r[i].pfx_hit, r[i].pfx_pages_per_seq, (unsigned long long)r[i].pfx_max_seqs,
+            fprintf(f, "<td>%.3f</td><td>%.1f</td><td>%llu</td><td>%.1f</td>", r[i].pfx_hit,
+                    r[i].pfx_pages_per_seq, (unsigned long long)r[i].pfx_max_seqs,
                     r[i].pfx_prefill_tokens);
+        fputs("<td class=\"l\">", f);
         html_str(f, q);
         fputs("</td></tr>\n", f);
     }
