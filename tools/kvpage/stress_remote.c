@@ -310,8 +310,8 @@ static size_t red_first_page(const uint8_t *p, size_t len, uint8_t *fmt0)
 static size_t red_spoil(stress_redis_t *r, int k, uint8_t *v, size_t len, const uint8_t *other,
                         size_t other_len)
 {
-    uint8_t *pay = v + RED_HDR;
-    const size_t plen = len - RED_HDR;
+    uint8_t *pay = len >= RED_HDR ? v + RED_HDR : v; /* (kind 0 only when shorter) */
+    const size_t plen = len >= RED_HDR ? len - RED_HDR : 0;
     uint8_t fmt0 = 0xFF;
     size_t page;
     switch (k) {
@@ -360,18 +360,24 @@ uint32_t stress_redis_corrupt(stress_redis_t *r, const char *ns, uint32_t n)
 {
     uint32_t done = 0;
     char key[256], key2[256];
-    for (uint32_t tries = 0; done < n && tries < 4 * n; tries++) {
+    for (uint32_t i = 0; i < n; i++) {
         uint8_t *v = NULL, *o = NULL;
         size_t len = 0, olen = 0;
         if (red_random_key(r, ns, key, sizeof key)) {
             r->no_key++; /* empty (restarted) or down: later */
             return done;
         }
-        if (red_get(r, key, &v, &len))
-            continue; /* not a frame any more (a list, empty, truncated) */
-        if (r->crc_ok < 0)
-            r->crc_ok = red_frame_crc(v, len) == rd32(v + 60);
         int k = (int)(r->injected % STRESS_BAD_COUNT);
+        if (red_get(r, key, &v, &len)) {
+            /* not a frame any more (a list, empty, truncated: an earlier
+             * injection nobody replaced yet): random bytes over it */
+            len = 1 + stress_rng_below(&r->rng, 256);
+            if (!(v = malloc(len)))
+                return done;
+            k = 0;
+        } else if (r->crc_ok < 0) {
+            r->crc_ok = red_frame_crc(v, len) == rd32(v + 60);
+        }
         size_t nlen = SIZE_MAX;
         redisReply *rep = NULL;
         for (;;) { /* the next kind this value can take */

@@ -19,7 +19,9 @@
  * changed (otherwise well framed); another key's value (crc right, echoed
  * hash wrong); re-framed with a valid crc around a payload whose record
  * start is wrong; re-framed around a payload with +Inf in an FP16 page;
- * empty; not a string (a list). Every kind is one the store must refuse
+ * empty; not a string (a list). A key whose value is no frame any more (an
+ * earlier injection the store has not replaced yet) gets random bytes.
+ * Every kind is one the store must refuse
  * (docs/prefix.md: frame checks, then the record and page checks); a
  * well-formed value with a valid crc and wrong but finite KV is not among
  * them: crc32c is no MAC, and the store cannot tell it (docs/prefix.md,
