@@ -32,6 +32,8 @@ typedef struct plan_opts {
     uint64_t layers, q_heads, kv_heads, head_dim, samples, seed, chunk, ctx_base;
     uint64_t concurrency, trained_ctx;
     double gpu_gib, weights_gb, params_b, reserve, lazy_frac, retain_frac, rate, decode_tps;
+    double prefix_hit;      /* --prefix-hit F (0: off)                         */
+    uint64_t prefix_groups; /* --prefix-groups N                               */
     int plain; /* stdout gets the table: neither --json nor --md is - */
 } plan_opts_t;
 
@@ -80,6 +82,13 @@ static const kv_cli_opt_t plan_opts[] = {
            "SimLayerKV: fraction of layers assumed lazy\n(default 0.55, the paper's Llama-3-8B)"),
     PLAN_D("--retain-frac", retain_frac, 0, 0.5, "F",
            "MiniCache: fraction of merged tokens assumed\nretained (default 0.05, the paper's)"),
+    PLAN_D("--prefix-hit", prefix_hit, 0, 1, "F",
+           "fraction of each prompt found in the prefix cache:\n"
+           "also measure each sequence sharing its first F x prompt\n"
+           "tokens with another (prefill saved, shared pages counted\n"
+           "once; docs/plan.md)"),
+    PLAN_U("--prefix-groups", prefix_groups, 1, 1u << 20, "N",
+           "distinct shared prefixes in the pool at once (default 1)"),
     PLAN_U("--chunk", chunk, 1, 1u << 16, "N", "prompt tokens per append (default 512)"),
     PLAN_U("--ctx-base", ctx_base, 64, 1u << 20, "N",
            "max-context probe prompt (default 2048; see docs)"),
@@ -103,7 +112,7 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
                        .samples = 16, .seed = 1, .chunk = 512,
                        .ctx_base = 2048, .gpu_gib = -1, .weights_gb = -1, .params_b = -1,
                        .reserve = 0.10, .lazy_frac = 0.55, .retain_frac = 0.05,
-                       .decode_tps = 30};
+                       .decode_tps = 30, .prefix_groups = 1};
     int rc = kv_cli_parse("plan", PLAN_SYNOPSIS, plan_opts, sizeof plan_opts / sizeof plan_opts[0],
                           argc, argv, o);
     if (rc)
@@ -211,6 +220,7 @@ int kv_cmd_plan(int argc, char **argv)
                     .lazy_frac = o.lazy_frac, .retain_frac = o.retain_frac, .rate = o.rate,
                     .decode_tps = o.decode_tps, .concurrency = o.concurrency,
                     .reserve = o.reserve, .curves = o.html != NULL,
+                    .prefix_hit = o.prefix_hit, .prefix_groups = (uint32_t)o.prefix_groups,
                     .eval_dir = eval_dir[0] ? eval_dir : NULL};
     if (plan_setup(&o, &in, name, sizeof name))
         return 2;

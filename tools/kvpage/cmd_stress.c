@@ -18,6 +18,12 @@
  * store cannot start); an existing file is refused (usage error) and never
  * touched.
  *
+ * With --prefix-cache the store's prefix cache is on and requests share
+ * system prompts (stress_prefix.c); --remote adds its remote tier, and with
+ * --remote local this command starts, kills and restarts a private
+ * redis-server and writes corrupt values into it (stress_remote.c,
+ * stress_chaos_step), stopping it at the end.
+ *
  * Exit codes: 0 clean, 1 a violation or leak (or the store failed), 2 usage.
  */
 #include <stddef.h>
@@ -29,6 +35,7 @@
 
 #include "kv_cli.h"
 #include "stress_driver.h"
+#include "stress_remote.h"
 
 #define STRESS_NOT_GIVEN UINT64_MAX
 
@@ -43,6 +50,11 @@ typedef struct stress_opts {
     const char *policy, *dist;
     const char *offload;   /* --offload FILE_OR_DIR, or NULL      */
     int progress, offload_pread;
+    int prefix;            /* --prefix-cache                      */
+    uint64_t prefix_prompts, prefix_len, prefix_salts;
+    double prefix_share;
+    const char *remote;    /* --remote URL|local, or NULL         */
+    uint64_t remote_timeout, remote_restarts, remote_corrupt;
     kv_cli_outs_t out;     /* --json, --md                        */
     char offload_file[4096]; /* the page file (a name in DIR)     */
 } stress_opts_t;
@@ -95,6 +107,32 @@ static const kv_cli_opt_t stress_opt_table[] = {
         "faults injected per million page-file I/Os (one page each),\n"
         "split evenly over EIO, ENOSPC, short, torn, bit flip, EAGAIN,\n"
         "EINTR (kv_config_t.offload_fault_ppm); needs --offload"),
+    OPT("--prefix-cache", KV_CLI_FLAG, prefix, 0, 0, NULL,
+        "shared prefixes: prompts start with one of a few system prompts\n"
+        "under one of a few salts; matched (kv_seq_prefix_match) and\n"
+        "published (kv_seq_prefix_publish) through the store's prefix cache"),
+    OPT("--prefix-prompts", KV_CLI_UINT, prefix_prompts, 1, STRESS_PFX_MAX_PROMPTS, "N",
+        "system prompts (default 4)"),
+    OPT("--prefix-len", KV_CLI_UINT, prefix_len, 2, STRESS_LEN_MAX, "N",
+        "the longest system prompt's tokens; the others spread down to\n"
+        "N/2 (default 512)"),
+    OPT("--prefix-salts", KV_CLI_UINT, prefix_salts, 1, STRESS_PFX_MAX_SALTS, "N",
+        "salts (tenants) requests are spread over (default 2)"),
+    OPTD("--prefix-share", prefix_share, 0, 1, "F",
+         "fraction of requests that start with a system prompt (default 0.9)"),
+    OPT("--remote", KV_CLI_STR, remote, 0, 0, "URL|local",
+        "the prefix cache's remote tier: a Redis/Valkey URL\n"
+        "(redis://host:port[,...]), or 'local': a private redis-server\n"
+        "this run starts (needed for --remote-restarts)"),
+    OPT("--remote-timeout", KV_CLI_UINT, remote_timeout, 1, 60000, "MS",
+        "bound of one remote fetch (kv_config_t.prefix_remote_timeout_ms,\n"
+        "default 200)"),
+    OPT("--remote-restarts", KV_CLI_UINT, remote_restarts, 0, 100000, "N",
+        "kill (SIGKILL) and restart the local server N times, spread over\n"
+        "the run (needs --remote local)"),
+    OPT("--remote-corrupt", KV_CLI_UINT, remote_corrupt, 0, UINT32_MAX, "N",
+        "overwrite N existing values in the server with corrupt ones\n"
+        "(hiredis, not kvpage's client), spread over the first 90% of the run"),
     KV_CLI_OUT_OPTS(stress_opts_t, out),
     OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
         "progress line on stderr about once a second (default: when stderr is a tty)"),
@@ -105,10 +143,32 @@ static const char stress_synopsis[] =
     "prefill, batched decode, forks, preemption, policies) and verifies it continuously\n"
     "against a shadow of everything appended. Exit 0 clean, 1 violation, 2 usage.";
 
-static void stress_progress(const stress_driver_t *d, double t)
+/* The remote tier's chaos (--remote): our server, killed and restarted on
+ * a schedule, and corrupt values written into it (stress_remote.h). */
+typedef struct stress_chaos {
+    stress_redis_t red;
+    int have;          /* red is in use (--remote local, or --remote-corrupt) */
+    uint32_t down;     /* iterations left with the server killed (0: up)      */
+    uint64_t kills;
+} stress_chaos_t;
+
+static void stress_progress(const stress_driver_t *d, const stress_chaos_t *ch, double t)
 {
     kv_stats_t st;
     kv_store_stats(d->st, &st);
+    if (d->cfg.pfx.on) {
+        fprintf(stderr, "\rstress %6.1f s  ops %llu  live %u  pages %llu/%llu  prefix hits "
+                "%llu/%llu  nodes %llu  remote hits %llu bad %llu errors %llu  restarts %llu  "
+                "corrupt %llu  violations %llu ", t, (unsigned long long)d->ops, d->n_live,
+                (unsigned long long)st.pages_used, (unsigned long long)st.pages_capacity,
+                (unsigned long long)d->pfx.n.hits, (unsigned long long)d->pfx.n.matches,
+                (unsigned long long)st.prefix_nodes, (unsigned long long)st.prefix_remote_hits,
+                (unsigned long long)st.prefix_remote_bad,
+                (unsigned long long)st.prefix_remote_errors,
+                (unsigned long long)ch->red.restarts, (unsigned long long)ch->red.injected,
+                (unsigned long long)d->vf.violations);
+        return;
+    }
     fprintf(stderr,
             "\rstress %6.1f s  ops %llu  live %u  queued %u  pages %llu/%llu  enomem %llu  "
             "preempted %llu  violations %llu ",
@@ -133,10 +193,82 @@ static uint64_t stress_fault_ppm(const stress_opts_t *o)
     return o->faults == STRESS_NOT_GIVEN ? 0 : o->faults;
 }
 
+#define STRESS_DOWN_ITERS 20u /* iterations the killed server stays down */
+#define STRESS_CORRUPT_BURST 256u /* corrupt values per iteration, at most */
+
+/* After an iteration at progress frac (0..1): restart a server that was
+ * down long enough; kill it at the k-th of N+1 even steps (the last well
+ * before the end); corrupt values on a straight line reaching N at 90%. */
+static void stress_chaos_step(const stress_opts_t *o, stress_chaos_t *ch, double frac)
+{
+    stress_redis_t *r = &ch->red;
+    if (!ch->have)
+        return;
+    if (ch->down && --ch->down == 0)
+        stress_redis_restart(r);
+    if (o->remote_restarts && !ch->down && ch->kills < o->remote_restarts &&
+        frac >= (double)(ch->kills + 1) / (double)(o->remote_restarts + 2)) {
+        stress_redis_kill(r);
+        ch->kills++;
+        ch->down = STRESS_DOWN_ITERS;
+    }
+    if (o->remote_corrupt && !ch->down) {
+        double f = frac / 0.9 < 1 ? frac / 0.9 : 1;
+        uint64_t target = (uint64_t)(f * (double)o->remote_corrupt);
+        uint64_t want = target > r->injected ? target - r->injected : 0;
+        if (want)
+            stress_redis_corrupt(r, "kvp", want > STRESS_CORRUPT_BURST ? STRESS_CORRUPT_BURST
+                                                                      : (uint32_t)want);
+    }
+}
+
+/* The prefix fields of --json / --md: the workload's checks, the store's
+ * counters (cumulative, after the final drain; nodes and pages at the
+ * stop) and the remote chaos. */
+static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
+                                 const stress_driver_t *d, const kv_stats_t *st,
+                                 const stress_chaos_t *ch)
+{
+    const stress_pfx_count_t *n = &d->pfx.n;
+    const kv_stats_t *f = &d->final;
+    kv_cli_rep_b(r, "prefix_cache", o->prefix);
+    if (!o->prefix)
+        return;
+    kv_cli_rep_open(r, "prefix", 0);
+    const char *const k[] = {
+        "prompts", "prompt_len", "salts", "matches", "hits", "tokens_matched",
+        "hits_verified", "own_hits", "publishes", "salt_probes", "drained_nodes",
+        "nodes_at_stop", "pages_at_stop", "store_hits", "store_misses", "tokens_reused",
+        "published", "evicted", "evicted_pages", "remote_hits", "remote_tokens", "remote_bad",
+        "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped"};
+    const uint64_t v[] = {
+        o->prefix_prompts, o->prefix_len, o->prefix_salts, n->matches, n->hits,
+        n->tokens_matched, n->hits_verified, n->own_hits, n->publishes, n->salt_probes,
+        n->drained_nodes, st->prefix_nodes, st->prefix_pages, f->prefix_hits,
+        f->prefix_misses, f->prefix_tokens_reused, f->prefix_published, f->prefix_evicted,
+        f->prefix_evicted_pages, f->prefix_remote_hits, f->prefix_remote_tokens,
+        f->prefix_remote_bad, f->prefix_remote_errors, f->prefix_remote_bytes_in,
+        f->prefix_remote_put, f->prefix_remote_dropped};
+    _Static_assert(sizeof k / sizeof k[0] == sizeof v / sizeof v[0], "prefix");
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        kv_cli_rep_u(r, k[i], v[i]);
+    kv_cli_rep_d(r, "share", o->prefix_share, -1);
+    kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote) : NULL);
+    kv_cli_rep_u(r, "remote_restarts", ch->red.restarts);
+    kv_cli_rep_u(r, "remote_restart_failures", ch->red.restart_failures);
+    kv_cli_rep_u(r, "corrupt_injected", ch->red.injected);
+    kv_cli_rep_u(r, "corrupt_no_key", ch->red.no_key);
+    kv_cli_rep_open(r, "corrupt_by_kind", 0);
+    for (int i = 0; i < STRESS_BAD_COUNT; i++)
+        kv_cli_rep_u(r, stress_redis_kind(i), ch->red.by_kind[i]);
+    kv_cli_rep_close(r);
+    kv_cli_rep_close(r);
+}
+
 /* The fields of --json and --md. */
 static void stress_fields(kv_cli_report_t *r, const stress_opts_t *o,
                           const stress_driver_t *d, const stress_mix_t *mix,
-                          const kv_stats_t *st, double secs)
+                          const kv_stats_t *st, const stress_chaos_t *ch, double secs)
 {
     kv_cli_rep_s(r, "command", "stress");
     kv_cli_rep_u(r, "seed", o->seed);
@@ -203,11 +335,12 @@ static void stress_fields(kv_cli_report_t *r, const stress_opts_t *o,
     _Static_assert(sizeof off / sizeof off[0] == sizeof off_v / sizeof off_v[0], "off");
     for (size_t i = 0; i < sizeof off_v / sizeof off_v[0]; i++)
         kv_cli_rep_u(r, off[i], off_v[i]);
+    stress_fields_prefix(r, o, d, st, ch);
     kv_cli_rep_b(r, "ok", !d->vf.violations && !d->vf.leaks);
 }
 
 static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
-                               const kv_stats_t *st, double secs)
+                               const kv_stats_t *st, const stress_chaos_t *ch, double secs)
 {
     printf("kvpage stress: seed %llu, %.1f s (%.1f s CPU), policy '%s', dist %s, pool %llu "
            "pages\n\n", (unsigned long long)o->seed, secs, stress_cpu_seconds(), o->policy, o->dist,
@@ -258,6 +391,36 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
                (unsigned long long)c->pages_lost, (unsigned long long)c->lost_recovered,
                (unsigned long long)c->lost_seqs);
     }
+    if (o->prefix) {
+        const stress_pfx_count_t *n = &d->pfx.n;
+        const kv_stats_t *f = &d->final;
+        printf("  %-28s %u prompts of up to %u tokens, %u salts, share %.2f\n",
+               "shared prefixes", (unsigned)o->prefix_prompts, (unsigned)o->prefix_len,
+               (unsigned)o->prefix_salts, o->prefix_share);
+        printf("  %-28s %14llu  (%llu hits, %llu tokens; %llu verified at once, %llu own "
+               "blocks)\n", "prefix matches", (unsigned long long)n->matches,
+               (unsigned long long)n->hits, (unsigned long long)n->tokens_matched,
+               (unsigned long long)n->hits_verified, (unsigned long long)n->own_hits);
+        printf("  %-28s %14llu  (%llu nodes made, %llu evicted, %llu drained at the end)\n",
+               "prefix publishes", (unsigned long long)n->publishes,
+               (unsigned long long)f->prefix_published, (unsigned long long)f->prefix_evicted,
+               (unsigned long long)n->drained_nodes);
+        printf("  %-28s %14llu  (each matched nothing)\n", "salt probes",
+               (unsigned long long)n->salt_probes);
+        if (o->remote)
+            printf("  %-28s %s: %llu nodes fetched (%llu tokens), %llu bad values refused, "
+                   "%llu keys unanswered, %llu queued, %llu dropped; %llu restarts (%llu "
+                   "failed), %llu corrupt values written\n", "remote",
+                   ch->have ? ch->red.url : o->remote, (unsigned long long)f->prefix_remote_hits,
+                   (unsigned long long)f->prefix_remote_tokens,
+                   (unsigned long long)f->prefix_remote_bad,
+                   (unsigned long long)f->prefix_remote_errors,
+                   (unsigned long long)f->prefix_remote_put,
+                   (unsigned long long)f->prefix_remote_dropped,
+                   (unsigned long long)ch->red.restarts,
+                   (unsigned long long)ch->red.restart_failures,
+                   (unsigned long long)ch->red.injected);
+    }
     printf("  %-28s %14llu\n", "violations", (unsigned long long)d->vf.violations);
     printf("  %-28s %14llu\n", "leaks", (unsigned long long)d->vf.leaks);
 }
@@ -272,7 +435,13 @@ static void stress_repro(const stress_opts_t *o, uint64_t ops)
             o->policy, o->dist, o->rate, (unsigned long long)o->layers,
             (unsigned long long)o->kv_heads, (unsigned long long)o->q_heads,
             (unsigned long long)o->head_dim, (unsigned long long)o->max_seqs,
-            (unsigned long long)o->verify_every, o->offload ? " \\" : "");
+            (unsigned long long)o->verify_every, o->offload || o->prefix ? " \\" : "");
+    if (o->prefix)
+        fprintf(stderr, "    --prefix-cache --prefix-prompts %llu --prefix-len %llu "
+                "--prefix-salts %llu --prefix-share %.17g%s%s (the remote's chaos is not "
+                "replayed exactly)\n", (unsigned long long)o->prefix_prompts,
+                (unsigned long long)o->prefix_len, (unsigned long long)o->prefix_salts,
+                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote : "");
     if (o->offload) {
         fprintf(stderr, "    --offload '%s' --offload-pages %llu", o->offload,
                 (unsigned long long)o->offload_pages);
@@ -323,7 +492,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
     *o = (stress_opts_t){.seed = 1, .pool = 2048, .layers = 4, .kv_heads = 2, .q_heads = 2,
                          .head_dim = 64, .max_seqs = 64, .verify_every = 5000,
                          .faults = STRESS_NOT_GIVEN, .rate = 0.5, .policy = "none",
-                         .dist = "sharegpt"};
+                         .dist = "sharegpt", .prefix_prompts = 4, .prefix_len = 512,
+                         .prefix_salts = 2, .prefix_share = 0.9, .remote_timeout = 200};
     int rc = kv_cli_parse("stress", stress_synopsis, stress_opt_table,
                           sizeof stress_opt_table / sizeof stress_opt_table[0], argc, argv, o);
     if (rc)
@@ -336,6 +506,20 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
     }
     if (o->offload && stress_offload_file(o))
         return 2;
+    if (!o->prefix && o->remote) {
+        fprintf(stderr, "kvpage stress: --remote needs --prefix-cache\n");
+        return 2;
+    }
+    if ((o->remote_restarts && (!o->remote || strcmp(o->remote, "local"))) ||
+        (o->remote_corrupt && !o->remote)) {
+        fprintf(stderr, "kvpage stress: --remote-restarts needs --remote local (a server "
+                        "this run owns), --remote-corrupt needs --remote\n");
+        return 2;
+    }
+    if (o->prefix && o->offload) {
+        fprintf(stderr, "kvpage stress: --prefix-cache and --offload are not combined yet\n");
+        return 2;
+    }
     if (o->q_heads % o->kv_heads || o->head_dim % 16) {
         fprintf(stderr, "kvpage stress: --q-heads must be a multiple of --kv-heads and "
                         "--head-dim a multiple of 16\n");
@@ -351,7 +535,12 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                           .mix = mix, .offload_path = o->offload ? o->offload_file : NULL,
                           .offload_pages = (uint32_t)o->offload_pages,
                           .fault_ppm = (uint32_t)stress_fault_ppm(o),
-                          .offload_pread = o->offload_pread};
+                          .offload_pread = o->offload_pread,
+                          .pfx = {.on = o->prefix, .prompts = (uint32_t)o->prefix_prompts,
+                                  .prompt_len = (uint32_t)o->prefix_len,
+                                  .salts = (uint32_t)o->prefix_salts,
+                                  .share = o->prefix_share, .remote = o->remote,
+                                  .timeout_ms = (uint32_t)o->remote_timeout}};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
         stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
         fprintf(stderr, "kvpage stress: %s\n", err);
@@ -374,10 +563,26 @@ int kv_cmd_stress(int argc, char **argv)
         return 2;
     }
     stress_driver_t d;
+    stress_chaos_t ch = {0};
     char err[512];
+    if (o.remote) { /* our server, or the injector's connection to theirs */
+        rc = !strcmp(o.remote, "local") ? stress_redis_spawn(&ch.red, o.seed, err, sizeof err)
+             : o.remote_corrupt ? stress_redis_attach(&ch.red, o.remote, o.seed, err, sizeof err)
+                                : 0;
+        ch.have = !rc && (!strcmp(o.remote, "local") || o.remote_corrupt);
+        if (!strcmp(o.remote, "local") && !rc)
+            cfg.pfx.remote = ch.red.url;
+        if (rc) {
+            fprintf(stderr, "kvpage stress: %s\n", err);
+            kv_cli_outs_finish("stress", &o.out, NULL);
+            stress_mix_destroy(&mix);
+            return 2;
+        }
+    }
     rc = stress_driver_create(&cfg, &d, stderr, err, sizeof err);
     if (rc) {
         fprintf(stderr, "kvpage stress: %s\n", err);
+        stress_redis_stop(&ch.red);
         if (o.offload)
             stress_offload_remove(&o); /* it did not exist before */
         kv_cli_outs_finish("stress", &o.out, NULL);
@@ -392,11 +597,15 @@ int kv_cmd_stress(int argc, char **argv)
         now = kv_cli_now();
         if ((o.ops && d.ops >= o.ops) || (o.seconds > 0 && now - t0 >= o.seconds))
             break;
+        stress_chaos_step(&o, &ch, o.ops ? (double)d.ops / (double)o.ops
+                                         : (now - t0) / o.seconds);
         if (progress && now - shown >= 1.0) {
-            stress_progress(&d, now - t0);
+            stress_progress(&d, &ch, now - t0);
             shown = now;
         }
     }
+    if (ch.down) /* the run ended with the server down: bring it back */
+        stress_redis_restart(&ch.red);
     if (progress)
         fprintf(stderr, "\n");
     const uint64_t ops_at_stop = d.ops;
@@ -405,14 +614,15 @@ int kv_cmd_stress(int argc, char **argv)
     stress_driver_finish(&d);
     double secs = kv_cli_now() - t0;
     kv_cli_report_t rep = {.cmd = "stress"};
-    stress_fields(&rep, &o, &d, &mix, &st, secs);
+    stress_fields(&rep, &o, &d, &mix, &st, &ch, secs);
     if (o.out.plain)
-        stress_report_text(&o, &d, &st, secs);
+        stress_report_text(&o, &d, &st, &ch, secs);
     int bad = d.vf.violations || d.vf.leaks;
     int lost = kv_cli_outs_finish("stress", &o.out, &rep);
     if (bad)
         stress_repro(&o, ops_at_stop);
     stress_driver_destroy(&d);
+    stress_redis_stop(&ch.red);
     if (o.offload)
         stress_offload_remove(&o);
     stress_mix_destroy(&mix);

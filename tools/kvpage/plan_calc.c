@@ -112,6 +112,33 @@ static int calc_workload(const plan_t *p, const plan_sim_cfg_t *c, plan_result_t
     return 0;
 }
 
+/* The prefix figures (plan_calc.h): each sample as the second sequence of
+ * a shared prefix, one head, scaled to H as calc_workload's pages. */
+static int calc_prefix(const plan_t *p, const plan_sim_cfg_t *c0, plan_result_t *r)
+{
+    const double H = p->in->model.kv_heads;
+    plan_sim_cfg_t c = *c0;
+    c.prefix_hit = p->in->prefix_hit;
+    double own = 0, matched = 0, prompt = 0, shared = 0;
+    for (uint32_t i = 0; i < p->n_samples; i++) {
+        plan_foot_t f;
+        int rc = plan_sim_run(&c, 1, p->len[i][0], p->len[i][1], &f);
+        if (rc)
+            return rc;
+        own += H * (double)f.pages;
+        shared = fmax(shared, H * (double)f.shared_pages);
+        matched += f.matched;
+        prompt += p->len[i][0];
+    }
+    r->pfx_hit = matched / prompt;
+    r->pfx_shared_pages = shared;
+    r->pfx_pages_per_seq = own / p->n_samples;
+    r->pfx_prefill_tokens = (prompt - matched) / p->n_samples;
+    double room = (double)p->pool_pages - p->in->prefix_groups * shared;
+    r->pfx_max_seqs = room > 0 && own > 0 ? (uint64_t)floor(room * p->n_samples / own) : 0;
+    return 0;
+}
+
 /* High-water mark (pages, one head) of a prompt of P tokens + ctx_out. */
 static int ctx_peak(const plan_t *p, const plan_sim_cfg_t *c, uint32_t P, double *peak)
 {
@@ -242,6 +269,8 @@ int plan_policy(const plan_t *p, const plan_spec_t *spec, plan_result_t *r)
         rc = calc_trained_ctx(p, &c, r);
     if (!rc && p->in->curves)
         rc = calc_curve(p, &c, r);
+    if (!rc && p->in->prefix_hit > 0)
+        rc = calc_prefix(p, &c, r);
     if (!rc && p->in->eval_dir)
         plan_evalq_find(p->in->eval_dir, p->in->model.name, spec->ep.spec, &r->quality);
     r->seconds = calc_now() - t0;

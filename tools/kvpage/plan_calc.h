@@ -39,6 +39,17 @@
  * extrapolated linearly from the two probes, minus a margin of 2 pages per
  * list for page rounding: a lower bound ("extrapolated").
  *
+ * Prefix cache (in->prefix_hit = F > 0): every sample is run once more as
+ * the second of two sequences whose prompts share their first floor(F x P)
+ * tokens (plan_sim_run's prefix run): the store matches what its rule
+ * allows (pfx_hit, <= F: nodes, the policy), the sequence prefills only
+ * the rest (pfx_prefill_tokens) and holds pages beyond the shared ones
+ * (pfx_pages_per_seq); the shared prefix's pages are counted once per
+ * group (prefix_groups distinct prefixes, each as large as the largest
+ * sample's): pfx_max_seqs = floor((pool_pages - groups x pfx_shared_pages)
+ * / pfx_pages_per_seq). Peak and max context are those of one sequence
+ * alone (batch 1 shares nothing).
+ *
  * Trained context: a model with ctx_len (its max_position_embeddings)
  * attends no further than that, so max_ctx is capped at ctx_len (pool_ctx
  * keeps the pool's answer) and the room the pool has beyond one such
@@ -90,6 +101,9 @@ typedef struct plan_in {
     int curves;                 /* compute bytes/token vs context          */
     const char *eval_dir;       /* kvpage eval reports (NULL: none)        */
     int trained_ctx_given;      /* model.ctx_len from --trained-ctx        */
+    double prefix_hit;          /* fraction of each prompt found in the    */
+                                /* prefix cache (0: no prefix figures)     */
+    uint32_t prefix_groups;     /* distinct shared prefixes in the pool    */
 } plan_in_t;
 
 typedef struct plan_curve_pt {
@@ -120,6 +134,14 @@ typedef struct plan_result {
     plan_quality_t quality;
     plan_curve_pt_t curve[PLAN_CURVE_MAX];
     uint32_t n_curve;
+    /* prefix cache (in->prefix_hit > 0; plan_sim_run's prefix run, per     */
+    /* sample): pages beyond the shared prefix, the prefix counted once per  */
+    /* group; full model                                                     */
+    double pfx_hit;             /* prompt tokens matched / prompt tokens   */
+    double pfx_shared_pages;    /* the largest sample's shared prefix      */
+    double pfx_pages_per_seq;   /* mean pages of a sequence beyond it      */
+    uint64_t pfx_max_seqs;      /* floor((pool - groups x shared) / that)  */
+    double pfx_prefill_tokens;  /* mean prompt tokens prefilled (computed) */
     char assumption[256];       /* data-dependent footprint: what's assumed */
     double seconds;             /* simulation wall time                    */
 } plan_result_t;

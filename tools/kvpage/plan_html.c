@@ -259,19 +259,27 @@ static void quality_chart(FILE *f, const plan_result_t *r, uint32_t n)
 
 static void table(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t n)
 {
-    fputs("<table>\n<tr><th>policy</th><th>bytes/token</th><th>closed form</th>"
-          "<th>pages/seq</th><th>max seqs</th><th>max ctx</th><th>seqs@ctx</th>"
-          "<th>quality (kvpage eval)</th></tr>\n", f);
+    const int pfx = p->in->prefix_hit > 0;
+    fprintf(f, "<table>\n<tr><th>policy</th><th>bytes/token</th><th>closed form</th>"
+            "<th>pages/seq</th><th>max seqs</th><th>max ctx</th><th>seqs@ctx</th>%s"
+            "<th>quality (kvpage eval)</th></tr>\n",
+            pfx ? "<th>prefix hit</th><th>pfx pages/seq</th><th>pfx seqs</th><th>prefill</th>"
+                : "");
     for (uint32_t i = 0; i < n; i++) {
         char q[160], c0[32], c1[32];
         plan_report_quality(&r[i].quality, q, sizeof q);
         fputs("<tr><td class=\"l\"><code>", f);
         html_str(f, r[i].spec->given);
         fprintf(f, "</code></td><td>%.1f</td><td>%.1f</td><td>%.1f</td><td>%llu</td>"
-                "<td>%s</td><td>%s</td><td class=\"l\">", r[i].bytes_per_token,
+                "<td>%s</td><td>%s</td>", r[i].bytes_per_token,
                 r[i].closed_bytes_per_token, r[i].pages_per_seq,
                 (unsigned long long)r[i].max_seqs, plan_report_ctx(p, &r[i], 0, c0),
                 plan_report_ctx(p, &r[i], 1, c1));
+        if (pfx)
+            fprintf(f, "<td>%.3f</td><td>%.1f</td><td>%llu</td><td>%.1f</td>", r[i].pfx_hit,
+                    r[i].pfx_pages_per_seq, (unsigned long long)r[i].pfx_max_seqs,
+                    r[i].pfx_prefill_tokens);
+        fputs("<td class=\"l\">", f);
         html_str(f, q);
         fputs("</td></tr>\n", f);
     }

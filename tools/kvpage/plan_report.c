@@ -89,6 +89,20 @@ void plan_report_setup(FILE *f, const plan_t *p, const char *prefix)
                 m->ctx_len, in->trained_ctx_given ? "--trained-ctx" : "max_position_embeddings",
                 m->ctx_len);
     fputc('\n', f);
+    if (in->prefix_hit > 0) {
+        fprintf(f, "%sprefix cache: %.2f of each prompt's tokens shared with a sequence before "
+                "it (--prefix-hit), %u distinct shared prefix%s in the pool; hit = prompt "
+                "tokens the store matched (its nodes and the policy's rule); pfx pages/seq = "
+                "a sequence's pages beyond the shared ones; pfx seqs = floor((pool pages - "
+                "%u x shared prefix pages) / pfx pages/seq); prefill = prompt tokens computed "
+                "per request (%.1f without the cache)", prefix, in->prefix_hit,
+                in->prefix_groups, in->prefix_groups == 1 ? "" : "es", in->prefix_groups,
+                p->mean_prompt);
+        if (in->rate > 0)
+            fprintf(f, "; at --rate %g: %.0f prompt tokens/s to prefill without the cache",
+                    in->rate, in->rate * p->mean_prompt);
+        fputc('\n', f);
+    }
     if (p->target > 0)
         fprintf(f, "%starget: %.1f concurrent sequences (%s)\n", prefix, p->target,
                 in->concurrency ? "--concurrency"
@@ -127,6 +141,17 @@ void plan_report_notes(FILE *f, const plan_t *p, const plan_result_t *r, uint32_
             fprintf(f, "; ASSUMED %s", r[i].assumption);
         if (r[i].quality.have)
             fprintf(f, "; quality from %s", r[i].quality.file);
+        if (p->in->prefix_hit > 0) {
+            fprintf(f, "; prefix hit %.3f: shared prefix %.1f pages (counted %u x), %.1f "
+                    "pages/seq beyond it, %llu seqs (%llu without sharing), %.1f prompt "
+                    "tokens prefilled per request", r[i].pfx_hit, r[i].pfx_shared_pages,
+                    p->in->prefix_groups, r[i].pfx_pages_per_seq,
+                    (unsigned long long)r[i].pfx_max_seqs, (unsigned long long)r[i].max_seqs,
+                    r[i].pfx_prefill_tokens);
+            if (p->in->rate > 0)
+                fprintf(f, " (%.0f tokens/s at --rate %g)", p->in->rate * r[i].pfx_prefill_tokens,
+                        p->in->rate);
+        }
         fputc('\n', f);
     }
 }
@@ -147,19 +172,26 @@ int plan_report_table(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t
     }
     fprintf(f, "kvpage plan\n");
     plan_report_setup(f, p, "  ");
-    fprintf(f, "\n%-*s %11s %11s %7s %10s %9s %7s %7s %11s %9s  %s\n", w, "policy",
-            "bytes/tok", "closed", "diff", "pages/seq", "max seqs", "seqs x", "B/tok x",
-            "max ctx", "seqs@ctx", "quality (kvpage eval)");
+    const int pfx = p->in->prefix_hit > 0;
+    fprintf(f, "\n%-*s %11s %11s %7s %10s %9s %7s %7s %11s %9s", w, "policy", "bytes/tok",
+            "closed", "diff", "pages/seq", "max seqs", "seqs x", "B/tok x", "max ctx",
+            "seqs@ctx");
+    if (pfx)
+        fprintf(f, " %6s %10s %9s %8s", "hit", "pfx pg/seq", "pfx seqs", "prefill");
+    fprintf(f, "  %s\n", "quality (kvpage eval)");
     for (uint32_t i = 0; i < n; i++) {
         char q[160], c0[32], c1[32];
         plan_report_quality(&r[i].quality, q, sizeof q);
-        fprintf(f, "%-*s %11.1f %11.1f %+6.1f%% %10.1f %9llu %6.2fx %6.2fx %11s %9s  %s%s\n",
+        fprintf(f, "%-*s %11.1f %11.1f %+6.1f%% %10.1f %9llu %6.2fx %6.2fx %11s %9s",
                 w, r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
                 diff_pct(&r[i]), r[i].pages_per_seq, (unsigned long long)r[i].max_seqs,
                 ratio((double)r[i].max_seqs, (double)r[0].max_seqs),
                 ratio(r[0].kv_bytes_per_token, r[i].kv_bytes_per_token),
-                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1), q,
-                r[i].fits == 0 ? "  [below target]" : "");
+                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1));
+        if (pfx)
+            fprintf(f, " %6.3f %10.1f %9llu %8.1f", r[i].pfx_hit, r[i].pfx_pages_per_seq,
+                    (unsigned long long)r[i].pfx_max_seqs, r[i].pfx_prefill_tokens);
+        fprintf(f, "  %s%s\n", q, r[i].fits == 0 ? "  [below target]" : "");
     }
     fputc('\n', f);
     plan_report_notes(f, p, r, n, "- ");
@@ -198,7 +230,7 @@ static void json_quality(FILE *f, const plan_quality_t *q)
     fputc('}', f);
 }
 
-static void json_result(FILE *f, const plan_result_t *r, const plan_result_t *first)
+static void json_result(FILE *f, const plan_result_t *r, const plan_result_t *first, int prefix)
 {
     fputs("{\"policy\":", f);
     kv_cli_json_str(f, r->spec->given);
@@ -228,6 +260,11 @@ static void json_result(FILE *f, const plan_result_t *r, const plan_result_t *fi
         fputs("null", f);
     fputs(",\"quality\":", f);
     json_quality(f, &r->quality);
+    if (prefix)
+        fprintf(f, ",\"prefix\":{\"hit\":%.4f,\"shared_pages\":%.2f,\"pages_per_seq\":%.2f,"
+                "\"max_seqs\":%llu,\"prefill_tokens\":%.2f}", r->pfx_hit, r->pfx_shared_pages,
+                r->pfx_pages_per_seq, (unsigned long long)r->pfx_max_seqs,
+                r->pfx_prefill_tokens);
     if (r->n_curve) {
         fputs(",\"curve\":[", f);
         for (uint32_t k = 0; k < r->n_curve; k++) {
@@ -258,14 +295,15 @@ int plan_report_json(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t 
     kv_cli_json_str(f, in->workload);
     fprintf(f, ",\"samples\":%u,\"seed\":%llu,\"mean_prompt\":%.2f,\"mean_output\":%.2f,"
             "\"ctx_output\":%u,\"trained_ctx\":%u,\"target_seqs\":%.2f,\"lazy_frac\":%.4f,"
-            "\"retain_frac\":%.4f,\"chunk\":%u,\"results\":[", p->n_samples,
+            "\"retain_frac\":%.4f,\"chunk\":%u,\"prefix_hit\":%.4f,\"prefix_groups\":%u,"
+            "\"results\":[", p->n_samples,
             (unsigned long long)in->seed, p->mean_prompt, p->mean_out, p->ctx_out,
             m->ctx_len, p->target, in->lazy_frac,
-            in->retain_frac, in->chunk);
+            in->retain_frac, in->chunk, in->prefix_hit, in->prefix_groups);
     for (uint32_t i = 0; i < n; i++) {
         if (i)
             fputc(',', f);
-        json_result(f, &r[i], &r[0]);
+        json_result(f, &r[i], &r[0], in->prefix_hit > 0);
     }
     fputs("]}\n", f);
     return done(f);
@@ -277,18 +315,25 @@ int plan_report_md(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t n)
 {
     fprintf(f, "## kvpage plan: %s on %s\n\n", p->in->model.name, p->in->gpu_name);
     plan_report_setup(f, p, "- ");
+    const int pfx = p->in->prefix_hit > 0;
     fprintf(f, "\n| policy | bytes/token | closed form | diff | pages/seq | max seqs | seqs x | "
-            "B/tok x | max ctx | seqs@ctx | quality (kvpage eval) |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+            "B/tok x | max ctx | seqs@ctx |%s quality (kvpage eval) |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---|\n",
+            pfx ? " hit | pfx pages/seq | pfx seqs | prefill |" : "",
+            pfx ? "---:|---:|---:|---:|" : "");
     for (uint32_t i = 0; i < n; i++) {
         char q[160], c0[32], c1[32];
         plan_report_quality(&r[i].quality, q, sizeof q);
-        fprintf(f, "| `%s` | %.1f | %.1f | %+.1f%% | %.1f | %llu | %.2fx | %.2fx | %s | %s | "
-                "%s |\n", r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
+        fprintf(f, "| `%s` | %.1f | %.1f | %+.1f%% | %.1f | %llu | %.2fx | %.2fx | %s | %s |",
+                r[i].spec->given, r[i].bytes_per_token, r[i].closed_bytes_per_token,
                 diff_pct(&r[i]), r[i].pages_per_seq, (unsigned long long)r[i].max_seqs,
                 ratio((double)r[i].max_seqs, (double)r[0].max_seqs),
                 ratio(r[0].kv_bytes_per_token, r[i].kv_bytes_per_token),
-                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1), q);
+                plan_report_ctx(p, &r[i], 0, c0), plan_report_ctx(p, &r[i], 1, c1));
+        if (pfx)
+            fprintf(f, " %.3f | %.1f | %llu | %.1f |", r[i].pfx_hit, r[i].pfx_pages_per_seq,
+                    (unsigned long long)r[i].pfx_max_seqs, r[i].pfx_prefill_tokens);
+        fprintf(f, " %s |\n", q);
     }
     fputc('\n', f);
     plan_report_notes(f, p, r, n, "- ");

@@ -31,6 +31,7 @@ typedef struct sim {
     int attn_first, attn_every; /* decode attention: first step, every step */
     kv_store_t *st;
     kv_seq_id_t seq;         /* the measured sequence                      */
+    int32_t *ids;            /* prefix run: a prompt's token ids [n_pos]   */
 } sim_t;
 
 int plan_sim_pick(uint64_t i, uint64_t n, double frac)
@@ -71,22 +72,55 @@ static void fill_rows(sim_t *S, uint32_t layer, uint64_t t0, uint32_t n)
     }
 }
 
-static int prefill(sim_t *S, uint32_t prompt)
+/* Append prompt tokens [from, prompt) of every layer in chunks, attend the
+ * policy's rows (at most those appended), then kv_seq_prefill_end (when end). */
+static int prefill(sim_t *S, uint32_t from, uint32_t prompt, int end)
 {
     const plan_sim_cfg_t *c = S->c;
+    const uint32_t rows = S->rows < prompt - from ? S->rows : prompt - from;
     int rc = 0;
     for (uint32_t l = 0; l < S->L && !rc; l++) {
-        for (uint32_t t = 0; t < prompt && !rc; t += c->chunk) {
+        for (uint32_t t = from; t < prompt && !rc; t += c->chunk) {
             uint32_t n = prompt - t < c->chunk ? prompt - t : c->chunk;
             fill_rows(S, l, t, n);
             rc = kv_append(S->st, S->seq, l, n, KV_DTYPE_F32, S->k, S->k, NULL);
         }
-        kv_prefill_t pf = {.layer = l, .seq = S->seq, .n_new = S->rows, .q = S->q,
+        kv_prefill_t pf = {.layer = l, .seq = S->seq, .n_new = rows, .q = S->q,
                            .out = S->out};
-        if (!rc && S->rows)
+        if (!rc && rows)
             rc = kv_attn_prefill(S->st, &pf);
     }
-    return rc ? rc : kv_seq_prefill_end(S->st, S->seq);
+    return rc || !end ? rc : kv_seq_prefill_end(S->st, S->seq);
+}
+
+/* The prefix run's token ids: the first `shared` of every prompt alike, the
+ * rest the sequence's own (`who`). */
+static void prefix_ids(int32_t *ids, uint32_t prompt, uint32_t shared, int32_t who)
+{
+    for (uint32_t i = 0; i < prompt; i++)
+        ids[i] = i < shared ? (int32_t)i : (int32_t)((uint32_t)who << 24 | i);
+}
+
+/* The prefix run's first sequence: its prompt appended, the shared part
+ * published, freed; *shared_pages = what the cache keeps. */
+static int prefix_publisher(sim_t *S, uint32_t prompt, uint32_t shared, uint64_t *shared_pages)
+{
+    kv_stats_t st;
+    int rc = kv_seq_create(S->st, &S->seq);
+    if (!rc)
+        rc = kv_seq_set_policy(S->st, S->seq, S->c->policy);
+    if (!rc)
+        rc = prefill(S, 0, prompt, 0);
+    prefix_ids(S->ids, prompt, shared, 1);
+    if (!rc && shared) {
+        int got = kv_seq_prefix_publish(S->st, S->seq, S->ids, shared, NULL, 0);
+        rc = got < 0 ? got : 0;
+    }
+    if (!rc)
+        rc = kv_seq_free(S->st, S->seq);
+    if (!rc && !(rc = kv_store_stats(S->st, &st)))
+        *shared_pages = st.pages_used;
+    return rc;
 }
 
 static int decode(sim_t *S, uint32_t prompt, uint32_t out)
@@ -119,11 +153,17 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
     cfg.n_kv_heads = S->H;
     cfg.head_dim = S->D;
     cfg.host_pages = pages;
-    cfg.max_seqs = 2;
+    cfg.max_seqs = 3;
     cfg.n_threads = 1;
     cfg.flags = KV_CONFIG_NO_TCACHE;
     kv_policy_info_t pi;
     cfg.residual = kv_policy_info(c->policy, S->L, prompt, &pi) ? 0 : pi.residual;
+    static const char fingerprint[] = "kvpage plan";
+    if (S->ids) {
+        cfg.prefix_cache = 1;
+        cfg.prefix_model = fingerprint;
+        cfg.prefix_model_len = sizeof fingerprint - 1;
+    }
     int rc = kv_store_create(&cfg, &S->st);
     if (rc)
         return rc;
@@ -131,12 +171,21 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
     kv_stats_t base, end;
     if (!(rc = kv_seq_create(S->st, &seq)) && !(rc = kv_seq_set_policy(S->st, seq, c->policy)))
         rc = kv_seq_free(S->st, seq);
+    uint64_t shared_pages = 0;
+    uint32_t matched = 0;
+    const uint32_t shared = S->ids ? (uint32_t)floor(c->prefix_hit * prompt) : 0;
+    if (!rc && S->ids)
+        rc = prefix_publisher(S, prompt, shared, &shared_pages);
     if (!rc)
         rc = kv_store_stats(S->st, &base);
     if (!rc && !(rc = kv_seq_create(S->st, &S->seq)))
         rc = kv_seq_set_policy(S->st, S->seq, c->policy);
+    if (!rc && S->ids) {
+        prefix_ids(S->ids, prompt, shared, 2);
+        rc = kv_seq_prefix_match(S->st, S->seq, S->ids, prompt, NULL, 0, &matched);
+    }
     if (!rc)
-        rc = prefill(S, prompt);
+        rc = prefill(S, matched, prompt, 1);
     if (!rc)
         rc = decode(S, prompt, out);
     if (!rc)
@@ -144,7 +193,9 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
     if (!rc)
         rc = kv_store_stats(S->st, &end);
     if (!rc)
-        *f = (plan_foot_t){.pages = end.pages_used, .peak_pages = end.pages_peak,
+        *f = (plan_foot_t){.pages = end.pages_used - shared_pages,
+                           .peak_pages = end.pages_peak, .shared_pages = shared_pages,
+                           .matched = matched,
                            .kv_bytes = end.kv_bytes,
                            .meta_bytes = end.meta_bytes - base.meta_bytes,
                            .tokens = end.tokens, .page_bytes = end.page_bytes};
@@ -175,7 +226,8 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
 {
     if (!c || !f || !c->policy || !c->layers || !c->q_per_kv || !kv_heads ||
         !c->head_dim || !c->chunk || !prompt || !(c->lazy_frac >= 0 && c->lazy_frac <= 1) ||
-        !(c->retain_frac >= 0 && c->retain_frac <= 0.5))
+        !(c->retain_frac >= 0 && c->retain_frac <= 0.5) ||
+        !(c->prefix_hit >= 0 && c->prefix_hit <= 1))
         return KV_EINVAL;
     sim_t S = {.c = c, .H = kv_heads, .Hq = kv_heads * c->q_per_kv, .D = c->head_dim,
                .L = c->layers, .n_pos = (uint64_t)prompt + out,
@@ -186,6 +238,8 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
     sim_attention(&S, prompt);
     size_t qrows = S.rows ? S.rows : 1;
     size_t kn = (size_t)c->chunk * S.H * S.D, qn = qrows * S.Hq * S.D;
+    if (c->prefix_hit > 0 && !(S.ids = malloc(((size_t)prompt + 1) * sizeof *S.ids)))
+        return KV_ENOMEM;
     S.k = malloc(kn * sizeof *S.k);
     S.q = calloc(qn, sizeof *S.q);
     S.out = malloc(qn * sizeof *S.out);
@@ -195,7 +249,7 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
     /* FP16 pages of every token, twice (conversion and compaction
      * transients), plus slack; doubled when a run still runs out. */
     uint64_t lists = (uint64_t)S.L * S.H, per_list = ((uint64_t)prompt + out) / 16 + 4;
-    uint64_t pages = 2 * lists * per_list + 64;
+    uint64_t pages = (S.ids ? 3 : 2) * lists * per_list + 64; /* + the shared prefix */
     for (int attempt = 0; !rc; attempt++) {
         if (pages > SIM_MAX_PAGES) {
             rc = KV_ERANGE;
@@ -210,5 +264,6 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
     free(S.k);
     free(S.q);
     free(S.out);
+    free(S.ids);
     return rc;
 }

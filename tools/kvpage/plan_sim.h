@@ -52,6 +52,9 @@ typedef struct plan_sim_cfg {
     uint32_t chunk;        /* prompt tokens per kv_append, >= 1            */
     double lazy_frac;      /* SimLayerKV: fraction of lazy layers, 0..1    */
     double retain_frac;    /* MiniCache: retained fraction, 0..0.5         */
+    double prefix_hit;     /* 0: one sequence alone; > 0: the prefix run   */
+                           /* (plan_sim_run_prefix): this fraction of the  */
+                           /* prompt is another sequence's prefix, 0..1    */
 } plan_sim_cfg_t;
 
 /* One sequence's footprint in the simulated store. */
@@ -62,6 +65,11 @@ typedef struct plan_foot {
     uint64_t meta_bytes;   /* metadata of the sequence (store's excluded)  */
     uint64_t tokens;       /* tokens held, summed over lists               */
     uint32_t page_bytes;   /* of the simulated store                       */
+    /* the prefix run only (plan_sim_run_prefix); pages above are then the   */
+    /* sequence's own, beyond the shared ones                               */
+    uint64_t shared_pages; /* pages the prefix cache holds for the shared   */
+                           /* prefix (counted once, however many share it) */
+    uint32_t matched;      /* prompt tokens kv_seq_prefix_match attached    */
 } plan_foot_t;
 
 /* Run one sequence of `prompt` (>= 1) + `out` tokens with kv_heads kv heads. */
@@ -70,6 +78,18 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
 
 /* 1 when index i of n is among the round(frac * n) chosen ones, spread
  * evenly (floor((i+1)k/n) > floor(ik/n), k = round(frac * n)). */
+/* With c->prefix_hit > 0, plan_sim_run is the prefix run: with the store's prefix cache on, a
+ * first sequence appends a prompt of `prompt` tokens and publishes its
+ * first S = floor(prefix_hit x prompt) tokens (kv_seq_prefix_publish, before
+ * kv_seq_prefill_end) and is freed: the cache keeps f->shared_pages. The
+ * measured sequence's prompt has the same S first tokens and its own rest:
+ * kv_seq_prefix_match attaches f->matched tokens (S rounded down to a node,
+ * or less: the policy's rule, docs/prefix.md; 0 under H2O/MiniKV), it
+ * prefills the rest and decodes `out` tokens like plan_sim_run. f->pages =
+ * pages in use then minus shared_pages (its own; what its selection dropped
+ * from the shared prefix stays with the cache); peak_pages is the store's
+ * high-water mark (both sequences); meta_bytes its own. */
+
 int plan_sim_pick(uint64_t i, uint64_t n, double frac);
 
 #endif /* PLAN_SIM_H */

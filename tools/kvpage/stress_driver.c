@@ -46,6 +46,8 @@ static const struct {
     [STRESS_OP_WAIT] = {"wait", 1, 0, DRV_ACC_ANY},
     [STRESS_OP_BALANCE] = {"balance", 0, 0, DRV_ACC_IO | DRV_ACC_POSITIVE},
     [STRESS_OP_SYNC] = {"sync", 0, 0, DRV_ACC_IO},
+    [STRESS_OP_PREFIX_MATCH] = {"prefix_match", 0, 0, 0},
+    [STRESS_OP_PREFIX_PUBLISH] = {"prefix_publish", 0, 0, DRV_ACC_POSITIVE},
 };
 
 static const char *const drv_evs[STRESS_EV_COUNT] = {
@@ -70,6 +72,7 @@ const char *stress_ev_name(stress_ev_t ev)
 void stress_driver_destroy(stress_driver_t *d)
 {
     stress_verifier_destroy(&d->vf);
+    stress_pfx_destroy(&d->pfx);
     kv_store_destroy(d->st);
     free(d->slots);
     free(d->queue);
@@ -133,6 +136,13 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
         kc.offload_fault_ppm = cfg->fault_ppm;
         kc.offload_fault_seed = cfg->fault_ppm ? cfg->seed : 0;
     }
+    if (cfg->pfx.on) {
+        kc.prefix_cache = 1;
+        kc.prefix_model = stress_pfx_fingerprint(d);
+        kc.prefix_model_len = (uint32_t)strlen(d->pfx.fp);
+        kc.prefix_remote = cfg->pfx.remote;
+        kc.prefix_remote_timeout_ms = cfg->pfx.remote ? cfg->pfx.timeout_ms : 0;
+    }
     int rc = kv_store_create(&kc, &d->st);
     if (rc) {
         snprintf(err, err_len, "kv_store_create: %s", kv_strerror(rc));
@@ -142,7 +152,8 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
     kv_store_stats(d->st, &st);
     d->tokens_per_page = st.fp16_tokens_per_page;
     const size_t n_slots = (size_t)cfg->max_seqs + 1; /* one more: creates hit ELIMIT */
-    const size_t max_len = cfg->dist.hi[0] > 0 ? cfg->dist.hi[0] : 1;
+    const size_t max_len = (cfg->dist.hi[0] > 0 ? cfg->dist.hi[0] : 1) +
+                           (cfg->pfx.on ? cfg->pfx.prompt_len : 0);
     const size_t rows = n_slots > STRESS_PREFILL_ROWS ? n_slots : STRESS_PREFILL_ROWS;
     const size_t kv_n = max_len * cfg->kv_heads * cfg->head_dim;
     const size_t q_n = rows * cfg->q_heads * cfg->head_dim;
@@ -161,6 +172,8 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
     d->batch_slot = malloc(n_slots * sizeof *d->batch_slot);
     d->running = malloc(n_slots * sizeof *d->running);
     rc = stress_verifier_init(&d->vf, d->st, cfg->seed, log);
+    if (!rc)
+        rc = stress_pfx_init(d);
     if (rc || !d->slots || !d->live || !d->queue || !d->k || !d->v || !d->hk || !d->hv ||
         !d->q || !d->out || !d->pos || !d->batch || !d->batch_slot || !d->running) {
         snprintf(err, err_len, "out of memory");
@@ -271,6 +284,16 @@ static int drv_issue(stress_driver_t *d, stress_call_t *c)
         return kv_store_offload_balance(d->st);
     case STRESS_OP_SYNC:
         return kv_store_offload_sync(d->st);
+    case STRESS_OP_PREFIX_MATCH:
+    case STRESS_OP_PREFIX_PUBLISH: {
+        char salt[32];
+        int n = snprintf(salt, sizeof salt, "tenant-%u", s->req.salt);
+        if (c->op == STRESS_OP_PREFIX_PUBLISH)
+            return kv_seq_prefix_publish(d->st, s->sh.id, d->pfx.tok, c->matched, salt,
+                                         (size_t)n);
+        return kv_seq_prefix_match(d->st, s->sh.id, d->pfx.tok, s->req.len[0], salt,
+                                   (size_t)n, &c->matched);
+    }
     case STRESS_OP_COUNT:
         break;
     }
@@ -421,8 +444,10 @@ uint64_t stress_driver_finish(stress_driver_t *d)
     for (uint32_t i = 0; i <= d->cfg.max_seqs; i++)
         if (d->slots[i].used)
             stress_driver_release(d, (int)i, STRESS_EV_COUNT);
+    uint64_t meta0 = d->meta0;
+    bad += stress_pfx_drain(d, &meta0);
     snprintf(d->vf.context, sizeof d->vf.context, "end (every sequence freed)");
-    bad += stress_verify_empty(&d->vf, d->meta0);
+    bad += stress_verify_empty(&d->vf, meta0);
     kv_store_stats(d->st, &d->final);
     return bad;
 }

@@ -47,6 +47,7 @@
 #include "kvpage/kvpage.h"
 #include "stress_gen.h"
 #include "stress_mix.h"
+#include "stress_prefix.h"
 #include "stress_verify.h"
 
 #define STRESS_PREFILL_ROWS 32u /* query rows of one kv_attn_prefill, at most */
@@ -67,6 +68,8 @@ typedef enum stress_op {
     STRESS_OP_WAIT,          /* kv_seq_wait          */
     STRESS_OP_BALANCE,       /* kv_store_offload_balance */
     STRESS_OP_SYNC,          /* kv_store_offload_sync */
+    STRESS_OP_PREFIX_MATCH,  /* kv_seq_prefix_match   */
+    STRESS_OP_PREFIX_PUBLISH, /* kv_seq_prefix_publish */
     STRESS_OP_COUNT
 } stress_op_t;
 
@@ -102,6 +105,7 @@ typedef struct stress_cfg {
     uint32_t offload_pages; /* its slots                                   */
     uint32_t fault_ppm;     /* kv_config_t.offload_fault_ppm (seed: seed)  */
     int offload_pread;      /* KV_OFFLOAD_PREAD: the pread/pwrite I/O queue   */
+    stress_pfx_cfg_t pfx;   /* shared prefixes (stress_prefix.c); off: 0s  */
 } stress_cfg_t;
 
 #define STRESS_LOST_TRIES 2u /* prefetches of a sequence with lost pages */
@@ -135,6 +139,12 @@ typedef struct stress_req {
     uint32_t samples; /* parallel samples (forks at admission) */
     uint32_t pol;     /* index into the mix                   */
     uint32_t waited;  /* iterations passed over at the head   */
+    /* shared prefixes (stress_prefix.c; all 0 without --prefix-cache)      */
+    int32_t sys;      /* system prompt its prompt starts with, -1: none   */
+    uint32_t salt;    /* its salt (tenant)                                */
+    uint64_t content; /* origin of its own prompt tokens (kept on requeue) */
+    uint32_t published; /* tokens of its prompt an earlier incarnation    */
+                        /* published                                      */
 } stress_req_t;
 
 /* A live sequence (slots: [max_seqs + 1], so that creates can hit
@@ -159,6 +169,8 @@ typedef struct stress_call {
     int defer;         /* on KV_ENOMEM return at once (admission waits) */
                        /* (BALANCE returns the pages written, >= 0)    */
     kv_seq_id_t out;   /* CREATE, FORK: the new sequence               */
+    uint32_t matched;  /* PREFIX_MATCH: tokens attached; PREFIX_PUBLISH: */
+                       /* n (tokens of d->pfx.tok); returns the covered  */
 } stress_call_t;
 
 typedef struct stress_driver {
@@ -185,6 +197,7 @@ typedef struct stress_driver {
     uint64_t limit_failures;   /* calls that returned KV_ELIMIT          */
     uint64_t iterations, verify_runs, last_verify;
     stress_off_count_t off;    /* offload activity (stress_offload.c)    */
+    stress_pfx_t pfx;          /* shared prefixes (stress_prefix.c)      */
     kv_stats_t final;          /* stress_driver_finish: after every free */
 } stress_driver_t;
 
@@ -229,6 +242,29 @@ void stress_off_sync(stress_driver_t *d);
  * act on where its pages are now. */
 void stress_off_prefetch_slot(stress_driver_t *d, int i);
 void stress_off_settle(stress_driver_t *d, int i);
+
+/* Shared prefixes (stress_prefix.c; no-ops without cfg.pfx.on). init:
+ * the system prompts, the bound table, the scratch (KV_ENOMEM). draw: a
+ * new request's system prompt, salt and content (len[0] grows by L_j).
+ * shadow: slot s's new shadow (sequence id) from its request: system
+ * prompt, own tokens, then the incarnation `origin` for the decode (without
+ * prefixes: stress_shadow_init with origin). fingerprint: the store's model
+ * fingerprint for this run (unique per run: a shared remote never serves an
+ * earlier run's values). match: the store's
+ * longest cached prefix for slot i, checked (top of stress_prefix.h), the
+ * shadow advanced to it; returns the tokens matched. publish: the first n
+ * prompt tokens of slot i (after each prefill chunk). drain: after every
+ * sequence is freed, the cache holds every used page and gives them all up
+ * under pressure (*meta0, the metadata baseline, grows by the cache's
+ * hash table if that is all it kept); returns the leaks found. */
+int stress_pfx_init(stress_driver_t *d);
+void stress_pfx_destroy(stress_pfx_t *p);
+void stress_pfx_draw(stress_driver_t *d, stress_req_t *r);
+void stress_pfx_shadow(stress_driver_t *d, stress_slot_t *s, kv_seq_id_t id, uint64_t origin);
+const char *stress_pfx_fingerprint(stress_driver_t *d);
+uint32_t stress_pfx_match(stress_driver_t *d, int i);
+void stress_pfx_publish(stress_driver_t *d, int i, uint32_t n);
+uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0);
 
 /* One iteration (stress_step.c). */
 void stress_driver_step(stress_driver_t *d);

@@ -34,6 +34,16 @@ int stress_shadow_fork(const stress_shadow_t *parent, kv_seq_id_t id, uint64_t o
     return 0;
 }
 
+int stress_shadow_push(stress_shadow_t *s, uint64_t origin, int32_t from)
+{
+    if (s->n_lineage >= STRESS_MAX_LINEAGE || from < s->lineage[s->n_lineage - 1].from)
+        return -1;
+    s->lineage[s->n_lineage].origin = origin;
+    s->lineage[s->n_lineage].from = from;
+    s->n_lineage++;
+    return 0;
+}
+
 uint64_t stress_shadow_origin(const stress_shadow_t *s, int32_t pos)
 {
     uint32_t i = s->n_lineage - 1;
@@ -46,9 +56,9 @@ void stress_shadow_values(const stress_shadow_t *s, uint64_t seed, uint32_t laye
                           uint32_t n, uint32_t n_kv_heads, uint32_t head_dim, float *k,
                           float *v, int32_t *pos)
 {
-    uint64_t origin = s->lineage[s->n_lineage - 1].origin;
     for (uint32_t t = 0; t < n; t++) {
         pos[t] = s->next[layer] + (int32_t)t;
+        const uint64_t origin = stress_shadow_origin(s, pos[t]);
         for (uint32_t h = 0; h < n_kv_heads; h++) {
             size_t at = ((size_t)t * n_kv_heads + h) * head_dim;
             stress_gen_token(seed, origin, layer, h, pos[t], head_dim, k + at, v + at);

@@ -66,11 +66,17 @@ void stress_shadow_init(stress_shadow_t *s, kv_seq_id_t id, uint64_t origin,
 int stress_shadow_fork(const stress_shadow_t *parent, kv_seq_id_t id, uint64_t origin,
                        stress_shadow_t *child);
 
+/* Positions >= from (from >= the last entry's) are origin's from now on:
+ * a prompt whose parts come from different origins (shared prefixes,
+ * stress_prefix.h). Returns -1 (unchanged) when the lineage is full. */
+int stress_shadow_push(stress_shadow_t *s, uint64_t origin, int32_t from);
+
 /* The incarnation that appended position pos. */
 uint64_t stress_shadow_origin(const stress_shadow_t *s, int32_t pos);
 
 /* The next n tokens of `layer` as kv_append wants them: k, v
- * [n][n_kv_heads][head_dim], pos [n]. Does not advance the shadow. */
+ * [n][n_kv_heads][head_dim], pos [n], each position's values from its
+ * origin (stress_shadow_origin). Does not advance the shadow. */
 void stress_shadow_values(const stress_shadow_t *s, uint64_t seed, uint32_t layer,
                           uint32_t n, uint32_t n_kv_heads, uint32_t head_dim, float *k,
                           float *v, int32_t *pos);

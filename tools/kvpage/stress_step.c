@@ -6,8 +6,9 @@
  *
  *   arrive  Poisson(rate) requests join the queue (lengths from the dist,
  *           a policy from the mix, 10% want 2-4 parallel samples).
- *   admit   while one of the first 8 queued requests fits (free pages >=
- *           its prompt's pages, vLLM's watermark; the head first, and only
+ *   admit   while one of the first 8 queued requests fits (free pages, and
+ *           pages only the prefix cache holds, >= its prompt's pages, vLLM's
+ *           watermark; the head first, and only
  *           the head once it was passed over 64 iterations, so that nothing
  *           starves): create, attach the policy, prefill every
  *           layer (one chunk, or two in 1 of 4; kv_attn_prefill over up to
@@ -20,6 +21,10 @@
  *           it is the newest), then one kv_attn_decode over the batch;
  *           then step_end for each.
  *   finish  sequences with all their output tokens are freed.
+ * With shared prefixes (cfg.pfx.on, stress_prefix.c) admission matches the
+ * prompt against the prefix cache after attaching the policy, prefills only
+ * the rest, and publishes the prompt after each prefill chunk (before
+ * prefill_end).
  * With a page file (cfg.offload_path) an iteration starts with
  *   settle  kv_seq_wait every sequence with I/O in flight (stress_offload.c),
  * and only sequences whose pages are all resident decode or branch.
@@ -55,6 +60,7 @@ static void eng_arrive(stress_driver_t *d)
         if (stress_rng_below(&d->rng, 10) == 0)
             r.samples = 2 + stress_rng_below(&d->rng, 3);
         r.pol = stress_rng_below(&d->rng, d->cfg.mix->n);
+        stress_pfx_draw(d, &r);
         d->ev_count[STRESS_EV_ARRIVED]++;
         if (stress_driver_enqueue(d, &r, 0))
             d->ev_count[STRESS_EV_REJECTED]++;
@@ -89,7 +95,7 @@ static void eng_fork(stress_driver_t *d, int parent, stress_ev_t ev)
 
 /* Prefill request r into a new sequence. Returns 0 (admitted, dropped or
  * failed) or -1: the request must wait (re-queue it). */
-static int eng_admit_one(stress_driver_t *d, const stress_req_t *r)
+static int eng_admit_one(stress_driver_t *d, stress_req_t *r)
 {
     int i = stress_driver_free_slot(d);
     stress_call_t c = {.op = STRESS_OP_CREATE, .slot = -1, .defer = 1};
@@ -97,21 +103,22 @@ static int eng_admit_one(stress_driver_t *d, const stress_req_t *r)
         return -1;
     stress_slot_t *s = &d->slots[i];
     *s = (stress_slot_t){.used = 1, .order = d->next_order++, .req = *r};
-    stress_shadow_init(&s->sh, c.out, d->next_origin++, d->cfg.layers,
-                       &d->cfg.mix->pol[r->pol].chk);
+    stress_pfx_shadow(d, s, c.out, d->next_origin++);
     d->n_live++;
     d->max_live = d->n_live > d->max_live ? d->n_live : d->max_live;
     if (d->cfg.mix->pol[r->pol].policy && eng_call(d, STRESS_OP_SET_POLICY, i, 0, 0, 1)) {
         stress_driver_release(d, i, STRESS_EV_DROPPED);
         return 0;
     }
-    uint32_t chunk[2] = {r->len[0], 0};
-    if (r->len[0] >= 2 && stress_rng_below(&d->rng, 4) == 0) {
-        chunk[0] = 1 + stress_rng_below(&d->rng, r->len[0] - 1);
-        chunk[1] = r->len[0] - chunk[0];
+    const uint32_t m = stress_pfx_match(d, i); /* tokens from the prefix cache */
+    const uint32_t rest = r->len[0] - m;
+    uint32_t chunk[2] = {rest, 0};
+    if (rest >= 2 && stress_rng_below(&d->rng, 4) == 0) {
+        chunk[0] = 1 + stress_rng_below(&d->rng, rest - 1);
+        chunk[1] = rest - chunk[0];
     }
     int rc = 0;
-    for (int ch = 0; ch < 2 && chunk[ch] && !rc; ch++)
+    for (int ch = 0; ch < 2 && chunk[ch] && !rc; ch++) {
         for (uint32_t l = 0; l < d->cfg.layers && !rc; l++) {
             rc = eng_call(d, STRESS_OP_APPEND, i, l, chunk[ch], 1);
             if (!rc && stress_rng_below(&d->rng, 2) == 0) {
@@ -119,10 +126,14 @@ static int eng_admit_one(stress_driver_t *d, const stress_req_t *r)
                 eng_call(d, STRESS_OP_ATTN_PREFILL, i, l, rows, 1);
             }
         }
+        if (!rc) /* publish what is prefilled, before prefill_end */
+            stress_pfx_publish(d, i, m + chunk[0] + (ch ? chunk[1] : 0));
+    }
     if (!rc)
         rc = eng_call(d, STRESS_OP_PREFILL_END, i, 0, 0, 1);
     if (rc) {
         int alone = d->n_live == 1;
+        r->published = s->req.published; /* requeued: what it published stays */
         stress_driver_release(d, i, alone ? STRESS_EV_DROPPED : STRESS_EV_COUNT);
         return rc == KV_ENOMEM && !alone ? -1 : 0;
     }
@@ -150,9 +161,11 @@ static int eng_pick_req(stress_driver_t *d)
     uint32_t n = d->q_len < ENG_LOOKAHEAD ? d->q_len : ENG_LOOKAHEAD;
     if (d->queue[d->q_head].waited >= ENG_MAX_WAIT)
         n = 1;
+    /* pages only the prefix cache holds are free to an engine: the store
+     * evicts them before it refuses a page */
+    const uint64_t avail = st.pages_free + st.prefix_pages_only;
     for (uint32_t j = 0; j < n; j++)
-        if (d->n_live == 0 ||
-            st.pages_free >= eng_need(d, &d->queue[(d->q_head + j) % d->q_cap]))
+        if (d->n_live == 0 || avail >= eng_need(d, &d->queue[(d->q_head + j) % d->q_cap]))
             return (int)j;
     return -1;
 }

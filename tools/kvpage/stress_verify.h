@@ -21,7 +21,10 @@
  *                          live lists' lengths, and every live sequence;
  *   stress_snap_take +     a failed call changed nothing: the statistics
  *   stress_verify_unchanged  (pages used/free/by format, sequences, tokens,
- *                          metadata bytes) and the touched sequence's list
+ *                          metadata bytes; with prefix nodes evicted by the
+ *                          call's refused page, pages used less the pages
+ *                          they freed, sequences, tokens) and the touched
+ *                          sequence's list
  *                          lengths equal the snapshot, and its contents
  *                          still match its shadow;
  *   stress_verify_wait     after kv_seq_wait: its result is 0 or an I/O
@@ -76,6 +79,10 @@ void stress_verifier_destroy(stress_verifier_t *vf);
 
 /* Count one violation and describe it (printf-style). */
 void stress_violation(stress_verifier_t *vf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Count one leak (vf->leaks) and describe it (printf-style). */
+void stress_leak(stress_verifier_t *vf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Each returns the number of violations it found (also added to

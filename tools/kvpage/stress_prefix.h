@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stress_prefix.h — the shared-prefix workload of `kvpage stress`
+ * (--prefix-cache; docs/stress.md, "Shared prefixes"): requests whose
+ * prompts start with one of a few long "system prompts", under one of a few
+ * salts (tenants), matched against the store's prefix cache
+ * (kv_seq_prefix_match) at admission and published
+ * (kv_seq_prefix_publish) after each prefill chunk.
+ *
+ * Content-derived values. A request's prompt is token ids: system prompt j
+ * (length L_j) then the request's own tokens; the K/V of a prompt position
+ * are a function of what precedes it, as in a model: positions < L_j are
+ * generated from the origin (salt, j) (stress_pfx_sys_origin), the rest
+ * from the request's content origin (kept when the request is requeued, so
+ * a preempted request finds its own blocks again). The K/V also depend on
+ * the salt, as if each tenant had its own adapter: a page shared across
+ * salts would read back wrong. Decode tokens are the incarnation's own.
+ *
+ * What is checked besides the shadow's rows (stress_pfx_match):
+ *   - matched is a multiple of the block size and < the prompt;
+ *   - matched <= the longest prefix of this (salt, system prompt, policy)
+ *     ever published (or of this request's own prompt, published by an
+ *     earlier incarnation): nothing is matched that was not published
+ *     under the same salt and policy; a request whose system prompt was
+ *     published only under other salts ("salt probe", counted) matches 0;
+ *   - every row of a hit reads back as the cold values (stress_verify_seq
+ *     right after the match).
+ * At the end (stress_pfx_drain) the cache must hold every page still used
+ * and give all of them up to a sequence that fills the pool (KV_ENOMEM only
+ * once no node is left), so stress_verify_empty then finds an empty pool;
+ * the metadata may keep only the cache's grown hash table (at most 2
+ * pointers per node at the peak; ASan's leak check covers the rest).
+ *
+ * Ownership: stress_pfx_t owns its arrays; it is part of the driver.
+ */
+#ifndef STRESS_PREFIX_H
+#define STRESS_PREFIX_H
+
+#include <stdint.h>
+
+#include "kvpage/kvpage.h"
+
+#define STRESS_PFX_MAX_PROMPTS 64u
+#define STRESS_PFX_MAX_SALTS 16u
+
+typedef struct stress_pfx_cfg {
+    int on;              /* --prefix-cache                                */
+    uint32_t prompts;    /* system prompts (1..64)                        */
+    uint32_t prompt_len; /* the longest one's tokens; L_j spread over     */
+                         /* [len/2, len]                                  */
+    uint32_t salts;      /* salts (tenants), 1..16                        */
+    double share;        /* fraction of requests that start with a system */
+                         /* prompt (the others: unique prompts)           */
+    const char *remote;  /* kv_config_t.prefix_remote, or NULL            */
+    uint32_t timeout_ms; /* kv_config_t.prefix_remote_timeout_ms          */
+} stress_pfx_cfg_t;
+
+/* What the prefix calls did. */
+typedef struct stress_pfx_count {
+    uint64_t matches;        /* kv_seq_prefix_match calls that returned 0  */
+    uint64_t hits;           /* ... matching > 0 tokens                    */
+    uint64_t tokens_matched; /* summed                                     */
+    uint64_t hits_verified;  /* hits read back right away, every row       */
+    uint64_t own_hits;       /* hits beyond the system prompt: a requeued  */
+                             /* request's own blocks                        */
+    uint64_t publishes;      /* kv_seq_prefix_publish calls that returned  */
+                             /* >= 0                                       */
+    uint64_t salt_probes;    /* matches of a system prompt published only  */
+                             /* under other salts (must match 0)           */
+    uint64_t drained_nodes;  /* nodes the final drain made the store evict */
+} stress_pfx_count_t;
+
+typedef struct stress_pfx {
+    uint32_t block;          /* tokens per block (FP16 tokens per page)    */
+    uint32_t n_pol;          /* policies of the mix                        */
+    uint32_t *len;           /* [prompts] L_j                              */
+    uint32_t *pub;           /* [salts][prompts][n_pol] longest system-    */
+                             /* prompt prefix published (tokens)           */
+    int32_t *tok;            /* scratch: one prompt's ids [max prompt]     */
+    uint64_t next_content;   /* content origins handed out                 */
+    char fp[96];             /* the model fingerprint: unique per run      */
+    uint64_t peak_nodes;     /* most nodes the cache held                  */
+    uint64_t table_bytes;    /* metadata the drained cache kept: its hash  */
+                             /* table's growth (checked against the peak)  */
+    stress_pfx_count_t n;
+} stress_pfx_t;
+
+/* Origins (stress_shadow.h) of generated values: the driver's incarnations
+ * count from 1; these have high bits set so they never meet. */
+uint64_t stress_pfx_sys_origin(uint32_t salt, uint32_t sys);
+uint64_t stress_pfx_content_origin(uint64_t n);
+
+#endif /* STRESS_PREFIX_H */
