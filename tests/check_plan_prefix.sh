@@ -8,7 +8,8 @@
 #   - fp16 (one fixed-length sample): the pages split exactly into the shared
 #     prefix and the rest (shared + pfx pages/seq == pages/seq), the hit is
 #     F x prompt rounded down to a 16-token block, and more sequences fit;
-#   - h2o (no match under its rule): hit 0, the figures are the plain ones;
+#   - h2o (the snapshot rule): the publisher's shared part is one chunk, so its
+#     last node carries the statistics snapshot and the hit is FP16's;
 #   - more groups never fit more sequences.
 # usage: check_plan_prefix.sh KVPAGE
 set -euo pipefail
@@ -49,9 +50,8 @@ for run, groups in ((p1, 1), (p40, 40)):
             if groups == 1:
                 check(x["max_seqs"] > a["max_seqs"], "fp16: sharing fits no more sequences")
         if name.startswith("h2o"):
-            check(x["hit"] == 0 and x["shared_pages"] == 0 and
-                  x["pages_per_seq"] == a["pages_per_seq"] and x["max_seqs"] == a["max_seqs"],
-                  "h2o: a prefix figure without a match")
+            check(x["hit"] == (int(0.6 * prompt) // 16 * 16) / prompt and x["shared_pages"] > 0,
+                  f"h2o: hit {x['hit']} (the node at the shared chunk's end has a snapshot)")
 for a, b in zip(p1["results"], p40["results"]):
     check(b["prefix"]["max_seqs"] <= a["prefix"]["max_seqs"],
           f"{a['policy']}: 40 groups fit more than 1")

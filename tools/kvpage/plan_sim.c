@@ -109,13 +109,17 @@ static int prefix_publisher(sim_t *S, uint32_t prompt, uint32_t shared, uint64_t
     int rc = kv_seq_create(S->st, &S->seq);
     if (!rc)
         rc = kv_seq_set_policy(S->st, S->seq, S->c->policy);
+    /* the shared part as its own chunk, published at its end: a node there
+     * also carries H2O/MiniKV/CaM's statistics snapshot (docs/prefix.md) */
     if (!rc)
-        rc = prefill(S, 0, prompt, 0);
+        rc = prefill(S, 0, shared, 0);
     prefix_ids(S->ids, prompt, shared, 1);
     if (!rc && shared) {
         int got = kv_seq_prefix_publish(S->st, S->seq, S->ids, shared, NULL, 0);
         rc = got < 0 ? got : 0;
     }
+    if (!rc)
+        rc = prefill(S, shared, prompt, 0);
     if (!rc)
         rc = kv_seq_free(S->st, S->seq);
     if (!rc && !(rc = kv_store_stats(S->st, &st)))
@@ -173,7 +177,10 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
         rc = kv_seq_free(S->st, seq);
     uint64_t shared_pages = 0;
     uint32_t matched = 0;
-    const uint32_t shared = S->ids ? (uint32_t)floor(c->prefix_hit * prompt) : 0;
+    uint32_t shared = 0; /* whole blocks: the cache's node unit */
+    if (!rc && S->ids && !(rc = kv_store_stats(S->st, &base)))
+        shared = (uint32_t)floor(c->prefix_hit * prompt) / base.fp16_tokens_per_page *
+                 base.fp16_tokens_per_page;
     if (!rc && S->ids)
         rc = prefix_publisher(S, prompt, shared, &shared_pages);
     if (!rc)
@@ -194,7 +201,8 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
         rc = kv_store_stats(S->st, &end);
     if (!rc)
         *f = (plan_foot_t){.pages = end.pages_used - shared_pages,
-                           .peak_pages = end.pages_peak, .shared_pages = shared_pages,
+                           .peak_pages = end.pages_peak,
+                           .shared_pages = matched ? shared_pages : 0, /* else freed first */
                            .matched = matched,
                            .kv_bytes = end.kv_bytes,
                            .meta_bytes = end.meta_bytes - base.meta_bytes,
