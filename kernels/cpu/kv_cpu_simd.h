@@ -215,6 +215,26 @@ KV_SIMD void kv_vb_codes(kv_vbu_t *c, const uint32_t *w, size_t stride,
 #endif
 }
 
+/* x = the codes c as FP32, lane-wise (exact). */
+KV_SIMD void kv_vb_cvt(kv_vb_t *x, const kv_vbu_t *c)
+{
+#if defined(__AVX512F__)
+    *x = _mm512_cvtepi32_ps(*c);
+#else
+    *x = __builtin_convertvector((kv_v8i)*c, kv_v8f);
+#endif
+}
+
+/* *x = *x + a lane-wise. */
+KV_SIMD void kv_vb_add_s(kv_vb_t *x, float a)
+{
+#if defined(__AVX512F__)
+    *x = _mm512_add_ps(*x, _mm512_set1_ps(a));
+#else
+    *x += kv_v8f_set1(a);
+#endif
+}
+
 /* x = codes * scale + min lane-wise: kv_fmt_codec_dequant's value (the
  * product is exact, so an FMA and a multiply then an add give the same
  * bits; the portable build uses the latter, no fmaf call). */
