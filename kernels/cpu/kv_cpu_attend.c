@@ -59,7 +59,7 @@ KV_CPU_BODY void vmax_in(kv_v8f *a, const float *p)
     *a = (kv_v8f)(((kv_v8u)b & m) | ((kv_v8u)*a & ~m));
 }
 
-/* Horizontal max / sum of 8 lanes. */
+/* Horizontal max of 8 lanes (the sum: kv_v8f_hsum, kv_cpu_simd.h). */
 KV_CPU_BODY float vhmax(const kv_v8f *v)
 {
     float h[8];
@@ -71,12 +71,6 @@ KV_CPU_BODY float vhmax(const kv_v8f *v)
     return a > b ? a : b;
 }
 
-KV_CPU_BODY float vhsum(const kv_v8f *v)
-{
-    float h[8];
-    memcpy(h, v, sizeof h);
-    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
-}
 
 /* exp(src[i] - sub) for i < 8, for arguments <= 0 (larger ones are clamped
  * to 88); exactly 0 below -87 so that 2^n below stays a normal number.
@@ -269,7 +263,7 @@ KV_CPU_BODY uint32_t softmax_row(const kv_cpu_task_t *t, uint32_t r,
         KV_CPU_ST(s + i, e);
         sum += e;
     }
-    t->l[r] += vhsum(&sum);
+    t->l[r] += kv_v8f_hsum(&sum);
     return nvr;
 }
 

@@ -82,14 +82,6 @@ INT_BODY void dequant(kv_vb_t *x, const uint32_t *w, size_t stride,
     kv_vb_dequant(x, &c, scale, min);
 }
 
-/* Sum of 8 lanes in a fixed order (the same in every build). */
-INT_BODY float hsum8(const kv_v8f *v)
-{
-    float h[8];
-    memcpy(h, v, sizeof h);
-    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
-}
-
 /* Walking a token range group by group: the page's layout, the lane
  * shifts, the current group's scale/min as FP32 (K or V), and, for the
  * score, per-row products of the group: qs = q * scale [R][D], bias [R]. */
@@ -247,7 +239,7 @@ INT_BODY const uint32_t *walk_group(int_walk_t *w, const void *page,
 }
 
 /* Score: qs = q * scale per channel and bias = sum_c q[c] * min_c (an
- * 8-lane chain over the channels, then hsum8) for nr rows of q. */
+ * 8-lane chain over the channels, then kv_v8f_hsum) for nr rows of q. */
 INT_BODY void score_prep(int_walk_t *w, const float *q, size_t qs,
                          uint32_t nr)
 {
@@ -262,7 +254,7 @@ INT_BODY void score_prep(int_walk_t *w, const float *q, size_t qs,
             kv_v8f_st(w->pre + r * d + c, &x);
             kv_v8f_fma(&b, &qv, &mv);
         }
-        w->bias[r] = hsum8(&b);
+        w->bias[r] = kv_v8f_hsum(&b);
     }
 }
 

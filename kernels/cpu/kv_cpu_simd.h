@@ -104,6 +104,14 @@ KV_SIMD kv_v8f kv_v8f_ld_half(const uint16_t *p)
 #endif
 }
 
+/* Sum of the 8 lanes of v, in a fixed order (the same in every build). */
+KV_SIMD float kv_v8f_hsum(const kv_v8f *v)
+{
+    float h[8];
+    memcpy(h, v, sizeof h);
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 /* dst[0..n) = binary16 src[0..n) as FP32 (exact). */
 KV_SIMD void kv_cpu_half_to_float(const uint16_t *src, float *dst, size_t n)
 {
