@@ -71,7 +71,6 @@ KV_CPU_BODY float vhmax(const kv_v8f *v)
     return a > b ? a : b;
 }
 
-
 /* exp(src[i] - sub) for i < 8, for arguments <= 0 (larger ones are clamped
  * to 88); exactly 0 below -87 so that 2^n below stays a normal number.
  * Max relative error 2.6e-7 over [-87, 0] (checked exhaustively). */
