@@ -29,9 +29,15 @@
  *   *_best           from the fastest call / copy instead of the median: on
  *                    a shared, busy machine the median measures the scheduler
  *   loadavg          1-minute load average at the start and the end
+ *   clock            "wall" (default) or "cpu" (--clock cpu: every time,
+ *                    memcpy's included, is the process's CPU time; with
+ *                    --threads 1 that is the work of a call whatever else
+ *                    the machine runs, the figure to compare code on a
+ *                    busy shared machine; with more threads it sums them)
  *
  * Usage: kvbench-attn [--json] [--quick] [--threads N] [--ctx N]
- *                     [--min-time S] [--backend cpu|cuda ...]
+ *                     [--min-time S] [--clock wall|cpu]
+ *                     [--backend cpu|cuda ...]
  *   --ctx N: only that context (cache rows, and memory rows unless --quick);
  *   --min-time S: seconds of timed calls per format and point;
  *   --backend cuda: the GPU rows instead, with their own options and
@@ -73,11 +79,19 @@ static int bench_cuda(int argc, char **argv)
 #define N_KV     3u
 #define HEAD_DIM 64u
 
+/* The clock every time is read from (--clock). */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *clock_name(void)
+{
+    return bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu";
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -363,6 +377,10 @@ int main(int argc, char **argv)
             threads = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
             min_time_arg = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--clock") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "wall") || !strcmp(argv[i + 1], "cpu")))
+            bench_clock = !strcmp(argv[++i], "cpu") ? CLOCK_PROCESS_CPUTIME_ID
+                                                     : CLOCK_MONOTONIC;
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
             only_ctx = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc &&
@@ -374,7 +392,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--json] [--quick] [--threads N] [--ctx N] "
-                    "[--min-time S] [--backend cpu|cuda]\n",
+                    "[--min-time S] [--clock wall|cpu] [--backend cpu|cuda]\n",
                     argv[0]);
             return 2;
         }
@@ -427,13 +445,13 @@ int main(int argc, char **argv)
         }
     if (json) {
         printf("{\"bench\":\"attn\",\"backend\":\"cpu\",\"build\":\"%s\","
-               "\"threads\":%u,"
+               "\"clock\":\"%s\",\"threads\":%u,"
                "\"shape\":{\"n_q_heads\":%u,\"n_kv_heads\":%u,\"head_dim\":%u},"
                "\"memcpy_gbps\":%.3f,\"memcpy_gbps_best\":%.3f,"
                "\"memcpy_counts\":\"read\","
                "\"memcpy_threads\":1,\"memcpy_bytes\":%zu,\"llc_bytes\":%zu,"
                "\"cpus\":%ld,\"loadavg\":[%.2f,%.2f],\"results\":[",
-               KV_BUILD_TYPE, threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes,
+               KV_BUILD_TYPE, clock_name(), threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes,
                llc, cpus, load0[0], load1[0]);
         for (size_t i = 0; i < nr; i++)
             printf("%s{\"format\":\"%s\",\"note\":\"%s\",\"ctx\":%u,"
@@ -455,7 +473,8 @@ int main(int argc, char **argv)
                    res[i].speedup_best, res[i].bytes_ratio);
         printf("]}\n");
     } else {
-        printf("decode attention, cpu backend, %u threads\n", threads);
+        printf("decode attention, cpu backend, %u threads, %s clock\n",
+               threads, clock_name());
         printf("memcpy %.2f GB/s median, %.2f best (bytes read, 1 thread, "
                "%zu MiB buffer, LLC %zu MiB); load average %.2f -> %.2f on "
                "%ld cpus\n", mc, mc_best, mbytes >> 20, llc >> 20, load0[0],

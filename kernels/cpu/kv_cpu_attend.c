@@ -59,7 +59,7 @@ KV_CPU_BODY void vmax_in(kv_v8f *a, const float *p)
     *a = (kv_v8f)(((kv_v8u)b & m) | ((kv_v8u)*a & ~m));
 }
 
-/* Horizontal max / sum of 8 lanes. */
+/* Horizontal max of 8 lanes (the sum: kv_v8f_hsum, kv_cpu_simd.h). */
 KV_CPU_BODY float vhmax(const kv_v8f *v)
 {
     float h[8];
@@ -69,13 +69,6 @@ KV_CPU_BODY float vhmax(const kv_v8f *v)
     a = a > c ? a : c;
     b = b > d ? b : d;
     return a > b ? a : b;
-}
-
-KV_CPU_BODY float vhsum(const kv_v8f *v)
-{
-    float h[8];
-    memcpy(h, v, sizeof h);
-    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 
 /* exp(src[i] - sub) for i < 8, for arguments <= 0 (larger ones are clamped
@@ -269,7 +262,7 @@ KV_CPU_BODY uint32_t softmax_row(const kv_cpu_task_t *t, uint32_t r,
         KV_CPU_ST(s + i, e);
         sum += e;
     }
-    t->l[r] += vhsum(&sum);
+    t->l[r] += kv_v8f_hsum(&sum);
     return nvr;
 }
 
@@ -292,6 +285,12 @@ typedef struct chunk {
     const kv_cpu_fmt_ops_t *ops;
     uint32_t off, t0, n, r0;
 } chunk_t;
+
+/* The ops of page pg in this build's format table. */
+KV_CPU_BODY const kv_cpu_fmt_ops_t *page_ops(const kv_kern_page_t *pg)
+{
+    return &KV_CPU_SYM(kv_cpu_loops).fmt[pg->format];
+}
 
 /* The chunk's tokens to FP32 K and V tiles (either may be NULL). */
 KV_CPU_BODY void load_chunk(const kv_page_geom_t *g, const chunk_t *c,
@@ -405,6 +404,24 @@ KV_CPU_BODY void stats_chunk(const kv_cpu_task_t *t, const chunk_t *c,
     }
 }
 
+/* Prefetch page pj of the span (its first token is list token tok; none
+ * past the span's end) to L2 while the chunk before it is computed, if it
+ * is read as codes: the pages of a list are not adjacent in memory, and an
+ * INT page is computed in less time than the hardware prefetcher takes to
+ * ramp up on it. (For pages read as rows it measured slower:
+ * docs/results/benchmarks.md.) */
+KV_CPU_BODY void prefetch_page(const kv_cpu_task_t *t, uint32_t pj,
+                               uint32_t tok)
+{
+    if (tok >= t->span.t_end)
+        return;
+    const kv_kern_page_t *pg = &t->span.pages[pj];
+    if (page_ops(pg)->read != KV_CPU_READ_CODES)
+        return;
+    for (uint32_t b = 0; b < t->geom->page_bytes; b += 64)
+        __builtin_prefetch((const char *)pg->data + b, 0, 2);
+}
+
 /* Walk the span chunk by chunk (a chunk never crosses a page nor holds more
  * tokens than a tile) and run the attend or (`stats_mode`) the stats step
  * of each chunk that some row sees. */
@@ -417,12 +434,14 @@ KV_CPU_BODY void walk(const kv_cpu_task_t *t, float *scratch,
 
     for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
         chunk_t c = {.pg = &sp->pages[pi], .off = off, .t0 = t0};
-        c.ops = &KV_CPU_SYM(kv_cpu_loops).fmt[c.pg->format];
+        c.ops = page_ops(c.pg);
         c.n = c.pg->n_tokens - off;
         if (c.n > sp->t_end - t0)
             c.n = sp->t_end - t0;
         if (c.n > tt)
             c.n = tt;
+        if (off + c.n == c.pg->n_tokens) /* the next chunk's page */
+            prefetch_page(t, pi + 1, t0 + c.n);
         c.r0 = first_row(t, t0, c.n);
         if (c.r0 < t->n_rows && stats_mode)
             stats_chunk(t, &c, scratch);

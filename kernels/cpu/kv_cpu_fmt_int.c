@@ -7,22 +7,34 @@
  *
  * Over tokens [t0, t0+n) of a page, for query rows r < n_rows (k^, v^: the
  * values the format's load decodes, x^ = kv_fmt_codec_dequant(code, scale,
- * min), one rounding, so attention sees the bits kv_read sees):
+ * min) = code * scale + min):
  *   score: s[r*s_stride + i] = sum_c q[r*q_stride + c] * k^_{t0+i}[c]
  *   accum: acc[r*acc_stride + c] += sum_{i<n} p[r*p_stride + i] * v^_{t0+i}[c]
  * Method (layout: formats/kv_fmt_layout.h):
- *   score: lanes = tokens of a group (a block: the build's vector width,
- *          kv_cpu_simd.h); per channel c the code word is unpacked (a shift
- *          per lane, mask, convert), k^ = code * scale_c + min_c, and each
- *          query row adds q[c] * k^ (two partial sums, even and odd
- *          channels, added at the end);
- *   accum: lanes = channels of one token's 16-channel group; v^ likewise,
- *          and each row's partial sum for the block adds p[t] * v^ (tokens
- *          in order; a few channel blocks at a time), then is added to acc.
+ *   score (keys: scale/min per channel c of a 16-token group), in the
+ *     code domain, per group:
+ *       q . k^_t = sum_c (q[c] * scale_c) * code_ct  +  sum_c q[c] * min_c
+ *     lanes = tokens of the group; per channel the group's codes are
+ *     unpacked once for all rows (a shift per lane, mask, convert) and each
+ *     row adds qs[c] * code (qs = q * scale, once per row and group; one
+ *     chain per row and block, channels in order); the second sum (bias) is
+ *     one 8-lane FMA chain over the channels, then a fixed horizontal sum,
+ *     added once at the end. A one-hot q gives exactly the decoded value
+ *     (scale * code is exact in FP32).
+ *   accum (values: scale/min per token and 16-channel group): lanes =
+ *     channels of one token's group; v^ = code * scale + min (one rounding,
+ *     as the load), and each row's partial sum for the block adds p[t] * v^
+ *     (tokens in order; a few channel blocks at a time), then is added to
+ *     acc. (The code-domain form, sum_t (p_t scale_t) code + sum_t p_t min_t,
+ *     measured slower: its per-row products cost about as much as the sums
+ *     when a group has 16 channels and a GQA group 3 rows;
+ *     docs/results/benchmarks.md.)
  * The unpacked codes are shared by up to four query rows (a GQA group).
- * Every lane runs the same FP32 operation sequence whatever the build, so
- * all builds give identical bits. Stack: at most 8 KiB of FP32 scale/min
- * scratch; no allocation, no state.
+ * Attention sees the bits kv_read sees (tests/unit/test_attn_codes.c:
+ * one-hot q and p). Every lane runs the same FP32 operation sequence
+ * whatever the build (the bias chains are 8 lanes in every build), so all
+ * builds give identical bits. Stack: about 24 KiB (FP32 scale/min and qs of
+ * one group); no allocation, no state.
  */
 #include <assert.h>
 #include <string.h>
@@ -47,6 +59,17 @@
 
 #define INT_BODY static inline __attribute__((always_inline))
 
+/* x = block blk of the 16 codes of one group member as FP32: K, one
+ * channel (INT4 word planes `stride` apart); V, one token's 16-channel
+ * group (adjacent words). */
+INT_BODY void codes_f(kv_vb_t *x, const uint32_t *w, size_t stride,
+                      uint32_t blk, const kv_vbu_t *sh, uint32_t bits)
+{
+    kv_vbu_t c;
+    kv_vb_codes(&c, w, stride, blk, sh, bits);
+    kv_vb_cvt(x, &c);
+}
+
 /* x = block blk of the 16 dequantized codes of one group member: K, one
  * channel (INT4 word planes D apart); V, one token's 16-channel group
  * (adjacent words). */
@@ -59,37 +82,47 @@ INT_BODY void dequant(kv_vb_t *x, const uint32_t *w, size_t stride,
     kv_vb_dequant(x, &c, scale, min);
 }
 
-/* Logits of R query rows (q row r at q + r * qs) for the KV_VB_W tokens of
- * block blk of one group block: out[r] lane j = q_r . k^_(blk*W + j).
- * ks/km: the group's K scale/min (FP32, [D]). */
-INT_BODY void score_block(const uint32_t *codes, const float *ks,
-                          const float *km, uint32_t d, uint32_t blk,
-                          const kv_vbu_t *sh, uint32_t bits, const float *q,
-                          size_t qs, uint32_t R, kv_vb_t *out)
+/* Walking a token range group by group: the page's layout, the lane
+ * shifts, the current group's scale/min as FP32 (K or V), and, for the
+ * score, per-row products of the group: qs = q * scale [R][D], bias [R]. */
+typedef struct int_walk {
+    kv_fmt_int_layout_t l;
+    uint32_t d, bits, which;        /* which: 0 keys, 1 values          */
+    kv_vbu_t sh[KV_VB_PER_GROUP];
+    float par[2 * KV_FMT_MAX_DIM];  /* scale [n], min [n] of the group  */
+    float pre[INT_ROWS * KV_FMT_MAX_DIM];
+    float bias[INT_ROWS];
+} int_walk_t;
+
+/* Logits of R query rows for the 16 tokens of one group:
+ * out[r][b] lane j = q_r . k^_(b*W + j) = sum_c qs_r[c] code_c + bias_r
+ * (qs_r = w->pre + r * d, bias_r = w->bias[r]). */
+INT_BODY void score_group(const int_walk_t *w, const uint32_t *codes,
+                          uint32_t R, kv_vb_t out[][KV_VB_PER_GROUP])
 {
-    kv_vb_t a[INT_ROWS], b[INT_ROWS]; /* even, odd channels */
-    const float *qr[INT_ROWS];
+    const uint32_t d = w->d, bits = w->bits;
+    kv_vb_t a[INT_ROWS][KV_VB_PER_GROUP];
     INT_UNROLL
-    for (uint32_t r = 0; r < R; r++) {
-        kv_vb_zero(&a[r]);
-        kv_vb_zero(&b[r]);
-        qr[r] = q + r * qs;
-    }
-    for (uint32_t c = 0; c < d; c += 2) {
-        kv_vb_t x, y;
-        dequant(&x, codes + c, d, blk, sh, bits, ks[c], km[c]);
-        dequant(&y, codes + c + 1, d, blk, sh, bits, ks[c + 1], km[c + 1]);
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+            kv_vb_zero(&a[r][b]);
+    for (uint32_t c = 0; c < d; c++) {
+        kv_vb_t x[KV_VB_PER_GROUP];
+        for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+            codes_f(&x[b], codes + c, d, b, &w->sh[b], bits);
         INT_UNROLL
         for (uint32_t r = 0; r < R; r++) {
-            kv_vb_fma_s(&a[r], qr[r][c], &x);
-            kv_vb_fma_s(&b[r], qr[r][c + 1], &y);
+            const float qs = w->pre[r * d + c];
+            for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+                kv_vb_fma_s(&a[r][b], qs, &x[b]);
         }
     }
     INT_UNROLL
-    for (uint32_t r = 0; r < R; r++) {
-        out[r] = a[r];
-        kv_vb_add(&out[r], &b[r]);
-    }
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++) {
+            out[r][b] = a[r][b];
+            kv_vb_add_s(&out[r][b], w->bias[r]);
+        }
 }
 
 /* acc row r (at acc + r * as) += sum over tokens lo..hi-1 of one group block
@@ -172,15 +205,6 @@ INT_BODY void accum_group(const uint32_t *codes, const float *vs,
     default: call(1u); break;                                                \
     }
 
-/* Walking a token range group by group: the page's layout, the lane
- * shifts, and the current group's scale/min as FP32 (K or V). */
-typedef struct int_walk {
-    kv_fmt_int_layout_t l;
-    uint32_t d, bits, which;        /* which: 0 keys, 1 values          */
-    kv_vbu_t sh[KV_VB_PER_GROUP];
-    float par[2 * KV_FMT_MAX_DIM];  /* scale [n], min [n] of the group  */
-} int_walk_t;
-
 INT_BODY void walk_init(int_walk_t *w, uint32_t bits, uint32_t which,
                         const kv_page_geom_t *g, uint32_t t0, uint32_t n)
 {
@@ -214,6 +238,26 @@ INT_BODY const uint32_t *walk_group(int_walk_t *w, const void *page,
                                                             : w->l.k_codes));
 }
 
+/* Score: qs = q * scale per channel and bias = sum_c q[c] * min_c (an
+ * 8-lane chain over the channels, then kv_v8f_hsum) for nr rows of q. */
+INT_BODY void score_prep(int_walk_t *w, const float *q, size_t qs,
+                         uint32_t nr)
+{
+    const uint32_t d = w->d;
+    const float *ks = w->par, *km = w->par + d;
+    for (uint32_t r = 0; r < nr; r++) {
+        const float *qr = q + r * qs;
+        kv_v8f b = kv_v8f_set1(0.0f);
+        for (uint32_t c = 0; c < d; c += 8) {
+            const kv_v8f qv = kv_v8f_ld(qr + c), mv = kv_v8f_ld(km + c);
+            const kv_v8f x = qv * kv_v8f_ld(ks + c);
+            kv_v8f_st(w->pre + r * d + c, &x);
+            kv_v8f_fma(&b, &qv, &mv);
+        }
+        w->bias[r] = kv_v8f_hsum(&b);
+    }
+}
+
 INT_BODY void int_score(uint32_t bits, const void *page,
                         const kv_page_geom_t *g, uint32_t t0, uint32_t n,
                         const float *q, size_t q_stride, uint32_t n_rows,
@@ -221,35 +265,25 @@ INT_BODY void int_score(uint32_t bits, const void *page,
 {
     int_walk_t w;
     walk_init(&w, bits, 0, g, t0, n);
-    const uint32_t d = w.d;
     for (uint32_t t = t0, lo, hi; t < t0 + n; t += hi - lo) {
         const uint32_t *codes = walk_group(&w, page, t, t0 + n, &lo, &hi);
-        /* the blocks holding tokens lo..hi-1 */
-        const uint32_t b0 = lo / KV_VB_W, b1 = (hi - 1) / KV_VB_W;
         for (uint32_t r0 = 0; r0 < n_rows; r0 += INT_ROWS) {
             const uint32_t nr = n_rows - r0 < INT_ROWS ? n_rows - r0 : INT_ROWS;
-            for (uint32_t b = b0; b <= b1; b++) {
-                kv_vb_t lg[INT_ROWS];
-#define INT_SCORE(R)                                                         \
-    score_block(codes, w.par, w.par + d, d, b, &w.sh[b], bits,               \
-                q + r0 * q_stride, q_stride, R, lg)
-                INT_ROW_CASES(INT_SCORE)
+            kv_vb_t lg[INT_ROWS][KV_VB_PER_GROUP];
+            score_prep(&w, q + r0 * q_stride, q_stride, nr);
+#define INT_SCORE(R) score_group(&w, codes, R, lg)
+            INT_ROW_CASES(INT_SCORE)
 #undef INT_SCORE
-                /* tokens of this block in the range: e0..e1-1 */
-                const uint32_t e0 = lo > b * KV_VB_W ? lo : b * KV_VB_W;
-                const uint32_t e1 =
-                    hi < (b + 1) * KV_VB_W ? hi : (b + 1) * KV_VB_W;
-                for (uint32_t r = 0; r < nr; r++) {
-                    float *o = s + (r0 + r) * s_stride + (t - t0) +
-                               (e0 - lo);
-                    if (e1 - e0 == KV_VB_W) {
-                        kv_vb_st(o, &lg[r]);
-                    } else {
-                        float tmp[KV_VB_W];
-                        kv_vb_st(tmp, &lg[r]);
-                        memcpy(o, tmp + (e0 - b * KV_VB_W),
-                               (e1 - e0) * sizeof *tmp);
-                    }
+            for (uint32_t r = 0; r < nr; r++) {
+                float *o = s + (r0 + r) * s_stride + (t - t0);
+                if (lo == 0 && hi == KV_FMT_INT_GROUP) {
+                    for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+                        kv_vb_st(o + b * KV_VB_W, &lg[r][b]);
+                } else {
+                    float tmp[KV_FMT_INT_GROUP];
+                    for (uint32_t b = 0; b < KV_VB_PER_GROUP; b++)
+                        kv_vb_st(tmp + b * KV_VB_W, &lg[r][b]);
+                    memcpy(o, tmp + lo, (hi - lo) * sizeof *tmp);
                 }
             }
         }

@@ -104,6 +104,14 @@ KV_SIMD kv_v8f kv_v8f_ld_half(const uint16_t *p)
 #endif
 }
 
+/* Sum of the 8 lanes of v, in a fixed order (the same in every build). */
+KV_SIMD float kv_v8f_hsum(const kv_v8f *v)
+{
+    float h[8];
+    memcpy(h, v, sizeof h);
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 /* dst[0..n) = binary16 src[0..n) as FP32 (exact). */
 KV_SIMD void kv_cpu_half_to_float(const uint16_t *src, float *dst, size_t n)
 {
@@ -212,6 +220,26 @@ KV_SIMD void kv_vb_codes(kv_vbu_t *c, const uint32_t *w, size_t stride,
     const uint32_t word = bits == 4u ? w[blk * stride] : w[0];
     const kv_v8u zero = {0};
     *c = ((zero + word) >> *sh) & mask;
+#endif
+}
+
+/* x = the codes c as FP32, lane-wise (exact). */
+KV_SIMD void kv_vb_cvt(kv_vb_t *x, const kv_vbu_t *c)
+{
+#if defined(__AVX512F__)
+    *x = _mm512_cvtepi32_ps(*c);
+#else
+    *x = __builtin_convertvector((kv_v8i)*c, kv_v8f);
+#endif
+}
+
+/* *x = *x + a lane-wise. */
+KV_SIMD void kv_vb_add_s(kv_vb_t *x, float a)
+{
+#if defined(__AVX512F__)
+    *x = _mm512_add_ps(*x, _mm512_set1_ps(a));
+#else
+    *x += kv_v8f_set1(a);
 #endif
 }
 
