@@ -246,6 +246,24 @@ typedef struct kv_stats {
     uint64_t prefix_remote_put;    /* nodes queued for the remote                  */
     uint64_t prefix_remote_dropped; /* nodes not queued (queue full, no memory, or */
                                    /* more than 1023 pages)                        */
+    /* page-file tier of the cache (kv_config_t.offload_path with the cache  */
+    /* on; all 0 without; docs/prefix.md). A node on the file holds no pool   */
+    /* page: its pages are only in its copy on the file.                       */
+    uint64_t prefix_file_nodes;    /* nodes whose pages are only on the file       */
+    uint64_t prefix_file_slots;    /* file slots the nodes' copies hold (pages and */
+                                   /* records; also in offload_slots_used)         */
+    uint64_t prefix_file_hits;     /* nodes read back by a match and installed     */
+    uint64_t prefix_file_tokens;   /* tokens matched through those nodes           */
+    uint64_t prefix_file_bytes_in; /* page bytes read back for them                */
+    uint64_t prefix_file_bytes_out; /* page bytes written (demotions and syncs)    */
+    uint64_t prefix_file_demoted;  /* nodes moved from the pool to the file        */
+    uint64_t prefix_file_dropped;  /* nodes not kept on the file: full file or     */
+                                   /* failed write at demotion, or dropped to make */
+                                   /* room for a sequence's page-out               */
+    uint64_t prefix_file_bad;      /* nodes whose read-back failed a check (or an  */
+                                   /* I/O error), dropped with their descendants;  */
+                                   /* records that failed restore's checks         */
+    uint64_t prefix_file_restored; /* nodes found on the file at KV_OFFLOAD_OPEN   */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
