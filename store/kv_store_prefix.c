@@ -32,8 +32,13 @@
  * bucket (by key) and in the LRU list (coldest first); children == the
  * nodes whose parent it is; a node's entries per list sum to end - start
  * tokens; refcount of each page == table entries + node entries naming it
- * (kv_page_table_check_ext). A node with children is never evicted: chains
- * are evicted from their ends. bytes == every kv_mem block held here.
+ * (kv_page_table_check_ext) for nodes in the pool; a node on the page file
+ * holds no pool reference (kv_store_prefix_file.c: the page-file tier,
+ * its invariants there). file_kids == the children on the file. A node
+ * with children in the pool is never evicted: chains are evicted from
+ * their ends; with a page file an evicted node is demoted (kept, on the
+ * file), else dropped. bytes == every kv_mem block held here (the copies'
+ * blocks: f_mem).
  *
  * Ownership: the store owns s->pfx, its buckets, its copy of the model
  * fingerprint and every node (one kv_mem block each) with its references.

@@ -414,8 +414,11 @@ void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
             kv_mem_free(chain, (size_t)nc * sizeof *chain);
             return;
         }
-        for (uint64_t i = 0; rc && i < tot; i++)
-            status[i] = rc;
+        for (uint64_t i = 0; i < tot; i++) {
+            if (rc)
+                status[i] = rc;
+            o->io_errors += status[i] != 0; /* (off->lock: attention counts too) */
+        }
         pthread_mutex_unlock(&o->lock);
     }
     /* install root first; the first node that failed ends the match */
@@ -446,7 +449,6 @@ void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
             for (uint32_t e = 0; chain[i]->on_file && e < chain[i]->n_ents; e++, at++)
                 kv_page_ref_drop(s->pt, pages[at], chain[i]->ents[e].format);
         p->f_bad++;
-        o->io_errors++;
         cut_before(chain[j], got, last);
         kv_pfx_drop(s, chain[j]); /* with its subtree: the rest of the chain */
     } else if (end < nc) {
