@@ -248,10 +248,14 @@ typedef struct tier_res {
     uint64_t bad, errors;
 } tier_res_t;
 
-/* --reps stores opened on the page file `cfg` names (a restart each): the
- * median time to first token (see the file comment). */
-static int file_tier(const kv_model_t *m, const kv_config_t *cfg, const opts_t *o,
-                     const int32_t *ids, float *logits, tier_res_t *res, double *open_s)
+/* --reps stores made from cfg, each matching the prompt and prefilling the
+ * rest: the median time to first token, fetch rate (tier bytes in / the
+ * match's time), checks failed and errors. remote: cfg with that remote (a
+ * fresh, empty pool each time); NULL: cfg's page file reopened (a restart
+ * each; *open_s = the median kv_store_create). See the file comment. */
+static int tier_reps(const kv_model_t *m, const kv_config_t *cfg, const char *remote,
+                     const opts_t *o, const int32_t *ids, float *logits, tier_res_t *res,
+                     double *open_s)
 {
     double *tv = calloc(o->reps, sizeof *tv), *gv = calloc(o->reps, sizeof *gv);
     double *ov = calloc(o->reps, sizeof *ov);
@@ -259,10 +263,12 @@ static int file_tier(const kv_model_t *m, const kv_config_t *cfg, const opts_t *
     memset(res, 0, sizeof *res);
     for (uint32_t r = 0; rc == 0 && r < o->reps; r++) {
         kv_config_t c = *cfg;
-        c.offload_pages = 0;
-        c.offload_flags |= KV_OFFLOAD_OPEN;
-        c.prefix_remote = NULL; /* the file alone */
-        c.prefix_remote_timeout_ms = 0;
+        c.prefix_remote = remote;
+        c.prefix_remote_timeout_ms = remote ? 10000 : 0;
+        if (!remote) {
+            c.offload_pages = 0;
+            c.offload_flags |= KV_OFFLOAD_OPEN;
+        }
         kv_store_t *st = NULL;
         kv_model_session_t *s = NULL;
         double t0 = kv_bench_now();
@@ -275,60 +281,25 @@ static int file_tier(const kv_model_t *m, const kv_config_t *cfg, const opts_t *
         }
         kv_stats_t sts;
         kv_store_stats(st, &sts);
-        gv[r] = (double)sts.prefix_file_bytes_in / match_s / 1e9;
-        res->bad += sts.prefix_file_bad;
-        res->errors += sts.io_errors;
+        gv[r] = (double)(remote ? sts.prefix_remote_bytes_in : sts.prefix_file_bytes_in) /
+                match_s / 1e9;
+        res->bad += remote ? sts.prefix_remote_bad : sts.prefix_file_bad;
+        res->errors += remote ? sts.prefix_remote_errors : sts.io_errors;
         kv_model_session_free(s);
         kv_store_destroy(st);
-        fprintf(stderr, "kvbench-prefix: file hit %u/%u (restart: open %.3f s): %u tokens "
-                "matched (%llu from the file), %.3f s (match %.3f s)\n", r + 1, o->reps, ov[r],
-                res->matched, (unsigned long long)sts.prefix_file_tokens, tv[r], match_s);
+        fprintf(stderr, "kvbench-prefix: %s hit %u/%u (store made in %.3f s): %u tokens "
+                "matched, %.3f s (match %.3f s)\n", remote ? remote : "file", r + 1, o->reps,
+                ov[r], res->matched, tv[r], match_s);
     }
     if (rc == 0) {
         res->ttft_s = kv_bench_median(tv, o->reps);
         res->fetch_gbps = kv_bench_median(gv, o->reps);
-        *open_s = kv_bench_median(ov, o->reps);
+        if (open_s)
+            *open_s = kv_bench_median(ov, o->reps);
     }
     free(tv);
     free(gv);
     free(ov);
-    return rc;
-}
-
-/* --reps fresh stores with remote url: the median time to first token. */
-static int remote_tier(const kv_model_t *m, const kv_config_t *cfg0, const char *url,
-                       const opts_t *o, const int32_t *ids, float *logits, tier_res_t *res)
-{
-    double *tv = calloc(o->reps, sizeof *tv), *gv = calloc(o->reps, sizeof *gv);
-    int rc = tv && gv ? 0 : KV_ENOMEM;
-    memset(res, 0, sizeof *res);
-    for (uint32_t r = 0; rc == 0 && r < o->reps; r++) {
-        kv_config_t c = *cfg0;
-        c.prefix_remote = url;
-        c.prefix_remote_timeout_ms = 10000;
-        kv_store_t *st = NULL;
-        kv_model_session_t *s = NULL;
-        if ((rc = kv_store_create(&c, &st)) ||
-            (rc = ttft(m, st, ids, o->tokens, o->threads, logits, &res->matched, &s, &tv[r]))) {
-            kv_store_destroy(st);
-            break;
-        }
-        kv_stats_t sts;
-        kv_store_stats(st, &sts);
-        gv[r] = (double)sts.prefix_remote_bytes_in / match_s / 1e9;
-        res->bad += sts.prefix_remote_bad;
-        res->errors += sts.prefix_remote_errors;
-        kv_model_session_free(s);
-        kv_store_destroy(st);
-        fprintf(stderr, "kvbench-prefix: %s hit %u/%u: %u tokens matched, %.3f s (fetch %.3f "
-                "s)\n", url, r + 1, o->reps, res->matched, tv[r], match_s);
-    }
-    if (rc == 0) {
-        res->ttft_s = kv_bench_median(tv, o->reps);
-        res->fetch_gbps = kv_bench_median(gv, o->reps);
-    }
-    free(tv);
-    free(gv);
     return rc;
 }
 
@@ -443,7 +414,7 @@ int main(int argc, char **argv)
     tier_res_t fr = {0};
     double open_s = 0, maxdf = 0;
     float *lf = malloc((size_t)V * 4);
-    if (!lf || (rc = file_tier(m, &cfg_file, &o, ids, lf, &fr, &open_s))) {
+    if (!lf || (rc = tier_reps(m, &cfg_file, NULL, &o, ids, lf, &fr, &open_s))) {
         fprintf(stderr, "kvbench-prefix: file run: %s\n", kv_strerror(rc));
         return 1;
     }
@@ -462,8 +433,8 @@ int main(int argc, char **argv)
         free(keys);
         fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
                 "raw GET %.3f GB/s\n", n_keys, copied, get_gbps);
-        if ((rc = remote_tier(m, &cfg0, single.url, &o, ids, lh, &rr)) ||
-            (rc = remote_tier(m, &cfg0, cluster.url, &o, ids, lh, &rc2))) {
+        if ((rc = tier_reps(m, &cfg0, single.url, &o, ids, lh, &rr, NULL)) ||
+            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL))) {
             fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
             return 1;
         }
