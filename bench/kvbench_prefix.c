@@ -30,13 +30,24 @@
  * (no check, no copy), bytes / time, median of 3, in the same run.
  * hash_ns_per_token: kv_prefix_hash_blocks over the whole prompt with a
  * hasher made for it (what a match does), median of 15.
- * The page-file tier is not built yet: no "file" row.
+ *   file  after a restart: the cold store has a page file (in --dir, default
+ *         the current directory: a mkdtemp() directory, removed at the
+ *         end); destroying it after the host runs writes its nodes there
+ *         (kv_store_destroy syncs the cache's host nodes). --reps times: a
+ *         store opened on that file (KV_OFFLOAD_OPEN, the nodes restored
+ *         as nodes on the file, open_s = that kv_store_create), a fresh
+ *         session matches the prompt (its nodes read back from the file
+ *         and installed: fetch_gbps = page bytes read / the match's time),
+ *         prefills the rest; the store is destroyed again (the nodes keep
+ *         their copies: nothing rewritten). ttft median; max |logit diff|
+ *         against the host hit's logits (the same pages: 0 expected).
  *
  * Usage: kvbench-prefix [--json] [--threads N] [--tokens N] [--cached N]
- *                       [--reps N] [--model FILE] [--no-redis]
+ *                       [--reps N] [--model FILE] [--no-redis] [--dir DIR]
  */
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +55,7 @@
 #include "kv_model.h"
 #include "tests/kv_test_redis.h"
 #include "kvpage/kvpage.h"
+#include "offload/kv_offload.h"
 #include "prefix/kv_prefix_hash.h"
 #include "remote/kv_remote.h"
 
@@ -52,7 +64,7 @@ int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms); /* store/kv_store
 typedef struct opts {
     int json, threads, no_redis;
     uint32_t tokens, cached, reps;
-    const char *model;
+    const char *model, *dir;
 } opts_t;
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -67,7 +79,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5};
+    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5, .dir = "."};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint32_t u;
@@ -85,9 +97,12 @@ static int parse(int argc, char **argv, opts_t *o)
             o->no_redis = 1;
         } else if (!strcmp(a, "--model") && v) {
             o->model = v, i++;
+        } else if (!strcmp(a, "--dir") && v) {
+            o->dir = v, i++;
         } else {
             fprintf(stderr, "usage: kvbench-prefix [--json] [--threads N] [--tokens N] "
-                            "[--cached N] [--reps N] [--model FILE] [--no-redis]\n");
+                            "[--cached N] [--reps N] [--model FILE] [--no-redis] "
+                            "[--dir DIR]\n");
             return -1;
         }
     }
@@ -233,40 +248,58 @@ typedef struct tier_res {
     uint64_t bad, errors;
 } tier_res_t;
 
-/* --reps fresh stores with remote url: the median time to first token. */
-static int remote_tier(const kv_model_t *m, const kv_config_t *cfg0, const char *url,
-                       const opts_t *o, const int32_t *ids, float *logits, tier_res_t *res)
+/* --reps stores made from cfg, each matching the prompt and prefilling the
+ * rest: the median time to first token, fetch rate (tier bytes in / the
+ * match's time), checks failed and errors. remote: cfg with that remote (a
+ * fresh, empty pool each time); NULL: cfg's page file reopened (a restart
+ * each; *open_s = the median kv_store_create). See the file comment. */
+static int tier_reps(const kv_model_t *m, const kv_config_t *cfg, const char *remote,
+                     const opts_t *o, const int32_t *ids, float *logits, tier_res_t *res,
+                     double *open_s)
 {
     double *tv = calloc(o->reps, sizeof *tv), *gv = calloc(o->reps, sizeof *gv);
-    int rc = tv && gv ? 0 : KV_ENOMEM;
+    double *ov = calloc(o->reps, sizeof *ov);
+    int rc = tv && gv && ov ? 0 : KV_ENOMEM;
     memset(res, 0, sizeof *res);
     for (uint32_t r = 0; rc == 0 && r < o->reps; r++) {
-        kv_config_t c = *cfg0;
-        c.prefix_remote = url;
-        c.prefix_remote_timeout_ms = 10000;
+        kv_config_t c = *cfg;
+        c.prefix_remote = remote;
+        c.prefix_remote_timeout_ms = remote ? 10000 : 0;
+        if (!remote) {
+            c.offload_pages = 0;
+            c.offload_flags |= KV_OFFLOAD_OPEN;
+        }
         kv_store_t *st = NULL;
         kv_model_session_t *s = NULL;
-        if ((rc = kv_store_create(&c, &st)) ||
-            (rc = ttft(m, st, ids, o->tokens, o->threads, logits, &res->matched, &s, &tv[r]))) {
+        double t0 = kv_bench_now();
+        if ((rc = kv_store_create(&c, &st)))
+            break;
+        ov[r] = kv_bench_now() - t0;
+        if ((rc = ttft(m, st, ids, o->tokens, o->threads, logits, &res->matched, &s, &tv[r]))) {
             kv_store_destroy(st);
             break;
         }
         kv_stats_t sts;
         kv_store_stats(st, &sts);
-        gv[r] = (double)sts.prefix_remote_bytes_in / match_s / 1e9;
-        res->bad += sts.prefix_remote_bad;
-        res->errors += sts.prefix_remote_errors;
+        gv[r] = (double)(remote ? sts.prefix_remote_bytes_in : sts.prefix_file_bytes_in) /
+                match_s / 1e9;
+        res->bad += remote ? sts.prefix_remote_bad : sts.prefix_file_bad;
+        res->errors += remote ? sts.prefix_remote_errors : sts.io_errors;
         kv_model_session_free(s);
         kv_store_destroy(st);
-        fprintf(stderr, "kvbench-prefix: %s hit %u/%u: %u tokens matched, %.3f s (fetch %.3f "
-                "s)\n", url, r + 1, o->reps, res->matched, tv[r], match_s);
+        fprintf(stderr, "kvbench-prefix: %s hit %u/%u (store made in %.3f s): %u tokens "
+                "matched, %.3f s (match %.3f s)\n", remote ? remote : "file", r + 1, o->reps,
+                ov[r], res->matched, tv[r], match_s);
     }
     if (rc == 0) {
         res->ttft_s = kv_bench_median(tv, o->reps);
         res->fetch_gbps = kv_bench_median(gv, o->reps);
+        if (open_s)
+            *open_s = kv_bench_median(ov, o->reps);
     }
     free(tv);
     free(gv);
+    free(ov);
     return rc;
 }
 
@@ -307,7 +340,23 @@ int main(int argc, char **argv)
     cfg.prefix_cache = 1;
     cfg.prefix_model = fp;
     cfg.prefix_model_len = 64;
-    const kv_config_t cfg0 = cfg; /* without a remote */
+    const kv_config_t cfg0 = cfg; /* without a remote or a page file */
+    /* the page file: room for the cached nodes' pages and records */
+    char dir[4096], pfile[4200];
+    snprintf(dir, sizeof dir, "%s/kvbench-prefix-XXXXXX", o.dir);
+    if (!mkdtemp(dir)) {
+        perror("kvbench-prefix: mkdtemp");
+        return 1;
+    }
+    snprintf(pfile, sizeof pfile, "%s/pages", dir);
+    {
+        const uint32_t pb = cfg.page_bytes ? cfg.page_bytes : 64u * cfg.head_dim; /* 0: default */
+        const uint32_t B = pb / (4u * cfg.head_dim), lists = cfg.n_layers * cfg.n_kv_heads;
+        const uint64_t rec = (128ull + 32ull * lists + pb - 1) / pb;
+        cfg.offload_path = pfile;
+        cfg.offload_pages = (uint32_t)((o.cached / B + 1) * (lists + rec) + 1024);
+    }
+    const kv_config_t cfg_file = cfg;
     static kv_tredis_t single, cluster; /* static: kv_test_redis.h's atexit */
     if (!o.no_redis) {
         kv_tredis_start(&single, "single");
@@ -356,6 +405,23 @@ int main(int argc, char **argv)
     for (uint32_t i = 0; i < V; i++)
         maxd = fmax(maxd, fabs((double)lc[i] - lh[i]));
     const double host_s = kv_bench_median(hv, o.reps);
+    kv_stats_t sts;
+    kv_store_stats(st, &sts);
+    /* the page file: the cold store's nodes written at its destroy, then
+     * restarts */
+    kv_store_destroy(st);
+    st = NULL;
+    tier_res_t fr = {0};
+    double open_s = 0, maxdf = 0;
+    float *lf = malloc((size_t)V * 4);
+    if (!lf || (rc = tier_reps(m, &cfg_file, NULL, &o, ids, lf, &fr, &open_s))) {
+        fprintf(stderr, "kvbench-prefix: file run: %s\n", kv_strerror(rc));
+        return 1;
+    }
+    for (uint32_t i = 0; i < V; i++)
+        maxdf = fmax(maxdf, fabs((double)lh[i] - lf[i]));
+    kv_offload_unlink(pfile);
+    rmdir(dir);
     /* the remote tiers */
     tier_res_t rr = {0}, rc2 = {0};
     double get_gbps = 0;
@@ -367,14 +433,12 @@ int main(int argc, char **argv)
         free(keys);
         fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
                 "raw GET %.3f GB/s\n", n_keys, copied, get_gbps);
-        if ((rc = remote_tier(m, &cfg0, single.url, &o, ids, lh, &rr)) ||
-            (rc = remote_tier(m, &cfg0, cluster.url, &o, ids, lh, &rc2))) {
+        if ((rc = tier_reps(m, &cfg0, single.url, &o, ids, lh, &rr, NULL)) ||
+            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL))) {
             fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
             return 1;
         }
     }
-    kv_stats_t sts;
-    kv_store_stats(st, &sts);
     if (o.json) {
         printf("{\"bench\":\"prefix\",\"model\":\"SmolLM2-135M\",\"prompt_tokens\":%u,"
                "\"cached_tokens\":%u,\"hash_ns_per_token\":%.2f,\"redis_get_gbps\":%.4f,"
@@ -386,6 +450,12 @@ int main(int argc, char **argv)
                "\"max_abs_logit_diff_vs_cold\":%.6g}",
                o.tokens, pub, hash_ns, get_gbps, cfg.n_threads, o.reps, n_keys, cold_s,
                o.tokens, host_s, cold_s / host_s, hit, o.tokens - hit, maxd);
+        printf(",{\"tier\":\"file\",\"ttft_s\":%.4f,\"speedup_vs_cold\":%.2f,"
+               "\"tokens_matched\":%u,\"fetch_gbps\":%.4f,\"after\":\"restart\","
+               "\"open_s\":%.4f,\"file_bad\":%llu,\"io_errors\":%llu,"
+               "\"max_abs_logit_diff_vs_host\":%.6g}",
+               fr.ttft_s, cold_s / fr.ttft_s, fr.matched, fr.fetch_gbps, open_s,
+               (unsigned long long)fr.bad, (unsigned long long)fr.errors, maxdf);
         const tier_res_t *tr[2] = {&rr, &rc2};
         static const char *const names[2] = {"redis", "redis-cluster"};
         for (int i = 0; i < 2 && !o.no_redis; i++)
@@ -405,6 +475,9 @@ int main(int argc, char **argv)
         printf("  host  ttft (median %u)   %8.3f s   %.1fx faster, %u matched, "
                "max |dlogit| vs cold %.3g\n",
                o.reps, host_s, cold_s / host_s, hit, maxd);
+        printf("  file  ttft (restart)    %8.3f s   %.1fx faster, %u matched, read %.3f "
+               "GB/s, open %.3f s, max |dlogit| vs host %.3g\n",
+               fr.ttft_s, cold_s / fr.ttft_s, fr.matched, fr.fetch_gbps, open_s, maxdf);
         if (!o.no_redis) {
             printf("  redis ttft              %8.3f s   %.1fx faster, fetch %.3f GB/s "
                    "(raw GET %.3f GB/s)\n", rr.ttft_s, cold_s / rr.ttft_s, rr.fetch_gbps,
@@ -417,7 +490,7 @@ int main(int argc, char **argv)
     free(ids);
     free(lc);
     free(lh);
-    kv_store_destroy(st);
+    free(lf);
     kv_model_free(m);
     return 0;
 }

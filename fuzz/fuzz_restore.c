@@ -9,23 +9,32 @@
  * Input: byte 0 flags (bit 0: prefetch odd-numbered sequences instead of
  * even ones), then slots, each
  *   u8 what       bit 0: 1 a page, 0 a record chunk; bits 1..3: sequence id
- *                 (bit 4 adds 8: beyond max_seqs)
- *   page:         u8 layer, u8 kv_head, u16 entry index
+ *                 (bit 4 adds 8: beyond max_seqs); bit 5: a slot of the
+ *                 prefix cache's page-file tier instead, bits 1..4 its copy
+ *                 id (store/kv_store_prefix_file.c)
+ *   page:         u8 layer, u8 kv_head, u16 entry index (prefix: the index
+ *                 alone)
  *   record chunk: u8 chunk index
  *   u8 generation, u8 format tag, u16 tokens, u16 payload bytes - 1 (mod 384),
  *   then the payload (zero-padded when the input ends first)
  * written into a fresh page file (tmpfs) under the keys the store uses
- * (kv_offload_key for pages; bit 63 | seq << 24 | chunk for records) with
- * valid checksums, so what is fuzzed is the record parser and what it
- * lets through, not the crc. The store's shape: 2 layers, 2 kv heads (4
- * query heads), head_dim 16, 384-byte pages, max_seqs 8.
+ * (kv_offload_key for pages; bit 63 | seq << 24 | chunk for records; the
+ * prefix tier's 3 << 62 | id << 24 | index, bit 23 for record chunks) with
+ * valid checksums, so what is fuzzed is the record parsers and what they
+ * let through, not the crc. The store's shape: 2 layers, 2 kv heads (4
+ * query heads), head_dim 16, 384-byte pages (6-token blocks), max_seqs 8,
+ * the prefix cache on.
  * Properties: the create returns 0 or an error (never crashes, asserts or
  * leaks); a created store passes kv_store_check; every restored sequence
  * has all its pages on the file; prefetch + wait of half of them returns 0
  * or an I/O error, and a sequence that came back reads (kv_read, every
  * list) and attends (kv_attn_decode, every layer) without error, whatever
- * its pages hold; the store still passes kv_store_check; after destroy the
- * file reopens and restores exactly the sequences that stayed on it.
+ * its pages hold; a prefix match of the seeds' prompt (tokens 1..25) reads
+ * back the restored nodes it reaches (pages of any bytes: a failed check
+ * shortens it) and what it attaches reads and attends; the store still
+ * passes kv_store_check; after destroy the file reopens and restores
+ * exactly the sequences that stayed on it, and every node restored before
+ * (nodes on the file stay there).
  * Build and run: fuzz/build.sh (see fuzz/README.md).
  */
 #include <errno.h>
@@ -48,6 +57,11 @@
 #define MAXQ 8u
 #define SLOTS 128u
 #define REC_KEY(seq, chunk) ((1ull << 63) | ((uint64_t)(seq) << 24) | (chunk))
+#define PFX_NS (3ull << 62)
+#define PFX_REC (1ull << 23)
+#define PROMPT 25u
+
+static const char MODEL[] = "fuzz-model";
 
 static char g_path[1024];
 
@@ -67,6 +81,9 @@ static kv_config_t store_cfg(uint32_t flags)
     c.offload_pages = (flags & KV_OFFLOAD_OPEN) ? 0 : SLOTS;
     c.offload_qd = 1; /* small staging: a few hundred KiB per open */
     c.offload_flags = flags | KV_OFFLOAD_PREAD;
+    c.prefix_cache = 1;
+    c.prefix_model = MODEL;
+    c.prefix_model_len = sizeof MODEL - 1;
     return c;
 }
 
@@ -96,7 +113,13 @@ static int lay_out(const uint8_t *data, size_t size)
         uint8_t what = data[at++];
         uint32_t seq = ((what >> 1) & 7u) + ((what & 16u) ? 8u : 0u);
         uint64_t key;
-        if (what & 1) {
+        if ((what & 32u) && (what & 1)) {
+            key = PFX_NS | (uint64_t)seq << 24 | (kv_offload_get16(data + at + 2) & 0x7FFFFFu);
+            at += 4;
+        } else if (what & 32u) {
+            key = PFX_NS | (uint64_t)seq << 24 | PFX_REC | data[at];
+            at += 1;
+        } else if (what & 1) {
             key = kv_offload_key(seq, data[at], data[at + 1], kv_offload_get16(data + at + 2));
             at += 4;
         } else {
@@ -189,12 +212,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         else
             fz_check(kv_seq_free(st, q) == 0, T, "free a sequence with lost pages");
     }
+    /* the seeds' prompt: restored nodes read back (any bytes), then used */
+    static int32_t prompt[PROMPT];
+    for (uint32_t i = 0; i < PROMPT; i++)
+        prompt[i] = (int32_t)i + 1;
+    kv_seq_id_t pq;
+    uint32_t m = 0;
+    if (kv_seq_create(st, &pq) == 0) {
+        rc = kv_seq_prefix_match(st, pq, prompt, PROMPT, NULL, 0, &m);
+        fz_check(rc == 0 || rc == KV_ENOMEM, T, "a match: 0 or KV_ENOMEM");
+        fz_check(kv_store_check(st) == 0, T, "the store passes its check after a match");
+        if (rc == 0 && m)
+            use(st, pq);
+        fz_check(kv_seq_free(st, pq) == 0, T, "free the matched sequence");
+    }
     fz_check(kv_store_check(st) == 0, T, "the store passes its check after use");
+    kv_stats_t ss;
+    kv_store_stats(st, &ss);
+    const uint64_t nodes = ss.prefix_nodes;
     kv_store_destroy(st);
     /* what stayed on the file comes back, nothing else */
     st = NULL;
     fz_check(kv_store_create(&c, &st) == 0, T, "the file reopens");
     fz_check(live_set(st) == stay, T, "exactly the sequences left on the file come back");
+    kv_store_stats(st, &ss);
+    fz_check(ss.prefix_file_restored == nodes, T, "every node comes back");
     fz_check(kv_store_check(st) == 0, T, "reopened store passes its check");
     kv_store_destroy(st);
     kv_offload_unlink(g_path);
@@ -206,7 +248,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static size_t put_slot(uint8_t *out, const kv_offload_entry_t *e, const uint8_t *payload)
 {
     size_t at = 0;
-    if (e->key >> 63) {
+    if ((e->key & PFX_NS) == PFX_NS) {
+        uint32_t id = (uint32_t)(e->key >> 24) & 15u;
+        if (e->key & PFX_REC) {
+            out[at++] = (uint8_t)(32u | ((id & 7u) << 1) | (id >= 8 ? 16u : 0u));
+            out[at++] = (uint8_t)(e->key & 0xFFu);
+        } else {
+            out[at++] = (uint8_t)(33u | ((id & 7u) << 1) | (id >= 8 ? 16u : 0u));
+            out[at++] = 0;
+            out[at++] = 0;
+            kv_offload_put16(out + at, (uint32_t)(e->key & 0xFFFFu));
+            at += 2;
+        }
+    } else if (e->key >> 63) {
         uint32_t seq = (uint32_t)(e->key >> 24) & 0xFFFFFFu;
         out[at++] = (uint8_t)(((seq & 7u) << 1) | (seq >= 8 ? 16u : 0u));
         out[at++] = (uint8_t)(e->key & 0xFFu);
@@ -254,14 +308,26 @@ static void fill(kv_store_t *st, kv_seq_id_t q, uint32_t n, int kind, uint32_t s
 static void write_seeds(const char *dir)
 {
     static uint8_t in[65536], pg[PB];
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
         kv_offload_unlink(g_path);
         kv_config_t c = store_cfg(0);
         kv_store_t *st;
         if (kv_store_create(&c, &st))
             exit(1);
-        for (int kind = 0; kind < 4; kind++) {
-            if (variant < 3 && kind != variant && kind != 3)
+        if (variant >= 4) { /* prefix nodes of the prompt (5: and a sequence) */
+            static int32_t prompt[PROMPT];
+            for (uint32_t i = 0; i < PROMPT; i++)
+                prompt[i] = (int32_t)i + 1;
+            kv_seq_id_t q;
+            if (kv_seq_create(st, &q))
+                exit(1);
+            const uint32_t n = variant == 4 ? 24 : 12; /* 5: with a sequence */
+            fill(st, q, n, 0, (uint32_t)variant);
+            if (kv_seq_prefix_publish(st, q, prompt, n, NULL, 0) != (int)n || kv_seq_free(st, q))
+                exit(1);
+        }
+        for (int kind = 0; kind < 4 && (variant < 4 || variant == 5); kind++) {
+            if ((variant < 3 && kind != variant && kind != 3) || (variant == 5 && kind))
                 continue;
             kv_seq_id_t q;
             if (kv_seq_create(st, &q))

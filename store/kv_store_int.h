@@ -265,5 +265,28 @@ int kv_store_off_seq_drop(kv_store_t *s, kv_seq_id_t seq);
 int kv_store_off_records_write(kv_store_t *s); /* every seq wholly on file */
 void kv_store_off_record_free(kv_store_t *s, kv_seq_id_t seq);
 int kv_store_off_restore(kv_store_t *s);       /* at init with OPEN        */
+/* Restore helpers shared with the prefix cache's records: the index of
+ * (key, gen) in sorted entries (n: none); read one record chunk (retried);
+ * 1 if a page of format fmt with shape flags may hold `tokens`. */
+uint64_t kv_store_off_rec_find(const kv_offload_entry_t *ents, uint64_t n, uint64_t key,
+                               uint64_t gen);
+int kv_store_off_rec_read(kv_store_t *s, const kv_offload_entry_t *e, uint8_t *dst);
+int kv_store_off_page_ok(const kv_page_table_t *pt, uint32_t fmt, uint32_t flags,
+                         uint32_t tokens);
+
+/* store/kv_store_prefix_file.c (off->lock held): the prefix cache's nodes
+ * on the page file. key: 1 if a file key is the prefix tier's. sync: write
+ * a copy of every host node that has none (at kv_store_offload_sync and
+ * destroy; best effort). restore: at open, the nodes recorded in ents[n]
+ * (claiming their slots in claimed[]; without a cache they stay orphans).
+ * room: free slots (host nodes' copies, then the coldest nodes on the
+ * file) until `need` are free; 1 if they are. slots: slots its copies
+ * hold. */
+int kv_pfx_file_key(uint64_t key);
+void kv_pfx_file_sync(kv_store_t *s);
+int kv_pfx_file_restore(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n,
+                        uint8_t *claimed);
+int kv_pfx_file_room(kv_store_t *s, uint32_t need);
+uint64_t kv_pfx_file_slots(const kv_store_t *s);
 
 #endif /* KV_STORE_INT_H */

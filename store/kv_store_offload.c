@@ -164,7 +164,9 @@ void kv_store_off_fini(kv_store_t *s)
         for (int i = 0; o->batches && i < OFF_SETTLE_TRIES; i++)
             kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1);
         if (o->open_ok && !o->batches) {
-            /* persist what is wholly on the file; the rest is not restorable */
+            /* persist what is wholly on the file (and the prefix cache's
+             * host nodes); the rest is not restorable */
+            kv_pfx_file_sync(s);
             kv_store_off_records_write(s);
             for (kv_seq_id_t id = 0; id < s->cfg.max_seqs; id++)
                 if (kv_page_seq_live(s->pt, id) && o->seqs[id].n_rec == 0)
@@ -308,10 +310,11 @@ int kv_store_off_check(const kv_store_t *s)
     if (rc == 0 && !o->batches) { /* no I/O: every held slot is accounted for */
         kv_offload_stats_t st;
         kv_offload_stats(o->file, &st);
-        if (st.slots_used != o->on_file + o->rec_slots || st.batches_open != 0) {
+        const uint64_t named = o->on_file + o->rec_slots + kv_pfx_file_slots(s);
+        if (st.slots_used != named || st.batches_open != 0) {
             fprintf(stderr, "kv_store_check (offload): file holds %llu slots, store "
                             "names %llu\n", (unsigned long long)st.slots_used,
-                    (unsigned long long)(o->on_file + o->rec_slots));
+                    (unsigned long long)named);
             rc = KV_ECORRUPT;
         }
     }

@@ -28,6 +28,7 @@
  * mutating calls (settle with writes = 1), see kv_store_int.h.
  */
 #include <assert.h>
+#include <errno.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -128,6 +129,8 @@ int kv_store_off_write_seq(kv_store_t *s, kv_seq_id_t seq, uint32_t *n_out)
     }
     assert(i == n);
     int rc = kv_offload_write_submit(o->file, w, n, b->slots, b->status, &b->ticket);
+    if (rc == -ENOSPC && kv_pfx_file_room(s, n)) /* the prefix cache's copies yield */
+        rc = kv_offload_write_submit(o->file, w, n, b->slots, b->status, &b->ticket);
     if (rc) {
         kv_mem_free(b, b->bytes);
         return rc;

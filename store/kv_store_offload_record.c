@@ -234,6 +234,7 @@ int kv_store_offload_sync(kv_store_t *s)
     kv_store_off_t *o = s->off;
     rc = kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1);
     int wrc = kv_store_off_records_write(s);
+    kv_pfx_file_sync(s); /* the prefix cache's host nodes (best effort) */
     if (wrc == 0)
         wrc = kv_offload_sync(o->file);
     records_settle(s, wrc == 0); /* all or nothing */
@@ -252,22 +253,28 @@ typedef struct restore {
     size_t blob_n;
 } restore_t;
 
-/* Index of (key, gen) in the sorted entries, or n. */
-static uint64_t find(const restore_t *r, uint64_t key, uint64_t gen)
+/* Index of (key, gen) in the sorted entries, or n (kv_store_int.h). */
+uint64_t kv_store_off_rec_find(const kv_offload_entry_t *ents, uint64_t n, uint64_t key,
+                               uint64_t gen)
 {
-    uint64_t lo = 0, hi = r->n;
+    uint64_t lo = 0, hi = n;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        const kv_offload_entry_t *e = &r->ents[mid];
+        const kv_offload_entry_t *e = &ents[mid];
         if (e->key < key || (e->key == key && e->generation < gen))
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < r->n && r->ents[lo].key == key && r->ents[lo].generation == gen ? lo : r->n;
+    return lo < n && ents[lo].key == key && ents[lo].generation == gen ? lo : n;
 }
 
-static int read_chunk(kv_store_t *s, const kv_offload_entry_t *e, uint8_t *dst)
+static uint64_t find(const restore_t *r, uint64_t key, uint64_t gen)
+{
+    return kv_store_off_rec_find(r->ents, r->n, key, gen);
+}
+
+int kv_store_off_rec_read(kv_store_t *s, const kv_offload_entry_t *e, uint8_t *dst)
 {
     kv_offload_rpage_t q = {.slot = e->slot, .key = e->key, .generation = e->generation,
                             .data = dst};
@@ -294,7 +301,7 @@ static int blob_read(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint64_t gen,
     if (!hdr)
         return KV_ENOMEM;
     uint64_t at = find(r, rec_key(seq, 0), gen);
-    int rc = at == r->n ? KV_ECORRUPT : read_chunk(s, &r->ents[at], hdr) ? KV_ECORRUPT : 0;
+    int rc = at == r->n || kv_store_off_rec_read(s, &r->ents[at], hdr) ? KV_ECORRUPT : 0;
     if (rc == 0 && (r->ents[at].bytes < REC_HDR || kv_offload_get32(hdr) != REC_MAGIC ||
                     kv_offload_get32(hdr + 4) != REC_VERSION || kv_offload_get32(hdr + 8) != seq))
         rc = KV_ECORRUPT;
@@ -321,7 +328,7 @@ static int blob_read(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint64_t gen,
             rc = KV_ECORRUPT;
         else if (i == 0)
             memcpy(r->blob, hdr, pb);
-        else if (read_chunk(s, &r->ents[k], r->blob + (size_t)i * pb))
+        else if (kv_store_off_rec_read(s, &r->ents[k], r->blob + (size_t)i * pb))
             rc = KV_ECORRUPT;
     }
     kv_mem_free(hdr, pb);
@@ -339,7 +346,8 @@ static void lists_free(kv_page_list_t *lists, uint32_t n)
 }
 
 /* 1 if a page of format fmt with these shape flags may hold `tokens`. */
-static int page_ok(const kv_page_table_t *pt, uint32_t fmt, uint32_t flags, uint32_t tokens)
+int kv_store_off_page_ok(const kv_page_table_t *pt, uint32_t fmt, uint32_t flags,
+                         uint32_t tokens)
 {
     const kv_page_geom_t *g = kv_page_table_geom(pt);
     if ((fmt != KV_FMT_FP16 && fmt != KV_FMT_INT4 && fmt != KV_FMT_INT2) ||
@@ -384,8 +392,9 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
         uint64_t gen = kv_offload_get64(p);
         uint32_t tok = kv_offload_get16(p + 8), fmt = p[10], fl = p[11];
         uint64_t k = find(r, kv_offload_key(seq, li / H, li % H, e), gen);
-        if (!page_ok(s->pt, fmt, fl, tok) || k == r->n || r->ents[k].format != fmt ||
-            r->ents[k].tokens != tok || r->ents[k].bytes != s->cfg.page_bytes)
+        if (!kv_store_off_page_ok(s->pt, fmt, fl, tok) || k == r->n ||
+            r->ents[k].format != fmt || r->ents[k].tokens != tok ||
+            r->ents[k].bytes != s->cfg.page_bytes)
             return KV_ECORRUPT;
         uint32_t idx = kv_alloc_page_index(r->ents[k].slot);
         if (r->claimed[idx])
@@ -518,13 +527,16 @@ int kv_store_off_restore(kv_store_t *s)
     uint64_t i = 0;
     while (rc == 0 && i < r.n && !(r.ents[i].key & REC_BIT))
         i++;
-    while (rc == 0 && i < r.n) { /* records sort after every page */
+    while (rc == 0 && i < r.n && !kv_pfx_file_key(r.ents[i].key)) {
+        /* records sort after every page, the prefix cache's keys last */
         uint64_t j = i + 1;
         while (j < r.n && (r.ents[j].key >> 24) == (r.ents[i].key >> 24))
             j++;
         rc = restore_seq(s, &r, i, j);
         i = j;
     }
+    if (rc == 0)
+        rc = kv_pfx_file_restore(s, r.ents, r.n, r.claimed);
     for (uint64_t k = 0; rc == 0 && k < r.n; k++) /* orphans, stale records */
         if (!r.claimed[kv_alloc_page_index(r.ents[k].slot)])
             kv_offload_free(o->file, &r.ents[k].slot, 1);

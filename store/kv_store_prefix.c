@@ -39,9 +39,14 @@
  * bucket (by key) and in the LRU list (coldest first); children == the
  * nodes whose parent it is; a node's entries per list sum to end - start
  * tokens; refcount of each page == table entries + node entries naming it
- * (kv_page_table_check_ext). A node with children is never evicted: chains
- * are evicted from their ends. bytes == every kv_mem block held here
- * (snapshots included; n_acc, acc_bytes: theirs).
+ * (kv_page_table_check_ext) for nodes in the pool; a node on the page file
+ * holds no pool reference (kv_store_prefix_file.c: the page-file tier,
+ * its invariants there). file_kids == the children on the file. A node
+ * with children in the pool is never evicted: chains are evicted from
+ * their ends; with a page file an evicted node is demoted (kept, on the
+ * file, its snapshot kept in memory), else dropped. bytes == every kv_mem
+ * block held here (snapshots included; n_acc, acc_bytes: theirs; the
+ * copies' blocks: f_mem).
  *
  * Ownership: the store owns s->pfx, its buckets, its copy of the model
  * fingerprint and every node (one kv_mem block each) with its references.
@@ -105,9 +110,10 @@ int kv_store_prefix_init(kv_store_t *s)
 
 static void node_release(kv_store_t *s, kv_pfx_node_t *n)
 {
-    for (uint32_t i = 0; i < n->n_ents; i++)
+    for (uint32_t i = 0; !n->on_file && i < n->n_ents; i++)
         kv_page_ref_drop(s->pt, n->ents[i].id, n->ents[i].format);
-    s->pfx->n_refs -= n->n_ents;
+    s->pfx->n_refs -= n->on_file ? 0 : n->n_ents;
+    kv_pfx_file_release(s, n); /* its copy on the page file, if any */
     s->pfx->bytes -= n->bytes + n->acc_bytes;
     if (n->acc) { /* its statistics snapshot (kv_store_prefix_acc.c) */
         s->pfx->n_acc--;
@@ -220,10 +226,27 @@ static void node_evict(kv_store_t *s, kv_pfx_node_t *n)
         pp = &(*pp)->hnext;
     *pp = n->hnext;
     lru_unlink(p, n);
-    if (n->parent)
+    if (n->parent) {
         n->parent->children--;
+        n->parent->file_kids -= n->on_file;
+    }
     p->n_nodes--;
+    p->f_nodes -= n->on_file;
     node_release(s, n);
+}
+
+/* kv_store_prefix_int.h. Children first: a node's children are found by a
+ * scan (drops are rare: a node on the file that fails its check, a full
+ * file). */
+void kv_pfx_drop(kv_store_t *s, kv_pfx_node_t *x)
+{
+    while (x->children) {
+        kv_pfx_node_t *c = s->pfx->cold;
+        while (c->parent != x)
+            c = c->next;
+        kv_pfx_drop(s, c);
+    }
+    node_evict(s, x);
 }
 
 kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents)
@@ -246,11 +269,14 @@ void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs)
     uint32_t bk = bucket_of(p, &x->key);
     x->hnext = p->buckets[bk];
     p->buckets[bk] = x;
-    if (x->parent)
+    if (x->parent) {
         x->parent->children++;
+        x->parent->file_kids += x->on_file;
+    }
     for (uint32_t e = 0; take_refs && e < x->n_ents; e++)
         kv_page_ref_take(s->pt, x->ents[e].id);
-    p->n_refs += x->n_ents;
+    p->n_refs += x->on_file ? 0 : x->n_ents;
+    p->f_nodes += x->on_file;
     p->n_nodes++;
     p->bytes += x->bytes;
     if (x->acc) /* given before linking */
@@ -286,17 +312,29 @@ uint64_t kv_store_prefix_evict(kv_store_t *s, uint64_t target)
     /* Pass 0: nodes whose pages only the cache holds; pass 1: any (a node
      * shared with a sequence keeps that sequence's pages shared, which the
      * ladder's lossy steps then skip). Coldest first, chains from their
-     * ends: evicting a leaf may make its parent a leaf. */
+     * ends: evicting a leaf may make its parent a leaf. With a page file a
+     * node is demoted there instead (kv_store_prefix_file.c): it stays as
+     * a node on the file, so "leaf" means no children in the pool; one the
+     * file does not take is dropped with its subtree on the file (the scan
+     * then starts again: the subtree may hold `next`). */
     for (int pass = 0; pass < 2 && f < target; pass++) {
         for (kv_pfx_node_t *n = p->cold, *next; n && f < target; n = next) {
             next = n->next;
             for (kv_pfx_node_t *x = n; x && f < target;) {
-                if (x->children || (pass == 0 && !node_only_cached(s, x)))
+                if (x->on_file || x->children > x->file_kids ||
+                    (pass == 0 && !node_only_cached(s, x)))
                     break;
                 kv_pfx_node_t *up = x->parent;
                 if (next == x)
                     next = x->next;
-                node_evict(s, x);
+                if (kv_pfx_file_demote(s, x)) {
+                    /* kept on the file */
+                } else if (x->children) {
+                    kv_pfx_drop(s, x);
+                    next = p->cold;
+                } else {
+                    node_evict(s, x);
+                }
                 p->evicted++;
                 f = pool_free(s);
                 x = up;
@@ -319,7 +357,7 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_nodes = p->n_nodes;
     out->prefix_pages = p->n_refs;
     for (const kv_pfx_node_t *n = p->cold; n; n = n->next)
-        for (uint32_t i = 0; i < n->n_ents; i++)
+        for (uint32_t i = 0; !n->on_file && i < n->n_ents; i++)
             out->prefix_pages_only += kv_alloc_refcount(s->pool, n->ents[i].id) == 1;
     out->prefix_hits = p->hits;
     out->prefix_misses = p->misses;
@@ -336,6 +374,7 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_remote_bytes_in = p->r_bytes_in;
     out->prefix_remote_put = p->r_put;
     out->prefix_remote_dropped = p->r_dropped;
+    kv_pfx_file_stats(s, out);
 }
 
 #define PFX_FAIL(...)                                                   \
@@ -368,12 +407,14 @@ int kv_store_prefix_check(const kv_store_t *s)
         if (n->start >= n->end || (n->parent ? n->parent->end != n->start : n->start != 0))
             PFX_FAIL("node [%u, %u): parent ends at %u", n->start, n->end,
                      n->parent ? n->parent->end : 0);
-        uint32_t kids = 0;
-        for (const kv_pfx_node_t *c = p->cold; c; c = c->next)
+        uint32_t kids = 0, fkids = 0;
+        for (const kv_pfx_node_t *c = p->cold; c; c = c->next) {
             kids += c->parent == n;
-        if (kids != n->children)
-            PFX_FAIL("node [%u, %u): %u children counted, %u recorded", n->start, n->end,
-                     kids, n->children);
+            fkids += c->parent == n && c->on_file;
+        }
+        if (kids != n->children || fkids != n->file_kids)
+            PFX_FAIL("node [%u, %u): %u/%u children counted, %u/%u recorded", n->start,
+                     n->end, kids, fkids, n->children, n->file_kids);
         if (n->off[0] != 0 || n->off[L] != n->n_ents)
             PFX_FAIL("node [%u, %u): entry offsets", n->start, n->end);
         for (uint32_t li = 0; li < L; li++) {
@@ -384,17 +425,19 @@ int kv_store_prefix_check(const kv_store_t *s)
                 PFX_FAIL("node [%u, %u) list %u: %llu tokens", n->start, n->end, li,
                          (unsigned long long)t);
         }
-        if (refs + n->n_ents > p->n_refs)
-            PFX_FAIL("more node entries than the %llu recorded",
-                     (unsigned long long)p->n_refs);
         if (kv_pfx_acc_check(s, n))
             PFX_FAIL("node [%u, %u): statistics snapshot of %zu bytes", n->start, n->end,
                      n->acc_bytes);
-        memcpy(ext + refs, n->ents, (size_t)n->n_ents * sizeof *ext);
-        refs += n->n_ents;
         bytes += n->bytes + n->acc_bytes;
         acc_n += n->acc != NULL;
         acc_b += n->acc_bytes;
+        if (n->on_file)
+            continue; /* no pool reference (kv_pfx_file_check) */
+        if (refs + n->n_ents > p->n_refs)
+            PFX_FAIL("more node entries than the %llu recorded",
+                     (unsigned long long)p->n_refs);
+        memcpy(ext + refs, n->ents, (size_t)n->n_ents * sizeof *ext);
+        refs += n->n_ents;
     }
     if (nodes != p->n_nodes || refs != p->n_refs || bytes != p->bytes)
         PFX_FAIL("nodes %llu/%llu, refs %llu/%llu, bytes %llu/%llu",
@@ -406,6 +449,8 @@ int kv_store_prefix_check(const kv_store_t *s)
                  (unsigned long long)p->n_acc, (unsigned long long)acc_b,
                  (unsigned long long)p->acc_bytes);
     rc = kv_page_table_check_ext(s->pt, ext, refs);
+    if (rc == 0)
+        rc = kv_pfx_file_check(s);
 out:
     kv_mem_free(ext, ext_n * sizeof *ext);
     return rc;
@@ -578,13 +623,12 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
             ents += x->n_ents;
         }
     }
+    if (p->f_nodes) /* the file tier: its nodes on the chain read back */
+        kv_pfx_file_load(s, &got, &last);
     if (rule.acc) { /* the chain ends at its last node with a snapshot */
         while (last && !last->acc)
             last = last->parent;
         got = last ? last->end : 0;
-        n_chain = ents = 0;
-        for (const kv_pfx_node_t *x = last; x; x = x->parent)
-            n_chain++, ents += x->n_ents;
     }
     if (p->remote && !rule.acc && got + rule.step <= cap) { /* the remote tier, after the host */
         const uint32_t H = s->cfg.n_kv_heads, L0 = s->cfg.n_layers * H;
@@ -596,11 +640,11 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
             kv_pfx_remote_fetch(s, h, nb, cap, rule.step, tg, &got, &last);
             kv_mem_free(tg, L0);
             p->r_tokens += got - got0;
-            n_chain = ents = 0;
-            for (const kv_pfx_node_t *x = last; x; x = x->parent)
-                n_chain++, ents += x->n_ents;
         }
     }
+    n_chain = ents = 0; /* the tiers may have cut or grown it */
+    for (const kv_pfx_node_t *x = last; x; x = x->parent)
+        n_chain++, ents += x->n_ents;
     kv_mem_free(h, hb);
     *matched = 0;
     if (!n_chain) {

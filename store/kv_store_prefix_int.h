@@ -34,6 +34,13 @@ typedef struct kv_pfx_node {
     /* acc[li * end .. (li + 1) * end); its own kv_mem block of acc_bytes    */
     float *acc;
     size_t acc_bytes;            /* n_lists * end * 4, 0 without            */
+
+    /* page-file tier (kv_store_prefix_file.c)                                */
+    uint32_t on_file;            /* 1: pages only on the file (ents' ids are  */
+                                 /* its copy's slots, no pool reference)      */
+    uint32_t file_kids;          /* of children, those on the file            */
+    struct kv_pfx_copy *copy;    /* its pages and record on the page file;    */
+                                 /* NULL: none (kept until the node goes)     */
 } kv_pfx_node_t;
 
 typedef struct kv_pfx {
@@ -53,6 +60,12 @@ typedef struct kv_pfx {
     char *url;                    /* copy of cfg.prefix_remote [url_bytes]  */
     size_t url_bytes;
     uint64_t r_hits, r_tokens, r_bad, r_errors, r_bytes_in, r_put, r_dropped;
+    /* page-file tier (kv_store_prefix_file.c); 0 without offload_path */
+    uint64_t f_nodes, f_slots;    /* nodes on the file; slots of all copies */
+    uint64_t f_mem;               /* kv_mem bytes of the copies (meta_bytes) */
+    uint32_t f_next_id;           /* next copy id (file keys)               */
+    uint64_t f_hits, f_tokens, f_bytes_in, f_bytes_out, f_demoted, f_dropped,
+        f_bad, f_restored;
 } kv_pfx_t;
 
 /* kv_store_prefix.c */
@@ -89,6 +102,29 @@ void kv_pfx_acc_commit(kv_store_t *s, kv_seq_id_t seq, float **staged, uint32_t 
 void kv_pfx_acc_unstage(kv_store_t *s, kv_seq_id_t seq, float **staged, uint32_t got);
 /* A node's snapshot is sane (size, finite): 0 or KV_ECORRUPT. */
 int kv_pfx_acc_check(const kv_store_t *s, const kv_pfx_node_t *x);
+
+/* Unlink a node and its whole subtree (both tiers) from the table and
+ * free them (their references, their copies' slots). */
+void kv_pfx_drop(kv_store_t *s, kv_pfx_node_t *x);
+
+/* kv_store_prefix_file.c: the page-file tier (file comment there). All
+ * no-ops / 0 without a page file. */
+/* Demote a host node with no host children (LRU eviction): its pages to
+ * the file (unless it has a copy), its pool references dropped, on_file.
+ * 1: demoted; 0: not (no file, file full, I/O or memory failure: counted
+ * dropped; the caller drops it). */
+int kv_pfx_file_demote(kv_store_t *s, kv_pfx_node_t *x);
+/* After a host walk that accepted nodes up to *last (*got tokens): read
+ * back the chain's nodes on the file (one pipelined batch, as many as the
+ * pool has free pages for) and make them host nodes; a node that fails
+ * its check is dropped with its subtree (counted) and the chain cut
+ * before it. Never fails: a shorter match. */
+void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last);
+/* Free a node's copy (slots, memory) when the node goes. */
+void kv_pfx_file_release(kv_store_t *s, kv_pfx_node_t *x);
+void kv_pfx_file_stats(const kv_store_t *s, kv_stats_t *out);
+/* The copies' slots on the file and the tier's invariants: 0, KV_ECORRUPT. */
+int kv_pfx_file_check(const kv_store_t *s);
 
 /* kv_store_prefix_remote.c */
 /* Validate the remote fields of a config: 0, KV_EINVAL, KV_ERANGE. */

@@ -226,15 +226,17 @@ typedef struct kv_stats {
                                 /* page file (their pool pages freed)              */
     /* prefix cache (kv_config_t.prefix_cache; all 0 when off). Pages the     */
     /* cache holds are in pages_used, pages_by_format and kv_bytes.           */
-    uint64_t prefix_nodes;      /* cached nodes (a block run each)                 */
-    uint64_t prefix_pages;      /* page references the nodes hold                  */
+    uint64_t prefix_nodes;      /* cached nodes (a block run each), in the pool or */
+                                /* on the page file                                */
+    uint64_t prefix_pages;      /* pool page references the nodes hold             */
     uint64_t prefix_pages_only; /* of those, pages no sequence holds (refcount 1): */
                                 /* what eviction frees                             */
     uint64_t prefix_hits;       /* kv_seq_prefix_match calls that matched tokens   */
     uint64_t prefix_misses;     /* ... that matched none                           */
     uint64_t prefix_tokens_reused; /* tokens matched, summed over calls            */
     uint64_t prefix_published;  /* nodes created by kv_seq_prefix_publish          */
-    uint64_t prefix_evicted;    /* nodes evicted (memory pressure)                 */
+    uint64_t prefix_evicted;    /* nodes evicted from the pool (memory pressure):  */
+                                /* dropped, or demoted to the page file            */
     uint64_t prefix_evicted_pages; /* pool pages those evictions freed             */
     /* remote tier (kv_config_t.prefix_remote; all 0 without)                 */
     uint64_t prefix_remote_hits;   /* nodes fetched, validated and installed       */
@@ -249,6 +251,24 @@ typedef struct kv_stats {
     /* prefix cache, continued: statistics snapshots (H2O, MiniKV, CaM)       */
     uint64_t prefix_snapshots;     /* nodes that carry one                         */
     uint64_t prefix_snapshot_bytes; /* their host bytes (also in meta_bytes)       */
+    /* page-file tier of the cache (kv_config_t.offload_path with the cache  */
+    /* on; all 0 without; docs/prefix.md). A node on the file holds no pool   */
+    /* page: its pages are only in its copy on the file.                       */
+    uint64_t prefix_file_nodes;    /* nodes whose pages are only on the file       */
+    uint64_t prefix_file_slots;    /* file slots the nodes' copies hold (pages and */
+                                   /* records; also in offload_slots_used)         */
+    uint64_t prefix_file_hits;     /* nodes read back by a match and installed     */
+    uint64_t prefix_file_tokens;   /* tokens matched through those nodes           */
+    uint64_t prefix_file_bytes_in; /* page bytes read back for them                */
+    uint64_t prefix_file_bytes_out; /* page bytes written (demotions and syncs)    */
+    uint64_t prefix_file_demoted;  /* nodes moved from the pool to the file        */
+    uint64_t prefix_file_dropped;  /* nodes not kept on the file: full file or     */
+                                   /* failed write at demotion, or dropped to make */
+                                   /* room for a sequence's page-out               */
+    uint64_t prefix_file_bad;      /* nodes whose read-back failed a check (or an  */
+                                   /* I/O error), dropped with their descendants;  */
+                                   /* records that failed restore's checks         */
+    uint64_t prefix_file_restored; /* nodes found on the file at KV_OFFLOAD_OPEN   */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -618,6 +638,15 @@ KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
  * sequence holds before the others), with or without a ladder, and the
  * call retried. The cache never makes KV_ENOMEM more likely for those
  * calls. kv_store_check counts the nodes' references.
+ *
+ * Page-file tier (kv_config_t.offload_path): an evicted node is demoted
+ * instead of dropped (its pages written to the page file, its pool pages
+ * freed); a match that reaches it reads it back (only into free pool
+ * pages: never a refused page; a page that fails its check shortens the
+ * match, counted, never data); kv_store_offload_sync and kv_store_destroy
+ * write the pool's nodes too, and a store opened with KV_OFFLOAD_OPEN finds
+ * them again (kv_stats_t.prefix_file_*). The nodes' copies yield their
+ * slots to sequences' page-outs.
  *
  * Remote tier (kv_config_t.prefix_remote, Redis/Valkey): published nodes
  * are also queued to the server (never blocking; a full queue drops), and a

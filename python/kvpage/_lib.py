@@ -72,7 +72,11 @@ class kv_stats_t(Structure):
         "prefix_tokens_reused", "prefix_published", "prefix_evicted", "prefix_evicted_pages",
         "prefix_remote_hits", "prefix_remote_tokens", "prefix_remote_bad",
         "prefix_remote_errors", "prefix_remote_bytes_in", "prefix_remote_put",
-        "prefix_remote_dropped", "prefix_snapshots", "prefix_snapshot_bytes")]
+        "prefix_remote_dropped", "prefix_snapshots", "prefix_snapshot_bytes",
+        "prefix_file_nodes", "prefix_file_slots",
+        "prefix_file_hits", "prefix_file_tokens", "prefix_file_bytes_in",
+        "prefix_file_bytes_out", "prefix_file_demoted", "prefix_file_dropped",
+        "prefix_file_bad", "prefix_file_restored")]
 
 
 class kv_estimate_t(Structure):

@@ -196,6 +196,16 @@ class Stats:
     prefix_remote_dropped: int
     prefix_snapshots: int
     prefix_snapshot_bytes: int
+    prefix_file_nodes: int
+    prefix_file_slots: int
+    prefix_file_hits: int
+    prefix_file_tokens: int
+    prefix_file_bytes_in: int
+    prefix_file_bytes_out: int
+    prefix_file_demoted: int
+    prefix_file_dropped: int
+    prefix_file_bad: int
+    prefix_file_restored: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

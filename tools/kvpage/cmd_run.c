@@ -221,6 +221,10 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "prefix_remote_tokens", st->prefix_remote_tokens);
     kv_cli_rep_u(&rep, "prefix_remote_bad", st->prefix_remote_bad);
     kv_cli_rep_u(&rep, "prefix_remote_errors", st->prefix_remote_errors);
+    kv_cli_rep_u(&rep, "prefix_file_tokens", st->prefix_file_tokens);
+    kv_cli_rep_u(&rep, "prefix_file_nodes", st->prefix_file_nodes);
+    kv_cli_rep_u(&rep, "prefix_file_demoted", st->prefix_file_demoted);
+    kv_cli_rep_u(&rep, "prefix_file_bad", st->prefix_file_bad);
     if (r->o->out.plain) {
         printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
                "%u threads, CPU backend\n\n",
@@ -246,6 +250,12 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
                    (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses);
             printf("  %-36s %16llu\n", "prefix cache nodes",
                    (unsigned long long)st->prefix_nodes);
+            if (st->prefix_file_nodes || st->prefix_file_hits || st->prefix_file_demoted)
+                printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
+                       "tokens from the page file (all runs)",
+                       (unsigned long long)st->prefix_file_tokens,
+                       "nodes on the file / demoted", (unsigned long long)st->prefix_file_nodes,
+                       (unsigned long long)st->prefix_file_demoted);
             if (r->o->remote)
                 printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
                        "tokens from the remote (all runs)",
