@@ -546,7 +546,7 @@ typedef struct kv_policy_info {
                              /* step (streamingllm, h2o): a list never holds */
                              /* more than `budget` tokens; 0: it selects     */
                              /* once at prefill end and keeps every decoded  */
-                             /* token (snapkv, minikv), or no selection      */
+                             /* token (snapkv, minikv, eattn), or none       */
     uint32_t budget;         /* tokens a list keeps at prefill end: heavy    */
                              /* hitters + recent window (at least 1),        */
                              /* sink + recent (at least 1), snapkv's and     */
