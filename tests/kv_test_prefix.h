@@ -4,7 +4,8 @@
  * the test ended, and the K/V a prompt's token gets (a function of the token
  * id, its index, layer, head and element, multiples of 1/256 in [-1, 1):
  * exact in FP16), appended to every layer of a sequence; and the loop that
- * fails every allocation of a prefix call in turn.
+ * fails every allocation of a prefix call in turn; the store's stats and
+ * the token ids of a test prompt.
  */
 #ifndef KV_TEST_PREFIX_H
 #define KV_TEST_PREFIX_H
@@ -26,6 +27,21 @@ static inline kv_store_t *kvt_pfx_store(const kv_config_t *c)
         exit(1);
     }
     return s;
+}
+
+/* The store's statistics (kv_store_stats cannot fail on a live store). */
+static inline kv_stats_t kvt_pfx_stats(kv_store_t *s)
+{
+    kv_stats_t st;
+    kv_store_stats(s, &st);
+    return st;
+}
+
+/* n token ids of a test prompt, different per seed. */
+static inline void kvt_pfx_prompt(int32_t *p, uint32_t n, uint32_t seed)
+{
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = (int32_t)((i * 7919u + seed * 104729u) % 49152u);
 }
 
 /* Element d of the K (v 0) or V (v 1) row of token tok at index i. */

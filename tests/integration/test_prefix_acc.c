@@ -63,24 +63,11 @@ static kv_store_t *mk(uint32_t pages)
     return kvt_pfx_store(&c);
 }
 
-static kv_stats_t stats(kv_store_t *s)
-{
-    kv_stats_t st;
-    kv_store_stats(s, &st);
-    return st;
-}
-
 static uint32_t len0(kv_store_t *s, kv_seq_id_t seq)
 {
     uint32_t n = 0;
     kv_seq_len(s, seq, 0, 0, &n);
     return n;
-}
-
-static void prompt_fill(int32_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (int32_t)((i * 7919u + seed * 104729u) % 49152u);
 }
 
 /* Append tokens [t0, t0+n) of p to every layer of seq and attend them (all
@@ -145,19 +132,19 @@ static void test_policy(const char *spec)
     kv_store_t *s = mk(256);
     kv_policy_t *pol = policy(spec);
     int32_t p[MAXT];
-    prompt_fill(p, 150, 1);
+    kvt_pfx_prompt(p, 150, 1);
     const uint64_t L = NL * NKV;
     uint32_t m;
 
     kv_seq_id_t a = seq_new(s, pol);
     CHECK_OK(step(s, a, p, 0, 64));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 64, NULL, 0), 64);
-    CHECK_EQ(stats(s).prefix_snapshots, 1);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 1);
     CHECK_OK(step(s, a, p, 64, 64));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 128, NULL, 0), 128);
     CHECK_OK(step(s, a, p, 128, 22));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 150, NULL, 0), 144);
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 9);
     CHECK_EQ(st.prefix_snapshots, 2);
     CHECK_EQ(st.prefix_snapshot_bytes, L * (64 + 128) * 4);
@@ -167,7 +154,7 @@ static void test_policy(const char *spec)
     /* after prefill end: no snapshot (the sums now include nothing new, but
      * the lists were selected) */
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, len0(s, a), NULL, 0) >= 0, 1);
-    CHECK_EQ(stats(s).prefix_snapshots, 2);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 2);
 
     kv_seq_id_t b = seq_new(s, pol);
     CHECK_OK(kv_seq_prefix_match(s, b, p, 150, NULL, 0, &m));
@@ -180,13 +167,13 @@ static void test_policy(const char *spec)
     kv_seq_id_t c = seq_new(s, pol);
     CHECK_OK(kv_seq_prefix_match(s, c, p, 100, NULL, 0, &m));
     CHECK_EQ(m, 64);
-    CHECK_EQ(stats(s).prefix_hits, 2);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_hits, 2);
 
     /* no attention, no snapshot: nodes that never serve this policy */
     kv_seq_id_t d = seq_new(s, pol);
     CHECK_OK(kvt_pfx_feed(s, d, p, 0, 128, NL, NKV, HD));
     CHECK_EQ(kv_seq_prefix_publish(s, d, p, 128, "x", 1), 128);
-    CHECK_EQ(stats(s).prefix_snapshots, 2);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 2);
     kv_seq_id_t e = seq_new(s, pol);
     CHECK_OK(kv_seq_prefix_match(s, e, p, 150, "x", 1, &m));
     CHECK_EQ(m, 0);
@@ -194,10 +181,10 @@ static void test_policy(const char *spec)
     /* a publisher that attended gives the cached node at 64 its snapshot */
     kv_seq_id_t f = seq_new(s, pol);
     CHECK_OK(step(s, f, p, 0, 64));
-    uint64_t nodes = stats(s).prefix_nodes;
+    uint64_t nodes = kvt_pfx_stats(s).prefix_nodes;
     CHECK_EQ(kv_seq_prefix_publish(s, f, p, 64, "x", 1), 64);
-    CHECK_EQ(stats(s).prefix_nodes, nodes);
-    CHECK_EQ(stats(s).prefix_snapshots, 3);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, nodes);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 3);
     CHECK_OK(kv_seq_prefix_match(s, e, p, 150, "x", 1, &m));
     CHECK_EQ(m, 64);
     CHECK_OK(kv_store_check(s));
@@ -211,23 +198,23 @@ static void test_evict(void)
     kv_store_t *s = mk(48);
     kv_policy_t *pol = policy("h2o:hh=0.2,rw=0.1");
     int32_t p[MAXT], q[MAXT];
-    prompt_fill(p, 150, 2);
-    prompt_fill(q, 200, 3);
+    kvt_pfx_prompt(p, 150, 2);
+    kvt_pfx_prompt(q, 200, 3);
     kv_seq_id_t a = seq_new(s, pol), b, c;
     for (uint32_t t = 0; t < 150; t += t < 128 ? 64 : 22) {
         uint32_t n = t < 128 ? 64 : 22;
         CHECK_OK(step(s, a, p, t, n));
         CHECK(kv_seq_prefix_publish(s, a, p, t + n, NULL, 0) >= 0);
     }
-    CHECK_EQ(stats(s).prefix_snapshots, 2);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 2);
     CHECK_OK(kv_seq_free(s, a));
     CHECK_OK(kv_seq_create(s, &b));
     uint32_t t = 0, m;
-    while (stats(s).prefix_snapshots == 2 && t < 200) {
+    while (kvt_pfx_stats(s).prefix_snapshots == 2 && t < 200) {
         CHECK_OK(kvt_pfx_feed(s, b, q, t, 16, NL, NKV, HD));
         t += 16;
     }
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_snapshots, 1);
     CHECK_EQ(st.prefix_snapshot_bytes, NL * NKV * 64 * 4);
     CHECK_OK(kv_store_check(s));
@@ -235,11 +222,11 @@ static void test_evict(void)
     CHECK_OK(kv_seq_prefix_match(s, c, p, 150, NULL, 0, &m));
     CHECK_EQ(m, 64);
     CHECK_OK(kv_seq_free(s, c));
-    while (stats(s).prefix_snapshots == 1 && t < 200) {
+    while (kvt_pfx_stats(s).prefix_snapshots == 1 && t < 200) {
         CHECK_OK(kvt_pfx_feed(s, b, q, t, 16, NL, NKV, HD));
         t += 16;
     }
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_snapshots, 0);
     CHECK_EQ(st.prefix_snapshot_bytes, 0);
     CHECK(st.prefix_nodes > 0); /* [0, 48) are left, without a snapshot */
@@ -276,7 +263,7 @@ static void test_faults(void)
     kv_store_t *s = mk(256);
     kv_policy_t *pol = policy("minikv:hh=0.2,rw=0.1");
     int32_t p[MAXT];
-    prompt_fill(p, 150, 4);
+    kvt_pfx_prompt(p, 150, 4);
     /* a new node with a snapshot */
     kv_seq_id_t a = seq_new(s, pol);
     CHECK_OK(step(s, a, p, 0, 64));
@@ -284,17 +271,17 @@ static void test_faults(void)
     uint32_t n = kvt_pfx_faults(s, a, fcall_run, &c);
     printf("publish with a new snapshot node: %u allocations\n", n);
     CHECK(n >= 4);
-    CHECK_EQ(stats(s).prefix_snapshots, 1);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 1);
     /* a snapshot for a cached node */
     kv_seq_id_t d = seq_new(s, pol);
     CHECK_OK(kvt_pfx_feed(s, d, p, 0, 64, NL, NKV, HD));
     CHECK_EQ(kv_seq_prefix_publish(s, d, p, 64, "g", 1), 64);
-    CHECK_EQ(stats(s).prefix_snapshots, 1);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 1);
     c.salt = "g";
     n = kvt_pfx_faults(s, a, fcall_run, &c);
     printf("publish giving a cached node its snapshot: %u allocations\n", n);
     CHECK(n >= 3);
-    CHECK_EQ(stats(s).prefix_snapshots, 2);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 2);
     /* a match that restores one */
     kv_seq_id_t b = seq_new(s, pol);
     c = (fcall_t){.match = 1, .p = p, .n = 100, .salt = "g"};

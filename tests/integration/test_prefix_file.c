@@ -127,19 +127,6 @@ static uint32_t match_check(kv_store_t *s, const int32_t *prompt, uint32_t n)
     return m;
 }
 
-static kv_stats_t stats(kv_store_t *s)
-{
-    kv_stats_t st;
-    kv_store_stats(s, &st);
-    return st;
-}
-
-static void prompt_fill(int32_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (int32_t)((i * 7919u + seed * 104729u) % 49152u);
-}
-
 /* Publish prompt[0..n) from a fresh sequence, freed after. */
 static void publish(kv_store_t *s, const int32_t *p, uint32_t n)
 {
@@ -173,13 +160,13 @@ static void test_demote(const kvt_dir_t *d)
     kv_offload_stats(kv_store_off_file(s), &fs);
     printf("I/O queue: %s\n", fs.ioq);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 1);
+    kvt_pfx_prompt(p, 200, 1);
     publish(s, p, 128);
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 8);
     CHECK_EQ(st.pages_used, 32);
     demote_all(s);
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 8);
     CHECK_EQ(st.prefix_file_nodes, 8);
     CHECK_EQ(st.prefix_file_demoted, 8);
@@ -190,7 +177,7 @@ static void test_demote(const kvt_dir_t *d)
     CHECK_EQ(st.offload_slots_used, st.prefix_file_slots);
     /* read back: 7 nodes (the n - 1 cap), bit for bit */
     CHECK_EQ(match_check(s, p, 128), 112);
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_hits, 7);
     CHECK_EQ(st.prefix_file_tokens, 112);
     CHECK_EQ(st.prefix_file_bytes_in, 28u * st.page_bytes);
@@ -201,12 +188,12 @@ static void test_demote(const kvt_dir_t *d)
     CHECK_EQ(match_check(s, p, 50), 48);
     /* demoted again: the copies are kept, nothing written */
     demote_all(s);
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_nodes, 8);
     CHECK_EQ(st.prefix_file_bytes_out, 32u * st.page_bytes);
     CHECK_EQ(st.prefix_file_demoted, 15);
     CHECK_EQ(match_check(s, p, 129), 128);
-    CHECK_EQ(stats(s).prefix_file_hits, 15);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_hits, 15);
     kv_store_destroy(s);
     kv_offload_unlink(path);
 }
@@ -217,13 +204,13 @@ static void test_pressure(const kvt_dir_t *d)
     /* 40 pages: the prompt's 8 nodes hold 32 */
     kv_store_t *s = mk(kvt_path(d, "pressure", path), 0, 256, 40);
     int32_t p[MAXT], q[MAXT];
-    prompt_fill(p, 200, 2);
-    prompt_fill(q, 200, 3);
+    kvt_pfx_prompt(p, 200, 2);
+    kvt_pfx_prompt(q, 200, 3);
     publish(s, p, 128);
     kv_seq_id_t b;
     CHECK_OK(kv_seq_create(s, &b));
     CHECK_OK(feed(s, b, q, 0, 64)); /* 16 pages: 8 free, the cache gives 8 */
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK(st.prefix_file_demoted >= 2);
     CHECK_EQ(st.prefix_nodes, 8); /* none lost */
     CHECK_EQ(st.prefix_file_nodes, st.prefix_file_demoted);
@@ -236,13 +223,13 @@ static void test_pressure(const kvt_dir_t *d)
     CHECK_OK(kv_seq_create(s, &c));
     CHECK_OK(kv_seq_prefix_match(s, c, p, 128, NULL, 0, &m));
     CHECK_EQ(m, host);
-    CHECK_EQ(stats(s).prefix_file_hits, 0);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_hits, 0);
     CHECK_OK(kv_seq_free(s, c));
     CHECK_OK(kv_seq_free(s, b));
     CHECK_OK(kv_store_check(s));
     /* with room: all of it */
     CHECK_EQ(match_check(s, p, 128), 112);
-    CHECK(stats(s).prefix_file_hits >= 1);
+    CHECK(kvt_pfx_stats(s).prefix_file_hits >= 1);
     kv_store_destroy(s);
     kv_offload_unlink(path);
 }
@@ -252,18 +239,18 @@ static void test_restart(const kvt_dir_t *d)
     char path[4096];
     kvt_path(d, "restart", path);
     int32_t p[MAXT], q[MAXT], r[MAXT];
-    prompt_fill(p, 200, 4);
-    prompt_fill(q, 200, 5);
-    prompt_fill(r, 200, 6);
+    kvt_pfx_prompt(p, 200, 4);
+    kvt_pfx_prompt(q, 200, 5);
+    kvt_pfx_prompt(r, 200, 6);
     kv_store_t *s = mk(path, 0, 256, 128);
     publish(s, p, 128);
     demote_all(s); /* p's nodes on the file */
     publish(s, q, 64); /* q's in the pool only: written at destroy */
-    CHECK_EQ(stats(s).prefix_file_nodes, 8);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_nodes, 8);
     kv_store_destroy(s);
 
     s = mk(path, 1, 0, 128);
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_restored, 12);
     CHECK_EQ(st.prefix_nodes, 12);
     CHECK_EQ(st.prefix_file_nodes, 12);
@@ -274,14 +261,14 @@ static void test_restart(const kvt_dir_t *d)
     CHECK_EQ(match_check(s, q, 65), 64);
     /* sync writes copies of host nodes (r's) */
     publish(s, r, 32);
-    uint64_t slots0 = stats(s).prefix_file_slots;
+    uint64_t slots0 = kvt_pfx_stats(s).prefix_file_slots;
     CHECK_OK(kv_store_offload_sync(s));
-    CHECK_EQ(stats(s).prefix_file_slots, slots0 + 2 * 5);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_slots, slots0 + 2 * 5);
     CHECK_OK(kv_store_check(s));
     kv_store_destroy(s);
 
     s = mk(path, 1, 0, 128);
-    CHECK_EQ(stats(s).prefix_file_restored, 14);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_restored, 14);
     CHECK_EQ(match_check(s, r, 33), 32);
     CHECK_EQ(match_check(s, p, 129), 128);
     kv_store_destroy(s);
@@ -289,13 +276,13 @@ static void test_restart(const kvt_dir_t *d)
     /* a store without the cache: the nodes' slots are orphans, freed */
     kv_config_t c = cfg(path, 1, 0, 128, 0);
     s = kvt_pfx_store(&c);
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.offload_slots_used, 0);
     CHECK_EQ(st.prefix_nodes, 0);
     CHECK_OK(kv_store_check(s));
     kv_store_destroy(s);
     s = mk(path, 1, 0, 128);
-    CHECK_EQ(stats(s).prefix_file_restored, 0);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_restored, 0);
     kv_store_destroy(s);
     kv_offload_unlink(path);
 }
@@ -324,7 +311,7 @@ static void test_corrupt(const kvt_dir_t *d)
     char path[4096];
     kvt_path(d, "corrupt", path);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 7);
+    kvt_pfx_prompt(p, 200, 7);
     kv_store_t *s = mk(path, 0, 256, 128);
     publish(s, p, 128);
     demote_all(s);
@@ -334,9 +321,9 @@ static void test_corrupt(const kvt_dir_t *d)
     flip(path, page_at);
 
     s = mk(path, 1, 0, 128);
-    CHECK_EQ(stats(s).prefix_file_restored, 8);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_restored, 8);
     CHECK_EQ(match_check(s, p, 128), 64); /* never the damaged page */
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_bad, 1);
     CHECK_EQ(st.prefix_file_hits, 4);
     CHECK_EQ(st.prefix_nodes, 4); /* [64, 80) and its descendants dropped */
@@ -355,7 +342,7 @@ static void test_corrupt_record(const kvt_dir_t *d)
     char path[4096];
     kvt_path(d, "record", path);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 8);
+    kvt_pfx_prompt(p, 200, 8);
     kv_store_t *s = mk(path, 0, 256, 128);
     publish(s, p, 128);
     demote_all(s);
@@ -378,7 +365,7 @@ static void test_corrupt_record(const kvt_dir_t *d)
     kv_store_destroy(s);
     flip(path, at);
     s = mk(path, 1, 0, 128);
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_restored, 5); /* [0, 80) */
     CHECK_EQ(st.prefix_file_bad, 1 + 2); /* the record; two orphaned children */
     CHECK_OK(kv_store_check(s));
@@ -393,12 +380,12 @@ static void test_full(const kvt_dir_t *d)
     /* 12 slots: two nodes' copies (5 slots each) fit, not a third */
     kv_store_t *s = mk(kvt_path(d, "full", path), 0, 12, 64);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 9);
+    kvt_pfx_prompt(p, 200, 9);
     publish(s, p, 64);
     demote_all(s);
     /* [48, 64) and [32, 48) go to the file; [16, 32) finds it full and is
      * dropped with its subtree on the file; then [0, 16) fits */
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_demoted, 3);
     CHECK_EQ(st.prefix_file_dropped, 1);
     CHECK_EQ(st.prefix_nodes, 1);
@@ -407,13 +394,13 @@ static void test_full(const kvt_dir_t *d)
     /* the copies yield to a sequence's page-out */
     publish(s, p, 32);
     demote_all(s);
-    CHECK_EQ(stats(s).prefix_file_nodes, 2); /* 10 of 12 slots */
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_nodes, 2); /* 10 of 12 slots */
     kv_seq_id_t a;
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(feed(s, a, p, 0, 32)); /* 8 pages */
     CHECK_OK(kv_seq_offload(s, a));
     CHECK_OK(kv_seq_wait(s, a));
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.pages_on_file, 8);
     CHECK(st.prefix_file_dropped >= 3);
     CHECK_OK(kv_store_check(s));
@@ -439,19 +426,19 @@ static void test_faults(const kvt_dir_t *d)
     char path[4096];
     kvt_path(d, "faults", path);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 10);
+    kvt_pfx_prompt(p, 200, 10);
     kv_store_t *s = mk(path, 0, 256, 128);
     /* demotion: a failed node is dropped (counted), never half-demoted */
     uint32_t n;
     for (n = 1; n < 10000; n++) {
         publish(s, p, 128);
         uint64_t live = kv_mem_live_bytes();
-        kv_stats_t b = stats(s);
+        kv_stats_t b = kvt_pfx_stats(s);
         kv_fault_arm(n);
         kv_store_prefix_evict(s, UINT64_MAX);
         int fired = kv_fault_fired();
         kv_fault_arm(0);
-        kv_stats_t a = stats(s);
+        kv_stats_t a = kvt_pfx_stats(s);
         CHECK_OK(kv_store_check(s));
         CHECK_EQ(a.pages_used, 0);
         CHECK_EQ(a.prefix_file_nodes, a.prefix_nodes);
@@ -503,14 +490,14 @@ static void test_faults(const kvt_dir_t *d)
         kv_fault_arm(0);
         if (!fired) {
             CHECK_OK(rc);
-            CHECK_EQ(stats(t).prefix_file_restored, 8);
+            CHECK_EQ(kvt_pfx_stats(t).prefix_file_restored, 8);
             CHECK_OK(kv_store_check(t));
             CHECK_EQ(match_check(t, p, 128), 112);
             kv_store_destroy(t);
             break;
         }
         if (rc == 0) { /* a failed read of a record chunk, tried again */
-            CHECK_EQ(stats(t).prefix_file_restored, 8);
+            CHECK_EQ(kvt_pfx_stats(t).prefix_file_restored, 8);
             CHECK_OK(kv_store_check(t));
             kv_store_destroy(t);
             continue;

@@ -97,19 +97,6 @@ static uint32_t len0(kv_store_t *s, kv_seq_id_t seq)
     return n;
 }
 
-static kv_stats_t stats(kv_store_t *s)
-{
-    kv_stats_t st;
-    kv_store_stats(s, &st);
-    return st;
-}
-
-static void prompt_fill(int32_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (int32_t)((i * 7919u + seed * 104729u) % 49152u);
-}
-
 static void test_config(void)
 {
     kv_config_t c = kv_config_default();
@@ -139,31 +126,31 @@ static void test_fp16(void)
 {
     kv_store_t *s = mk(256, KV_FMT_FP16, 0, 1);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 1);
+    kvt_pfx_prompt(p, 200, 1);
     kv_seq_id_t a, b, c, d, f;
     uint32_t m = 99;
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(feed(s, a, p, 0, 100));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 101, NULL, 0), KV_ERANGE);
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 100, NULL, 0), 96);
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 6);
     CHECK_EQ(st.prefix_pages, 6 * NL * NKV);
     CHECK_EQ(st.prefix_pages_only, 0); /* a holds them too */
     CHECK_EQ(st.prefix_published, 6);
     CHECK_OK(kv_store_check(s));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 100, NULL, 0), 96); /* idempotent */
-    CHECK_EQ(stats(s).prefix_nodes, 6);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, 6);
 
     CHECK_OK(kv_seq_create(s, &b));
     CHECK_OK(kv_seq_prefix_match(s, b, p, 100, NULL, 0, &m));
     CHECK_EQ(m, 96);
     CHECK_EQ(len0(s, b), 96);
     CHECK(same(s, a, b, 96));
-    const uint64_t used = stats(s).pages_used;
+    const uint64_t used = kvt_pfx_stats(s).pages_used;
     CHECK_OK(kv_store_check(s));
     CHECK_OK(feed(s, b, p, 96, 4)); /* one fresh page per list */
-    CHECK_EQ(stats(s).pages_used, used + NL * NKV);
+    CHECK_EQ(kvt_pfx_stats(s).pages_used, used + NL * NKV);
     CHECK(same(s, a, b, 100));
     CHECK_OK(kv_store_check(s));
     CHECK_EQ(kv_seq_prefix_match(s, b, p, 100, NULL, 0, &m), KV_ESTATE);
@@ -205,7 +192,7 @@ static void test_fp16(void)
     kv_seq_id_t all[] = {a, b, c, d, f};
     for (int i = 0; i < 5; i++)
         CHECK_OK(kv_seq_free(s, all[i]));
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 10);
     CHECK_EQ(st.prefix_pages_only, st.prefix_pages);
     CHECK_EQ(st.pages_used, st.prefix_pages);
@@ -233,16 +220,16 @@ static void test_kivi(void)
 {
     kv_store_t *s = mk(256, KV_FMT_INT2, 64, 1);
     int32_t p[MAXT];
-    prompt_fill(p, 300, 2);
+    kvt_pfx_prompt(p, 300, 2);
     kv_seq_id_t a, b, c;
     uint32_t m;
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(feed(s, a, p, 0, 150)); /* [0, 128) INT2, [128, 150) FP16 */
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 150, NULL, 0), 128);
-    CHECK_EQ(stats(s).prefix_nodes, 2); /* [0, 64), [64, 128) */
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, 2); /* [0, 64), [64, 128) */
     CHECK_OK(feed(s, a, p, 150, 106)); /* the rest: 256 */
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 256, NULL, 0), 256);
-    CHECK_EQ(stats(s).prefix_nodes, 4);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, 4);
     CHECK_OK(kv_store_check(s));
     /* b matches 128 of a 150-token prompt, then appends the rest as a did */
     CHECK_OK(kv_seq_create(s, &b));
@@ -251,7 +238,7 @@ static void test_kivi(void)
     CHECK_OK(feed(s, b, p, 128, 128));
     CHECK(same(s, a, b, 256));
     /* a: 4 INT2 pages per list; b shares 2 and converted [128, 256) into 2 */
-    CHECK_EQ(stats(s).pages_by_format[KV_FMT_INT2], (4 + 2) * NL * NKV);
+    CHECK_EQ(kvt_pfx_stats(s).pages_by_format[KV_FMT_INT2], (4 + 2) * NL * NKV);
     CHECK_OK(kv_store_check(s));
     /* a store whose residual differs never matches (R is in the hash) */
     kv_store_t *s2 = mk(64, KV_FMT_INT2, 128, 1);
@@ -272,7 +259,7 @@ static void test_policies(void)
 {
     kv_store_t *s = mk(256, KV_FMT_FP16, 0, 1);
     int32_t p[MAXT];
-    prompt_fill(p, 200, 3);
+    kvt_pfx_prompt(p, 200, 3);
     kv_policy_t *h2o, *snap;
     char err[128];
     CHECK_OK(kv_policy_parse("h2o:hh=0.1,rw=0.1", &h2o, err, sizeof err));
@@ -285,8 +272,8 @@ static void test_policies(void)
     /* h2o: no attention ran, so no statistics snapshot: nodes, but no
      * match (test_prefix_acc.c has the rest) */
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 128, NULL, 0), 128);
-    CHECK_EQ(stats(s).prefix_nodes, 8);
-    CHECK_EQ(stats(s).prefix_snapshots, 0);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, 8);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_snapshots, 0);
     kv_seq_id_t e;
     CHECK_OK(kv_seq_create(s, &e));
     CHECK_OK(kv_seq_set_policy(s, e, h2o));
@@ -316,19 +303,19 @@ static void test_evict(void)
     /* 40 pages: a prompt of 128 tokens takes 8 per list = 32 */
     kv_store_t *s = mk(40, KV_FMT_FP16, 0, 1);
     int32_t p[MAXT], q[MAXT];
-    prompt_fill(p, 200, 4);
-    prompt_fill(q, 200, 5);
+    kvt_pfx_prompt(p, 200, 4);
+    kvt_pfx_prompt(q, 200, 5);
     kv_seq_id_t a, b, c;
     uint32_t m;
     CHECK_OK(kv_seq_create(s, &a));
     CHECK_OK(feed(s, a, p, 0, 128));
     CHECK_EQ(kv_seq_prefix_publish(s, a, p, 128, NULL, 0), 128);
     CHECK_OK(kv_seq_free(s, a));
-    CHECK_EQ(stats(s).pages_used, 32);
+    CHECK_EQ(kvt_pfx_stats(s).pages_used, 32);
     /* b needs 16 pages for 64 tokens: 8 free, the cache must give 8 */
     CHECK_OK(kv_seq_create(s, &b));
     CHECK_OK(feed(s, b, q, 0, 64));
-    kv_stats_t st = stats(s);
+    kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.pressure_runs, 0); /* no ladder */
     CHECK(st.prefix_evicted >= 2);
     CHECK(st.prefix_evicted_pages >= 8);
@@ -345,7 +332,7 @@ static void test_evict(void)
     for (uint32_t t = 64; t < 192 && rc == 0; t += 16)
         rc = feed(s, b, q, t, 16);
     CHECK_EQ(rc, KV_ENOMEM);
-    st = stats(s);
+    st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_nodes, 0);
     CHECK_EQ(len0(s, c), m); /* c keeps its tokens */
     CHECK_OK(kv_store_check(s));
@@ -367,7 +354,7 @@ static int call_match(kv_store_t *s, kv_seq_id_t seq, void *p)
 static void test_faults(void)
 {
     int32_t p[MAXT];
-    prompt_fill(p, 200, 6);
+    kvt_pfx_prompt(p, 200, 6);
     /* create */
     uint32_t n;
     for (n = 1; n < 1000; n++) {
@@ -398,7 +385,7 @@ static void test_faults(void)
     n = kvt_pfx_faults(s, a, call_publish, p);
     printf("publish: %u allocations\n", n);
     CHECK(n >= 3);
-    CHECK_EQ(stats(s).prefix_nodes, 8);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_nodes, 8);
     CHECK_OK(kv_seq_create(s, &b));
     n = kvt_pfx_faults(s, b, call_match, p);
     printf("match: %u allocations\n", n);

@@ -83,13 +83,6 @@ static int holds(kv_store_t *s, kv_seq_id_t seq, const int32_t *p, uint32_t n)
     return 1;
 }
 
-static kv_stats_t stats(kv_store_t *s)
-{
-    kv_stats_t st;
-    kv_store_stats(s, &st);
-    return st;
-}
-
 int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms); /* store/kv_store_int.h */
 
 /* A publishes, B fetches: the shared part of both runs. Returns B. */
@@ -103,14 +96,14 @@ static kv_store_t *share(const char *url, const int32_t *p, const char *salt)
     feed(a, sa, p, NTOK);
     CHECK_EQ(kv_seq_prefix_publish(a, sa, p, NTOK, salt, sl), NTOK);
     CHECK_OK(kv_store_prefix_flush(a, 5000));
-    kv_stats_t st = stats(a);
+    kv_stats_t st = kvt_pfx_stats(a);
     CHECK_EQ(st.prefix_remote_put, 8);
     CHECK_EQ(st.prefix_remote_dropped, 0);
     CHECK_OK(kv_seq_create(b, &sb));
     CHECK_OK(kv_seq_prefix_match(b, sb, p, NTOK, salt, sl, &m));
     CHECK_EQ(m, 112);
     CHECK(holds(b, sb, p, 112));
-    st = stats(b);
+    st = kvt_pfx_stats(b);
     CHECK_EQ(st.prefix_remote_hits, 7);
     CHECK_EQ(st.prefix_remote_tokens, 112);
     CHECK_EQ(st.prefix_remote_bad, 0);
@@ -121,7 +114,7 @@ static kv_store_t *share(const char *url, const int32_t *p, const char *salt)
     CHECK_OK(kv_seq_create(b, &s2));
     CHECK_OK(kv_seq_prefix_match(b, s2, p, NTOK, salt, sl, &m));
     CHECK_EQ(m, 112);
-    CHECK_EQ(stats(b).prefix_remote_hits, 7);
+    CHECK_EQ(kvt_pfx_stats(b).prefix_remote_hits, 7);
     CHECK_OK(kv_seq_free(b, s2));
     CHECK_OK(kv_seq_free(b, sb));
     kv_store_destroy(a);
@@ -196,14 +189,14 @@ int main(void)
     CHECK_OK(kv_seq_create(b, &s));
     CHECK_OK(kv_seq_prefix_match(b, s, q, NTOK, "c", 1, &m));
     CHECK_EQ(m, 0); /* the first node is bad: nothing */
-    kv_stats_t st = stats(b);
+    kv_stats_t st = kvt_pfx_stats(b);
     CHECK_EQ(st.prefix_remote_bad, 1);
     CHECK_EQ(st.prefix_remote_hits, 0);
     CHECK_EQ(st.prefix_nodes, 0);
     CHECK_EQ(corrupt_all(&t, 1), 16);
     CHECK_OK(kv_seq_prefix_match(b, s, p, NTOK, NULL, 0, &m));
     CHECK_EQ(m, 0);
-    CHECK_EQ(stats(b).prefix_remote_bad, 1 + 7); /* the frame's crc, every key of the batch */
+    CHECK_EQ(kvt_pfx_stats(b).prefix_remote_bad, 1 + 7); /* the frame's crc, every key of the batch */
     CHECK_OK(kv_store_check(b));
     kv_store_destroy(b);
     /* H2O (statistics snapshots, kv_store_prefix_acc.c): nodes with a
@@ -228,7 +221,7 @@ int main(void)
         }
         CHECK_EQ(kv_seq_prefix_publish(a, sa, p, NTOK, NULL, 0), NTOK);
         CHECK_OK(kv_store_prefix_flush(a, 5000));
-        st = stats(a);
+        st = kvt_pfx_stats(a);
         CHECK_EQ(st.prefix_snapshots, 1);
         CHECK_EQ(st.prefix_remote_put, 0);
         kv_seq_id_t sb2;
@@ -236,7 +229,7 @@ int main(void)
         CHECK_OK(kv_seq_set_policy(b, sb2, h2o));
         CHECK_OK(kv_seq_prefix_match(b, sb2, p, NTOK, NULL, 0, &m));
         CHECK_EQ(m, 0);
-        st = stats(b);
+        st = kvt_pfx_stats(b);
         CHECK_EQ(st.prefix_remote_hits + st.prefix_remote_errors + st.prefix_nodes, 0);
         CHECK_OK(kv_store_check(a));
         CHECK_OK(kv_store_check(b));
@@ -253,9 +246,9 @@ int main(void)
     double dt = now() - t0;
     CHECK_EQ(m, 0);
     CHECK(dt < 2.0);
-    CHECK(stats(b).prefix_remote_errors >= 1);
+    CHECK(kvt_pfx_stats(b).prefix_remote_errors >= 1);
     printf("match with the server stopped: %.3f s (timeout 0.2 s), %llu errors\n", dt,
-           (unsigned long long)stats(b).prefix_remote_errors);
+           (unsigned long long)kvt_pfx_stats(b).prefix_remote_errors);
     CHECK_OK(kv_tredis_signal(&t, 0, SIGCONT));
     CHECK_OK(kv_store_check(b));
     kv_store_destroy(b);
@@ -273,7 +266,7 @@ int main(void)
         CHECK_OK(kv_seq_create(b, &s));
         CHECK_OK(kv_seq_prefix_match(b, s, q, NTOK, "kivi", 4, &m));
         CHECK_EQ(m, 64);
-        CHECK_EQ(stats(b).prefix_remote_hits, 1);
+        CHECK_EQ(kvt_pfx_stats(b).prefix_remote_hits, 1);
         static float k1[64 * HD], v1[64 * HD], k2[64 * HD], v2[64 * HD];
         for (uint32_t l = 0; l < NL; l++)
             for (uint32_t h = 0; h < NKV; h++) {
@@ -281,7 +274,7 @@ int main(void)
                 CHECK_OK(kv_read(b, s, l, h, 0, 64, k2, v2, NULL));
                 CHECK(memcmp(k1, k2, sizeof k1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
             }
-        CHECK_EQ(stats(b).pages_by_format[KV_FMT_INT2], NL * NKV);
+        CHECK_EQ(kvt_pfx_stats(b).pages_by_format[KV_FMT_INT2], NL * NKV);
         CHECK_OK(kv_store_check(b));
         kv_store_destroy(a);
         kv_store_destroy(b);
