@@ -46,7 +46,7 @@
 #include "kv_test_prefix.h"
 #include "store/kv_store_int.h"
 #include "store/kv_store_prefix_int.h"
-#include "test_offload_util.h"
+#include "test_store_offload_util.h"
 
 #define NL 2
 #define NKV 2
@@ -287,25 +287,6 @@ static void test_restart(const kvt_dir_t *d)
     kv_offload_unlink(path);
 }
 
-/* Offset in the file of slot `slot`'s payload byte `at`. */
-static off_t slot_off(kv_store_t *st, kv_offload_slot_t slot, uint32_t at)
-{
-    kv_offload_stats_t fs;
-    kv_offload_stats(kv_store_off_file(st), &fs);
-    return (off_t)(fs.data_off + (uint64_t)kv_alloc_page_index(slot) * fs.slot_bytes +
-                   KV_OFFLOAD_HDR_BYTES + at);
-}
-
-static void flip(const char *p, off_t off)
-{
-    int fd = open(p, O_RDWR);
-    uint8_t b = 0;
-    CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
-    b ^= 0x10;
-    CHECK(pwrite(fd, &b, 1, off) == 1 && fsync(fd) == 0);
-    close(fd);
-}
-
 static void test_corrupt(const kvt_dir_t *d)
 {
     char path[4096];
@@ -316,9 +297,9 @@ static void test_corrupt(const kvt_dir_t *d)
     publish(s, p, 128);
     demote_all(s);
     /* a data page of node [64, 80) (on the file: its ids are slots) */
-    off_t page_at = slot_off(s, node_at(s, 64)->ents[1].id, 100);
+    off_t page_at = kvs_slot_off(s, node_at(s, 64)->ents[1].id, 100);
     kv_store_destroy(s);
-    flip(path, page_at);
+    kvs_flip(path, page_at);
 
     s = mk(path, 1, 0, 128);
     CHECK_EQ(kvt_pfx_stats(s).prefix_file_restored, 8);
@@ -361,9 +342,9 @@ static void test_corrupt_record(const kvt_dir_t *d)
             rec = all[i].slot;
     free(all);
     CHECK(rec != 0);
-    off_t at = slot_off(s, rec, 70);
+    off_t at = kvs_slot_off(s, rec, 70);
     kv_store_destroy(s);
-    flip(path, at);
+    kvs_flip(path, at);
     s = mk(path, 1, 0, 128);
     kv_stats_t st = kvt_pfx_stats(s);
     CHECK_EQ(st.prefix_file_restored, 5); /* [0, 80) */

@@ -112,25 +112,6 @@ static void verify(kv_store_t *st, const world_t *w, int damaged_page)
     CHECK_OK(kv_store_check(st));
 }
 
-/* Offset in the file of slot `slot`'s payload byte `at`. */
-static off_t slot_off(kv_store_t *st, kv_offload_slot_t slot, uint32_t at)
-{
-    kv_offload_stats_t fs;
-    kv_offload_stats(kv_store_off_file(st), &fs);
-    return (off_t)(fs.data_off + (uint64_t)kv_alloc_page_index(slot) * fs.slot_bytes +
-                   KV_OFFLOAD_HDR_BYTES + at);
-}
-
-static void flip(const char *p, off_t off)
-{
-    int fd = open(p, O_RDWR);
-    uint8_t b = 0;
-    CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
-    b ^= 0x10;
-    CHECK(pwrite(fd, &b, 1, off) == 1 && fsync(fd) == 0);
-    close(fd);
-}
-
 int main(void)
 {
     kvt_dir_t d;
@@ -168,9 +149,9 @@ int main(void)
     CHECK_EQ(s.n_seqs, 4);
 
     /* damage for the next reopen: a record chunk of INT2, a page of COMPACT */
-    off_t rec_at = slot_off(st, st->off->seqs[w->seq[KVS_INT2]].rec[0], 100);
+    off_t rec_at = kvs_slot_off(st, st->off->seqs[w->seq[KVS_INT2]].rec[0], 100);
     const kv_page_list_t *l = kv_page_list_get(st->pt, w->seq[KVS_COMPACT], 1, 0);
-    off_t page_at = slot_off(st, l->ents[1].id, 7);
+    off_t page_at = kvs_slot_off(st, l->ents[1].id, 7);
     verify(st, w, -1);
     kv_seq_id_t fresh;
     CHECK_OK(kv_seq_create(st, &fresh));
@@ -194,12 +175,12 @@ int main(void)
     build(p, w);
     st = open_store(p, &rc);
     CHECK_OK(rc);
-    rec_at = slot_off(st, st->off->seqs[w->seq[KVS_INT2]].rec[0], 100);
+    rec_at = kvs_slot_off(st, st->off->seqs[w->seq[KVS_INT2]].rec[0], 100);
     l = kv_page_list_get(st->pt, w->seq[KVS_COMPACT], 1, 0);
-    page_at = slot_off(st, l->ents[1].id, 7);
+    page_at = kvs_slot_off(st, l->ents[1].id, 7);
     kv_store_destroy(st); /* nothing changed: the same slots on disk */
-    flip(p, rec_at);
-    flip(p, page_at);
+    kvs_flip(p, rec_at);
+    kvs_flip(p, page_at);
     st = open_store(p, &rc);
     CHECK_OK(rc);
     s = kvs_stats(st);

@@ -4,7 +4,7 @@
  * programs: a store with a page file in a scratch directory, sequences of
  * every format filled with reproducible data, snapshots of decode attention
  * over a sequence, compared bit for bit (of what it holds: kv_test_seq_t,
- * kv_test_snap.h).
+ * kv_test_snap.h), and a byte of a slot in the page file found and flipped.
  *
  * Scratch directory: as in test_offload_util.h ($KV_OFFLOAD_TEST_DIR or
  * the current directory, a mkdtemp() directory removed at the end).
@@ -12,6 +12,7 @@
 #ifndef TEST_STORE_OFFLOAD_UTIL_H
 #define TEST_STORE_OFFLOAD_UTIL_H
 
+#include <fcntl.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -131,6 +132,26 @@ static inline kv_stats_t kvs_stats(kv_store_t *st)
     kv_stats_t s;
     kv_store_stats(st, &s);
     return s;
+}
+
+/* Offset in the store's page file of slot `slot`'s payload byte `at`. */
+static inline off_t kvs_slot_off(kv_store_t *st, kv_offload_slot_t slot, uint32_t at)
+{
+    kv_offload_stats_t fs;
+    kv_offload_stats(kv_store_off_file(st), &fs);
+    return (off_t)(fs.data_off + (uint64_t)kv_alloc_page_index(slot) * fs.slot_bytes +
+                   KV_OFFLOAD_HDR_BYTES + at);
+}
+
+/* Flip bit 4 of the byte at off of file p, on disk (fsync'd). */
+static inline void kvs_flip(const char *p, off_t off)
+{
+    int fd = open(p, O_RDWR);
+    uint8_t b = 0;
+    CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
+    b ^= 0x10;
+    CHECK(pwrite(fd, &b, 1, off) == 1 && fsync(fd) == 0);
+    close(fd);
 }
 
 #endif /* TEST_STORE_OFFLOAD_UTIL_H */
