@@ -273,6 +273,14 @@ uint64_t kv_store_off_rec_find(const kv_offload_entry_t *ents, uint64_t n, uint6
 int kv_store_off_rec_read(kv_store_t *s, const kv_offload_entry_t *e, uint8_t *dst);
 int kv_store_off_page_ok(const kv_page_table_t *pt, uint32_t fmt, uint32_t flags,
                          uint32_t tokens);
+/* The 40 bytes every record header starts with (sequence and prefix node
+ * records): u32 magic, version, id, n_layers, n_kv_heads, head_dim,
+ * page_bytes, chunks; u64 bytes. check: 0; KV_ECORRUPT: another magic,
+ * version or id; KV_EINVAL: another store shape. */
+void kv_store_off_rec_head_put(uint8_t *p, uint32_t magic, uint32_t version, uint32_t id,
+                               const kv_config_t *c, uint32_t chunks, uint64_t bytes);
+int kv_store_off_rec_head_check(const uint8_t *p, uint32_t magic, uint32_t version,
+                                uint32_t id, const kv_config_t *c);
 
 /* store/kv_store_prefix_file.c (off->lock held): the prefix cache's nodes
  * on the page file. key: 1 if a file key is the prefix tier's. sync: write

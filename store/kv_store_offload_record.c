@@ -84,21 +84,39 @@ static uint64_t rec_bytes(const kv_store_t *s, kv_seq_id_t seq, uint64_t *ents)
     return n;
 }
 
-static void rec_encode(const kv_store_t *s, kv_seq_id_t seq, uint8_t *p, uint64_t bytes,
-                       uint32_t chunks)
+void kv_store_off_rec_head_put(uint8_t *p, uint32_t magic, uint32_t version, uint32_t id,
+                               const kv_config_t *c, uint32_t chunks, uint64_t bytes)
 {
-    const kv_config_t *c = &s->cfg;
-    const kv_store_off_t *o = s->off;
-    memset(p, 0, REC_HDR);
-    kv_offload_put32(p, REC_MAGIC);
-    kv_offload_put32(p + 4, REC_VERSION);
-    kv_offload_put32(p + 8, seq);
+    kv_offload_put32(p, magic);
+    kv_offload_put32(p + 4, version);
+    kv_offload_put32(p + 8, id);
     kv_offload_put32(p + 12, c->n_layers);
     kv_offload_put32(p + 16, c->n_kv_heads);
     kv_offload_put32(p + 20, c->head_dim);
     kv_offload_put32(p + 24, c->page_bytes);
     kv_offload_put32(p + 28, chunks);
     kv_offload_put64(p + 32, bytes);
+}
+
+int kv_store_off_rec_head_check(const uint8_t *p, uint32_t magic, uint32_t version,
+                                uint32_t id, const kv_config_t *c)
+{
+    if (kv_offload_get32(p) != magic || kv_offload_get32(p + 4) != version ||
+        kv_offload_get32(p + 8) != id)
+        return KV_ECORRUPT;
+    if (kv_offload_get32(p + 12) != c->n_layers || kv_offload_get32(p + 16) != c->n_kv_heads ||
+        kv_offload_get32(p + 20) != c->head_dim || kv_offload_get32(p + 24) != c->page_bytes)
+        return KV_EINVAL;
+    return 0;
+}
+
+static void rec_encode(const kv_store_t *s, kv_seq_id_t seq, uint8_t *p, uint64_t bytes,
+                       uint32_t chunks)
+{
+    const kv_config_t *c = &s->cfg;
+    const kv_store_off_t *o = s->off;
+    memset(p, 0, REC_HDR);
+    kv_store_off_rec_head_put(p, REC_MAGIC, REC_VERSION, seq, c, chunks, bytes);
     p += REC_HDR;
     for (uint32_t li = 0; li < c->n_layers * c->n_kv_heads; li++) {
         const kv_page_list_t *l = list_of(s, seq, li);
@@ -302,13 +320,10 @@ static int blob_read(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint64_t gen,
         return KV_ENOMEM;
     uint64_t at = find(r, rec_key(seq, 0), gen);
     int rc = at == r->n || kv_store_off_rec_read(s, &r->ents[at], hdr) ? KV_ECORRUPT : 0;
-    if (rc == 0 && (r->ents[at].bytes < REC_HDR || kv_offload_get32(hdr) != REC_MAGIC ||
-                    kv_offload_get32(hdr + 4) != REC_VERSION || kv_offload_get32(hdr + 8) != seq))
+    if (rc == 0 && r->ents[at].bytes < REC_HDR)
         rc = KV_ECORRUPT;
-    if (rc == 0 && (kv_offload_get32(hdr + 12) != c->n_layers ||
-                    kv_offload_get32(hdr + 16) != c->n_kv_heads ||
-                    kv_offload_get32(hdr + 20) != c->head_dim || kv_offload_get32(hdr + 24) != pb))
-        rc = KV_EINVAL;
+    if (rc == 0)
+        rc = kv_store_off_rec_head_check(hdr, REC_MAGIC, REC_VERSION, seq, c);
     uint32_t n = rc ? 0 : kv_offload_get32(hdr + 28);
     uint64_t bytes = rc ? 0 : kv_offload_get64(hdr + 32);
     if (rc == 0 && (n == 0 || n >= (1u << 24) || bytes <= (uint64_t)(n - 1) * pb ||

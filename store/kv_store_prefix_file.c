@@ -125,15 +125,7 @@ static void rec_encode(const kv_store_t *s, const kv_pfx_node_t *x, const kv_pfx
 {
     const kv_config_t *cf = &s->cfg;
     memset(p, 0, PF_HDR + PF_NODE);
-    kv_offload_put32(p, PF_MAGIC);
-    kv_offload_put32(p + 4, PF_VERSION);
-    kv_offload_put32(p + 8, c->id);
-    kv_offload_put32(p + 12, cf->n_layers);
-    kv_offload_put32(p + 16, cf->n_kv_heads);
-    kv_offload_put32(p + 20, cf->head_dim);
-    kv_offload_put32(p + 24, cf->page_bytes);
-    kv_offload_put32(p + 28, c->n_rec);
-    kv_offload_put64(p + 32, bytes);
+    kv_store_off_rec_head_put(p, PF_MAGIC, PF_VERSION, c->id, cf, c->n_rec, bytes);
     kv_offload_put64(p + 40, c->gen);
     kv_offload_put32(p + 48, x->start);
     kv_offload_put32(p + 52, x->end);
@@ -542,10 +534,7 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
         hasp = kv_offload_get32(hdr + 56);
         const uint64_t fixed = rec_bytes(s, 0);
         n_ents = bytes >= fixed ? (bytes - fixed) / PF_ENT : 0;
-        if (kv_offload_get32(hdr) != PF_MAGIC || kv_offload_get32(hdr + 4) != PF_VERSION ||
-            kv_offload_get32(hdr + 8) != id || kv_offload_get32(hdr + 12) != cf->n_layers ||
-            kv_offload_get32(hdr + 16) != cf->n_kv_heads ||
-            kv_offload_get32(hdr + 20) != cf->head_dim || kv_offload_get32(hdr + 24) != pb ||
+        if (kv_store_off_rec_head_check(hdr, PF_MAGIC, PF_VERSION, id, cf) ||
             kv_offload_get32(hdr + 60) != 0 || bytes < fixed || (bytes - fixed) % PF_ENT ||
             n_ents == 0 || n_ents >= PF_MAX_IDX || n_ents > n || chunks == 0 ||
             chunks > n || bytes <= (uint64_t)(chunks - 1) * pb ||
