@@ -292,18 +292,12 @@ static sel_plan_t plan_list(const kv_store_t *s, kv_seq_id_t seq, const kv_pol_s
         pl.budget = pl.k + pl.win;
         pl.n_cand = n > pl.win ? n - pl.win : 0;
         break;
-    case KV_POL_SEL_SNAPKV:
+    case KV_POL_SEL_SNAPKV: /* the last `window` kept, the rest scored   */
+    case KV_POL_SEL_EATTN:  /* the last rw kept, the rest scored (sinks +inf) */
         pl.skip = !at_prefill;
         pl.budget = ps->hh_layer[layer];
-        pl.win = p->window < n ? p->window : n;
-        pl.win = pl.win < pl.budget ? pl.win : pl.budget;
-        pl.k = pl.budget - pl.win;
-        pl.n_cand = n - pl.win;
-        break;
-    case KV_POL_SEL_EATTN: /* the last rw kept, the rest scored (sinks +inf) */
-        pl.skip = !at_prefill;
-        pl.budget = ps->hh_layer[layer];
-        pl.win = ps->recent < n ? ps->recent : n;
+        pl.win = p->sel == KV_POL_SEL_SNAPKV ? p->window : ps->recent;
+        pl.win = pl.win < n ? pl.win : n;
         pl.win = pl.win < pl.budget ? pl.win : pl.budget;
         pl.k = pl.budget - pl.win;
         pl.n_cand = n - pl.win;
