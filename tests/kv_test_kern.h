@@ -76,10 +76,13 @@ static inline void kv_test_fill_kv(float *k, float *v, uint32_t ns,
 }
 
 /* A page of format fmt holding n tokens from kv_test_fill_kv (INT: whole
- * groups stored, the last one partly used when n % 16). kd, vd ([n][d]):
- * its rows as load decodes them; k0, v0 (if not NULL, [n][d]): the values
- * stored. Unused page bytes are 0xff. The caller frees the page. */
-static inline void *kv_test_make_page(uint32_t fmt, const kv_page_geom_t *g,
+ * groups stored, the last one partly used when n % 16), stored as variant
+ * `variant` (INT: 1 = rotated, kv_format_to_variant before the store). kd,
+ * vd ([n][d]): its rows as kv_format_load decodes them for that variant;
+ * k0, v0 (if not NULL, [n][d]): the values given (before any rotation).
+ * Unused page bytes are 0xff. The caller frees the page. */
+static inline void *kv_test_make_page(uint32_t fmt, uint32_t variant,
+                                      const kv_page_geom_t *g,
                                       uint32_t n, float kscale, int shapes,
                                       uint64_t *s, float *kd, float *vd,
                                       float *k0, float *v0)
@@ -92,12 +95,13 @@ static inline void *kv_test_make_page(uint32_t fmt, const kv_page_geom_t *g,
     kv_test_fill_kv(k, v, ns, d, kscale, shapes, s);
     void *page = kv_test_xcalloc(g->page_bytes, 1);
     memset(page, 0xff, g->page_bytes);
-    tr->store(page, g, 0, ns, KV_DTYPE_F32, k, v, d);
-    tr->load(page, g, 0, n, kd, vd);
     if (k0)
         memcpy(k0, k, (size_t)n * d * sizeof *k);
     if (v0)
         memcpy(v0, v, (size_t)n * d * sizeof *v);
+    kv_format_to_variant(fmt, variant, g, ns, k, v);
+    tr->store(page, g, 0, ns, KV_DTYPE_F32, k, v, d);
+    kv_format_load(fmt, variant, page, g, 0, n, kd, vd);
     free(k);
     free(v);
     return page;
@@ -123,6 +127,7 @@ typedef struct kv_test_layout {
     float kscale;                /* K = kscale * U[-1, 1)                   */
     int originals;               /* keep k0, v0 (the control)               */
     uint32_t lead_fmt, lead_tok; /* leading tokens in lead_fmt pages        */
+    int rot;                     /* INT pages stored rotated (variant 1)    */
 } kv_test_layout_t;
 
 typedef struct kv_test_lists {
@@ -198,12 +203,13 @@ static inline void kv_test_lists_build(kv_test_lists_t *L, uint32_t n,
             uint32_t m = kv_test_layout_page(lo, &L->geom, i, j, t, len, s,
                                              &fmt);
             const size_t at = (size_t)t * d;
+            const uint32_t var = lo->rot && fmt != KV_FMT_FP16;
             void *page = kv_test_make_page(
-                fmt, &L->geom, m, lo->kscale, lo->shapes && j % 2, s,
+                fmt, var, &L->geom, m, lo->kscale, lo->shapes && j % 2, s,
                 L->k[i] + at, L->v[i] + at, L->k0 ? L->k0[i] + at : NULL,
                 L->v0 ? L->v0[i] + at : NULL);
-            L->pages[np++] = (kv_kern_page_t){.data = page, .n_tokens = m,
-                                              .format = fmt};
+            L->pages[np++] = (kv_kern_page_t){
+                .data = page, .n_tokens = m, .format = fmt, .variant = var};
             L->by_fmt[fmt]++;
             t += m;
         }

@@ -62,6 +62,8 @@ typedef struct kv_cpu_task {
     kv_cpu_span_t span;
     const float *q;        /* [n_rows][head_dim], already times scale     */
     uint32_t n_rows;
+    uint32_t scratch_rows; /* max_rows the thread scratch was sized for   */
+                           /*   (kv_cpu_thread_floats); >= 1              */
     uint32_t group;        /* >= 1                                        */
     uint32_t lim0;         /* token limit of rows 0..group-1 (exclusive)  */
     /* attend: running online-softmax state, updated in place */

@@ -33,6 +33,7 @@
  * lanes get probability exactly 0; the logits themselves come four tokens at
  * a time (q loaded once per four; a short group repeats its last token).
  */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -336,6 +337,7 @@ KV_CPU_BODY void attend_chunk(const kv_cpu_task_t *t, const chunk_t *c,
     float *kt = scratch, *vt = scratch + KV_CPU_TILE_FLOATS;
     float *srow = vt + KV_CPU_TILE_FLOATS;
     float *rq = srow + (size_t)t->n_rows * ts; /* [nr][d]: rotated pages */
+    assert(t->n_rows <= t->scratch_rows);
     const int codes = c->ops->read == KV_CPU_READ_CODES;
     const int rot = chunk_rotated(c);
     const float *q = t->q + (size_t)c->r0 * d;
@@ -378,10 +380,14 @@ KV_CPU_BODY void stats_chunk(const kv_cpu_task_t *t, const chunk_t *c,
     const kv_page_geom_t *g = t->geom;
     const uint32_t d = g->head_dim, ts = kv_cpu_tile_stride(d);
     float *kt = scratch, *srow = scratch + 2 * KV_CPU_TILE_FLOATS;
-    float *rq = srow + (size_t)t->n_rows * ts; /* rotated pages */
+    /* Rotated pages: a block of rows' rotated q after the one logits row
+     * (n_rows may exceed the rows the scratch holds: the block is capped) */
+    float *rq = srow + ts;
     const int codes = c->ops->read == KV_CPU_READ_CODES;
     const int rot = chunk_rotated(c);
-    const uint32_t blk = codes ? 2 * KV_CPU_TILE_FLOATS / ts : t->n_rows;
+    uint32_t blk = codes ? 2 * KV_CPU_TILE_FLOATS / ts : t->n_rows;
+    if (rot && blk > t->scratch_rows)
+        blk = t->scratch_rows;
     if (!codes)
         load_chunk(g, c, kt, NULL);
     for (uint32_t rb = c->r0; rb < t->n_rows; rb += blk) {

@@ -127,6 +127,7 @@ static void run_unit(const decode_plan_t *pl, size_t u, uint32_t worker)
         .span = pl->spans[u],
         .q = pl->qs + ((size_t)b * p->n_q_heads + (size_t)h * pl->G) * pl->D,
         .n_rows = pl->G,
+        .scratch_rows = pl->G,
         .group = pl->G,
         .lim0 = p->seq_len[list],
         .m = m,

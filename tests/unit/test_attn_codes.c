@@ -161,7 +161,7 @@ static void test_steps(uint32_t fmt, uint32_t d, uint64_t seed)
     float *kd = kv_test_xcalloc((size_t)T * d, sizeof *kd);
     float *vd = kv_test_xcalloc((size_t)T * d, sizeof *vd);
     void *page =
-        kv_test_make_page(fmt, &g, T, 4.0f, 1, &s, kd, vd, NULL, NULL);
+        kv_test_make_page(fmt, 0, &g, T, 4.0f, 1, &s, kd, vd, NULL, NULL);
     static const uint32_t ranges[][2] = {
         {0, 48}, {0, 1}, {5, 1}, {3, 13}, {15, 2}, {16, 16},
         {7, 41}, {47, 1}, {17, 30}, {31, 2}, {0, 16}, {9, 7},
@@ -200,7 +200,7 @@ static void test_same_bits(uint32_t fmt, uint32_t d, uint64_t seed)
     float *kd = kv_test_xcalloc((size_t)T * d, sizeof *kd);
     float *vd = kv_test_xcalloc((size_t)T * d, sizeof *vd);
     void *page =
-        kv_test_make_page(fmt, &g, T, 4.0f, 1, &s, kd, vd, NULL, NULL);
+        kv_test_make_page(fmt, 0, &g, T, 4.0f, 1, &s, kd, vd, NULL, NULL);
     float *q = kv_test_xcalloc((size_t)d * d, sizeof *q);     /* [d][d] */
     float *sc = kv_test_xcalloc((size_t)d * T, sizeof *sc);   /* [d][T] */
     float *p = kv_test_xcalloc((size_t)T * T, sizeof *p);     /* [T][T] */
