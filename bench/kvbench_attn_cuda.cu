@@ -307,6 +307,7 @@ int run_setup(run_t *r, const opts_t *o, const kv_page_geom_t *g,
     a.q = q;
     a.out = out;
     a.part = part ? (float *)(r->dmem + o_part) : NULL;
+    a.rotated = pl->rotated;
     /* rotations: disjoint page ranges while the pool has room, enough to
      * cover 4x L2 */
     const uint64_t call_bytes = n_pages * pb;

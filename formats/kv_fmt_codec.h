@@ -319,6 +319,16 @@ static inline KV_HD void kv_fmt_codec_load8(uint32_t fmt, uint32_t var,
     }
 }
 
+/* 1 if kv_fmt_codec_load8 of a page of format fmt read as variant var gives
+ * rotated rows (R k, R v: rotated INT pages, variant 1 of INT4/INT2,
+ * formats/kv_fmt_rot.h), which a reader scores with R q or turns back with
+ * kv_fmt_rot_inv; 0 if it gives the rows themselves. (kv_format_load
+ * un-rotates; load8 decodes the codes as stored.) */
+static inline KV_HD int kv_fmt_codec_rotated(uint32_t fmt, uint32_t var)
+{
+    return (fmt == KV_FMT_INT4 || fmt == KV_FMT_INT2) && var == 1u;
+}
+
 /* Byte range [*lo, *hi) of a page that tokens [t0, t0 + n) of format fmt
  * are decoded from, as up to two ranges (FP16: K rows, V rows; INT: their
  * group blocks; MERGED: the whole page, since its header decides where rows

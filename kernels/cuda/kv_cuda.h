@@ -112,7 +112,9 @@ enum { KV_CUDA_DECODE = 0, KV_CUDA_PREFILL = 1 };
  * reduce kernel combines them. Statistics (stats != NULL): a second pass
  * over the stile items writes stats[stats_off[L] + t] = sum over counted
  * rows r >= stats_row0 that see t of exp(q_r . k_t * scale - lse_r); needs
- * lse. */
+ * lse. Rotated INT pages (kv_fmt_codec_rotated entries) are read by the
+ * kernels built with the rotated accumulator, which rotated != 0 selects:
+ * it must be set when any entry is one (kv_cuda_plan_t.rotated). */
 typedef struct kv_cuda_attn_args {
     uint32_t mode;          /* KV_CUDA_DECODE or KV_CUDA_PREFILL          */
     uint32_t head_dim, page_bytes;
@@ -138,6 +140,7 @@ typedef struct kv_cuda_attn_args {
     const uint64_t *stats_off;   /* [n_lists]; UINT64_MAX: list has none   */
     uint32_t stats_row0;    /* first counted row of each list              */
     float *stats;           /* NULL: no statistics                         */
+    uint32_t rotated;       /* 1: some entry is a rotated INT page         */
 } kv_cuda_attn_args_t;
 
 /* Floats of partials for n_work items x n_rg row groups of rows_blk rows
@@ -155,10 +158,12 @@ int kv_cuda_attn_launch(const kv_cuda_attn_args_t *a, void *stream);
  * (its token src_loc[2i+1]) of src_pages and written to dst page
  * dst_loc[2i] (index into dst_pages, page_bytes each), slot dst_loc[2i+1],
  * in dst_format (KV_FMT_FP16, INT4 or INT2; INT: n_tokens a multiple of 16
- * and each aligned group of 16 tokens in one page at slots 16k..16k+15).
- * Encodes as the CPU reference does, bit for bit. */
+ * and each aligned group of 16 tokens in one page at slots 16k..16k+15),
+ * stored variant dst_variant (1: rotated INT). Rotated source pages are
+ * un-rotated first. Encodes as the CPU reference does, bit for bit. */
 typedef struct kv_cuda_convert_args {
     uint32_t head_dim, page_bytes, dst_format, n_tokens;
+    uint32_t dst_variant;    /* 0, or 1 = rotated INT (rows times R)     */
     const void *src_pages;
     const kv_cuda_ent_t *src_ents;
     const uint32_t *src_loc; /* [n_tokens][2] */
@@ -206,6 +211,7 @@ typedef struct kv_cuda_plan_in {
 typedef struct kv_cuda_plan {
     uint32_t n_ents, n_upload, n_work, n_stile;
     uint32_t n_rows, rows_blk, n_rg, partition, single_pass;
+    uint32_t rotated;          /* 1: some entry is a rotated INT page      */
     uint64_t n_stats;          /* floats of statistics                     */
     kv_cuda_ent_t *ents;       /* [n_ents]                                 */
     const void **upload;       /* [n_upload] (staged mode)                 */

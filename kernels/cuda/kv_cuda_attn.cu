@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_attn.cu — paged attention on the GPU: decode and causal prefill
- * over pages of any format (FP16, INT4, INT2, MERGED mixed in one list),
- * split-K partials with a reduce kernel, exact statistics in a second pass.
+ * over pages of any format (FP16, INT4, INT2 plain or rotated, MERGED mixed
+ * in one list), split-K partials with a reduce kernel, exact statistics in
+ * a second pass.
  *
  * One kernel serves decode and prefill (kv_cuda.h, kv_cuda_attn_args_t):
  * a block is (work item w, row group rg) and runs up to 4 or 8 (R) query
@@ -34,6 +35,21 @@
  * and, for every counted row, adds exp(q . k - lse) (exact: the rows' true
  * log-sum-exp from the first pass).
  *
+ * Rotated INT pages (variant 1 of INT4/INT2, formats/kv_fmt_rot.h: codes of
+ * R k and R v) are read as stored and never un-rotated token by token in
+ * the attention kernel. Its ROT build (chosen per call: a.rotated) keeps
+ * R q of each row in shared memory (kv_fmt_rot_fwd once per block) and
+ * scores a rotated page's tokens with it ((R q) . (R k) = q . k); their
+ * p * (R v) go to a second accumulator under the same running max and sum
+ * (one softmax over all the list's tokens), and at the end R^T of its
+ * token-lane sum (kv_fmt_rot_inv once per row) is added to the plain sum
+ * before the output or a partial is written, so partials and their merge
+ * are those of plain pages. The statistics kernel instead un-rotates the
+ * decoded keys of rotated tokens (kv_fmt_rot_inv per token, 64 per block):
+ * a block serves every counted row, and rotating their queries would cost
+ * one transform per row and block. Exact in exact arithmetic; in FP32 both
+ * agree with the CPU reference (which scores with R q) to rounding.
+ *
  * Arithmetic is FP32 (expf, fmaf); results agree with the CPU reference to
  * FP32 rounding, not bit for bit (sum orders differ). Decoded K/V values
  * are bit-identical to the CPU's (kv_fmt_codec.h).
@@ -42,6 +58,7 @@
 #include <math.h>
 
 #include "kv_cuda_int.cuh"
+#include "formats/kv_fmt_rot.h"
 
 namespace {
 
@@ -51,9 +68,11 @@ constexpr uint32_t WIN = KV_CUDA_ENT_WIN;
 using tile_t = kv_cuda_tile_t;
 using cursor_t = kv_cuda_cursor_t;
 
-template <uint32_t D, uint32_t R> struct __align__(16) attn_smem
+template <uint32_t D, uint32_t R, bool ROT> struct __align__(16) attn_smem
 {
     float q[R][D];    /* rows' queries times scale                   */
+    float rq[ROT ? R : 1][D]; /* ROT: R q[r]; at the end, the rows'  */
+                      /* rotated sums, then R^T of them              */
     float s[R][TILE]; /* logits, then probabilities, of a tile      */
     float red[T * 8]; /* [token lanes][D] accumulator sums           */
     float m[R], l[R], alpha[R];
@@ -103,16 +122,57 @@ __device__ void issue_tile(const tile_t &t, uint8_t *st,
     __pipeline_commit();
 }
 
+/* acc[r][j] += p_r * v8[j] for the rows r < nr, p_r = s[r][i] (a tile
+ * token's probabilities). */
+template <uint32_t R>
+__device__ __forceinline__ void add_pv(float (&acc)[R][8],
+                                       const float (*s)[TILE], uint32_t i,
+                                       uint32_t nr, const float (&v8)[8])
+{
+#pragma unroll
+    for (uint32_t r = 0; r < R; r++)
+        if (r < nr) {
+            const float p = s[r][i];
+#pragma unroll
+            for (uint32_t j = 0; j < 8; j++)
+                acc[r][j] = fmaf(p, v8[j], acc[r][j]);
+        }
+}
+
+/* All threads: the sum over the token lanes of v (channels c0..c0+7 of
+ * token lane tl) for channel threadIdx.x (valid for threadIdx.x < D),
+ * through red; starts and ends with a barrier's worth of ordering. */
+template <uint32_t D>
+__device__ __forceinline__ float lanes_sum(float *red, const float (&v)[8],
+                                           uint32_t tl, uint32_t c0)
+{
+    constexpr uint32_t TL = T * 8 / D;
+#pragma unroll
+    for (uint32_t j = 0; j < 8; j++)
+        red[tl * D + c0 + j] = v[j];
+    __syncthreads();
+    float sum = 0.0f;
+    if (threadIdx.x < D)
+        for (uint32_t x = 0; x < TL; x++)
+            sum += red[x * D + threadIdx.x];
+    __syncthreads(); /* red may be written again */
+    return sum;
+}
+
 /* R: rows per block (4 or 8, a.rows_blk); registers: R * 8 accumulators
- * per thread, so small GQA groups get the 4-row build. */
-template <uint32_t D, uint32_t R>
-__global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
+ * per thread (twice that in the ROT build), so small GQA groups get the
+ * 4-row build. ROT: the call has rotated INT pages (a.rotated; see the
+ * file comment): R q rows and the second accumulator racc. */
+template <uint32_t D, uint32_t R, bool ROT>
+__global__ void __launch_bounds__(KV_CUDA_THREADS,
+                                  R == 4 ? (ROT ? 3 : 4) : (ROT ? 2 : 3))
     attn_kernel(const kv_cuda_attn_args_t a)
 {
     constexpr uint32_t CPT = D / 8, TL = T / CPT;
     static_assert(CPT <= 32 && 32 % CPT == 0, "a token's lanes in one warp");
     static_assert(TL * D == T * 8, "red holds one row of every token lane");
-    __shared__ attn_smem<D, R> sm;
+    static_assert(D <= T, "a thread per channel in the final sums");
+    __shared__ attn_smem<D, R, ROT> sm;
     extern __shared__ __align__(16) uint8_t stage[];
 
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -146,13 +206,24 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
                           t_stop > wk.t_begin ? t_stop - wk.t_begin : 0u,
                           KV_CUDA_NO_WIN};
     __syncthreads();
+    if (ROT) { /* R q of each row (rows past nr: 0), a thread per row */
+        if (tid < R) {
+            for (uint32_t c = 0; c < D; c++)
+                sm.rq[tid][c] = sm.q[tid][c];
+            kv_fmt_rot_fwd(sm.rq[tid], D);
+        }
+        __syncthreads();
+    }
 
-    float acc[R][8];
+    /* acc: plain pages' p * v; racc (ROT): rotated pages' p * (R v) */
+    float acc[R][8], racc[R][8];
 #pragma unroll
     for (uint32_t r = 0; r < R; r++)
 #pragma unroll
-        for (uint32_t j = 0; j < 8; j++)
+        for (uint32_t j = 0; j < 8; j++) {
             acc[r][j] = 0.0f;
+            racc[r][j] = 0.0f;
+        }
 
     if (sm.cur.rem > 0) { /* uniform: read after the barrier */
         for (uint32_t b = 0; b < 2; b++) {
@@ -183,6 +254,10 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
                 if (i < ntok) {
                     const uint32_t sl = tt.tok_slot[i];
                     const kv_cuda_slot_t s = tt.s[sl];
+                    /* a rotated page's keys are R k: score with R q */
+                    const float(*q)[D] =
+                        ROT && kv_fmt_codec_rotated(s.fmt, s.var) ? sm.rq
+                                                                  : sm.q;
                     float k8[8];
                     kv_fmt_codec_load8(s.fmt, s.var, img + (size_t)sl * pb, D,
                                        pb, s.t0 + (i - s.start), c0, 0, k8);
@@ -190,7 +265,7 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
                     for (uint32_t r = 0; r < R; r++)
 #pragma unroll
                         for (uint32_t j = 0; j < 8; j++)
-                            part[r] = fmaf(sm.q[r][c0 + j], k8[j], part[r]);
+                            part[r] = fmaf(q[r][c0 + j], k8[j], part[r]);
                 }
 #pragma unroll
                 for (uint32_t o = CPT / 2; o > 0; o /= 2)
@@ -231,14 +306,17 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
             }
             __syncthreads();
 
-            /* acc = acc * alpha + p . v */
+            /* acc = acc * alpha + p . v (racc: the same, rotated v) */
 #pragma unroll
             for (uint32_t r = 0; r < R; r++)
                 if (r < nr) {
                     const float al = sm.alpha[r];
 #pragma unroll
-                    for (uint32_t j = 0; j < 8; j++)
+                    for (uint32_t j = 0; j < 8; j++) {
                         acc[r][j] *= al;
+                        if (ROT)
+                            racc[r][j] *= al;
+                    }
                 }
             for (uint32_t i = tl; i < ntok; i += TL) {
                 const uint32_t sl = tt.tok_slot[i];
@@ -246,14 +324,10 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
                 float v8[8];
                 kv_fmt_codec_load8(s.fmt, s.var, img + (size_t)sl * pb, D, pb,
                                    s.t0 + (i - s.start), c0, 1, v8);
-#pragma unroll
-                for (uint32_t r = 0; r < R; r++)
-                    if (r < nr) {
-                        const float p = sm.s[r][i];
-#pragma unroll
-                        for (uint32_t j = 0; j < 8; j++)
-                            acc[r][j] = fmaf(p, v8[j], acc[r][j]);
-                    }
+                if (ROT && kv_fmt_codec_rotated(s.fmt, s.var))
+                    add_pv<R>(racc, sm.s, i, nr, v8);
+                else
+                    add_pv<R>(acc, sm.s, i, nr, v8);
             }
             t_tile += ntok;
             /* tile it+2 into this stage (ensure_window's barrier also
@@ -267,26 +341,40 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
     }
     __pipeline_wait_prior(0);
 
-    /* sum the token lanes' accumulators; write rows or partials */
+    /* ROT: the rotated sums of the rows into sm.rq (R q is no longer
+     * read), then back to the rows' space: R^T once per row */
+    if (ROT) {
+#pragma unroll
+        for (uint32_t r = 0; r < R; r++) {
+            if (r >= nr) /* uniform */
+                break;
+            const float sum = lanes_sum<D>(sm.red, racc[r], tl, c0);
+            if (tid < D)
+                sm.rq[r][tid] = sum;
+        }
+        __syncthreads();
+        if (tid < nr)
+            kv_fmt_rot_inv(sm.rq[tid], D);
+        __syncthreads();
+    }
+    /* sum the token lanes' accumulators; write rows or partials (a thread
+     * per channel: tid < D) */
     const size_t prow = ((size_t)w * a.n_rg + rg) * R; /* partial row 0 */
     const size_t n_prow = (size_t)a.n_work * a.n_rg * R;
 #pragma unroll
     for (uint32_t r = 0; r < R; r++) {
         if (r >= nr) /* uniform */
             break;
-#pragma unroll
-        for (uint32_t j = 0; j < 8; j++)
-            sm.red[tl * D + c0 + j] = acc[r][j];
-        __syncthreads();
+        float sum = lanes_sum<D>(sm.red, acc[r], tl, c0);
         const float m = sm.m[r], l = sm.l[r];
-        for (uint32_t c = tid; c < D; c += T) {
-            float sum = 0.0f;
-            for (uint32_t x = 0; x < TL; x++)
-                sum += sm.red[x * D + c];
+        if (tid < D) {
+            if (ROT)
+                sum += sm.rq[r][tid];
             if (a.part)
-                a.part[(prow + r) * D + c] = sum;
+                a.part[(prow + r) * D + tid] = sum;
             else
-                a.out[kv_cuda_row_index(a, wk.list, r0 + r) * D + c] = sum / l;
+                a.out[kv_cuda_row_index(a, wk.list, r0 + r) * D + tid] =
+                    sum / l;
         }
         if (tid == 0) {
             if (a.part) {
@@ -296,7 +384,6 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS, R == 4 ? 4 : 3)
                 a.lse[(size_t)wk.list * a.n_rows + r0 + r] = m + logf(l);
             }
         }
-        __syncthreads();
     }
 }
 
@@ -368,6 +455,14 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS)
                            pb, tin_s[i], c0, 0, k8);
         for (uint32_t j = 0; j < 8; j++)
             k_s[i][c0 + j] = k8[j];
+    }
+    if (a.rotated) { /* rotated pages' keys R k back to k: a thread a token */
+        __syncthreads();
+        if (tid < wk.n_tok) {
+            const uint32_t m = a.ents[ent_s[tid]].meta;
+            if (kv_fmt_codec_rotated(KV_CUDA_ENT_FMT(m), KV_CUDA_ENT_VAR(m)))
+                kv_fmt_rot_inv(k_s[tid], D);
+        }
     }
     const uint32_t j = tid % ST, par = tid / ST, t = wk.t_begin + j;
     float acc = 0.0f;
@@ -444,7 +539,11 @@ extern "C" int kv_cuda_attn_launch(const kv_cuda_attn_args_t *a, void *stream)
     cudaStream_t s = (cudaStream_t)stream;
     const size_t smem = kv_cuda_attn_smem(a->head_dim, a->page_bytes);
     KV_CUDA_DISPATCH_HEAD_DIM(a->head_dim, D, {
-        auto kern = a->rows_blk == 4 ? attn_kernel<D, 4> : attn_kernel<D, 8>;
+        auto kern = a->rows_blk == 4
+                        ? (a->rotated ? attn_kernel<D, 4, true>
+                                      : attn_kernel<D, 4, false>)
+                        : (a->rotated ? attn_kernel<D, 8, true>
+                                      : attn_kernel<D, 8, false>);
         /* Static shared memory (the kernel's own arrays) counts toward the
          * same 48 KiB default limit as the dynamic part: opt in to more
          * whenever the two together exceed it (pages of ~19-24 KiB stage

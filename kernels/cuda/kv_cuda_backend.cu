@@ -213,6 +213,7 @@ int run_attn(ctx_t *cx, kv_cuda_plan_in_t *in, const attn_io_t *io)
     a.q = (const float *)(d + o_q);
     a.out = (float *)(d + o_out);
     a.part = pl.single_pass ? NULL : (float *)(d + o_part);
+    a.rotated = pl.rotated;
     if (pl.n_stats) {
         a.lse = (float *)(d + o_lse);
         a.stile = (const kv_cuda_work_t *)(d + o_stile);
@@ -338,11 +339,6 @@ int cuda_prefill(void *ctx, const kv_attn_prefill_params_t *p)
 int cuda_convert(void *ctx, const kv_convert_params_t *p)
 {
     int rc = kv_cuda_check_convert(p);
-    if (!rc && p->dst_variant != 0)
-        rc = KV_ENOTSUP; /* rotated INT pages: CPU only for now */
-    for (uint32_t i = 0; !rc && i < p->n_src; i++)
-        if (p->src[i].format != KV_FMT_MERGED && p->src[i].variant != 0)
-            rc = KV_ENOTSUP;
     if (rc || p->n_tokens == 0)
         return rc;
     ctx_t *cx = (ctx_t *)ctx;
@@ -379,6 +375,7 @@ int cuda_convert(void *ctx, const kv_convert_params_t *p)
         pb,
         p->dst_format,
         p->n_tokens,
+        p->dst_variant,
         cx->pool ? base : d + o_pages,
         (const kv_cuda_ent_t *)(d + o_ents),
         (const uint32_t *)(d + o_src),

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_cuda_convert.cu — the conversion kernel: tokens of pages of any format
- * (and variant) -> FP16, INT4 or INT2 pages. This is the quantization of
- * the FP16 residual (KIVI), and, with FP16 destinations, the compaction
- * gather (kept tokens into fresh pages) and any decode to FP16.
+ * (and variant) -> FP16, INT4 or INT2 pages, INT plain or rotated (stored
+ * variant 1, formats/kv_fmt_rot.h). This is the quantization of the FP16
+ * residual (KIVI), and, with FP16 destinations, the compaction gather
+ * (kept tokens into fresh pages) and any decode to FP16.
  *
  * One block per 16 tokens (an INT group): the block decodes the tokens' K
- * and V to FP32 in shared memory with kv_fmt_codec_load8 (the same values the
- * CPU's kv_format_load gives), then encodes:
+ * and V to FP32 in shared memory with kv_fmt_codec_load8, un-rotates the
+ * rows of rotated source pages (kv_fmt_rot_inv: with the decode, the
+ * values the CPU's kv_format_load gives) and rotates every row for a
+ * rotated destination (kv_fmt_rot_fwd, as kv_format_to_variant does; both
+ * steps when both are rotated, as on the CPU), a thread per row, then
+ * encodes:
  *   FP16: one thread per element, round to nearest even;
  *   INT:  keys one thread per channel (16 tokens), values one thread per
  *         (token, 16-channel group), each through kv_fmt_codec_quantize16,
@@ -18,6 +23,7 @@
  * written.
  */
 #include "kv_cuda_int.cuh"
+#include "formats/kv_fmt_rot.h"
 
 namespace {
 
@@ -45,6 +51,16 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS)
                            page, D, pb, loc[1], c0, 0, &kx[i][c0]);
         kv_fmt_codec_load8(KV_CUDA_ENT_FMT(e.meta), KV_CUDA_ENT_VAR(e.meta),
                            page, D, pb, loc[1], c0, 1, &vx[i][c0]);
+    }
+    __syncthreads();
+    if (tid < 2u * n) { /* K rows then V rows, a thread each */
+        const uint32_t i = tid % n;
+        float *row = tid < n ? kx[i] : vx[i];
+        const uint32_t m = a.src_ents[a.src_loc[2u * (t0 + i)]].meta;
+        if (kv_fmt_codec_rotated(KV_CUDA_ENT_FMT(m), KV_CUDA_ENT_VAR(m)))
+            kv_fmt_rot_inv(row, D);
+        if (a.dst_variant == 1u)
+            kv_fmt_rot_fwd(row, D);
     }
     __syncthreads();
 
@@ -94,6 +110,10 @@ extern "C" int kv_cuda_convert_launch(const kv_cuda_convert_args_t *a,
         return KV_EINVAL;
     if (a->dst_format != KV_FMT_FP16 && a->n_tokens % CH != 0)
         return KV_EINVAL;
+    if (a->dst_variant != 0 &&
+        (a->dst_format == KV_FMT_FP16 || a->dst_variant != 1u ||
+         !kv_fmt_rot_ok(a->head_dim)))
+        return KV_EINVAL; /* variant 1: rotated INT only */
     int rc = kv_cuda_page_bytes_ok(a->page_bytes, a->head_dim);
     if (rc)
         return rc;

@@ -6,7 +6,9 @@
  * Validation runs the backend-neutral checks first (kernels/
  * kv_kern_check.c: the same input gets the same error on both backends),
  * then what the kernels need: an instantiated head_dim and a stageable page
- * size (KV_ENOTSUP otherwise).
+ * size (KV_ENOTSUP otherwise). Every page the CPU reads, the kernels read:
+ * rotated INT pages (variant 1) included, which a plan flags (rotated) so
+ * that the call runs the kernels with the rotated accumulator.
  *
  * A plan (kv_cuda_plan_t) is one kv_mem block, carved with the backends'
  * two-pass arena (kernels/kv_kern.h): entries (one per input page, in input
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "kv_cuda.h"
+#include "formats/kv_fmt_codec.h"
 
 extern "C" {
 #include "alloc/kv_mem.h"
@@ -43,29 +46,15 @@ static int check_kernels(const kv_page_geom_t *g)
     return kv_cuda_page_bytes_ok(g->page_bytes, g->head_dim);
 }
 
-/* Rotated INT pages (variant 1 of INT4/INT2, formats/kv_fmt_rot.h) are not
- * implemented by the device kernels yet: refused, never read as plain. */
-static int check_unrotated(const kv_kern_page_t *pages, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (pages[i].format != KV_FMT_MERGED && pages[i].variant != 0)
-            return KV_ENOTSUP;
-    return 0;
-}
-
 int kv_cuda_check_decode(const kv_attn_decode_params_t *p)
 {
     int rc = kv_kern_check_decode(p);
-    if (!rc)
-        rc = check_unrotated(p->pages, p->indptr[p->batch * p->n_kv_heads]);
     return rc ? rc : check_kernels(&p->geom);
 }
 
 int kv_cuda_check_prefill(const kv_attn_prefill_params_t *p)
 {
     int rc = kv_kern_check_prefill(p);
-    if (!rc)
-        rc = check_unrotated(p->pages, p->indptr[p->n_kv_heads]);
     if (rc)
         return rc;
     /* rows of a list: one block index per row in the reduce kernel */
@@ -85,6 +74,8 @@ int kv_cuda_check_convert(const kv_convert_params_t *p)
     if (p->dst_format != KV_FMT_FP16 && p->dst_format != KV_FMT_INT4 &&
         p->dst_format != KV_FMT_INT2)
         return KV_ENOTSUP;
+    if (p->dst_variant >= kv_format_variants(p->dst_format, g))
+        return KV_EINVAL; /* as the CPU convert: rotated INT needs 2^k dims */
     if (p->dst_format != KV_FMT_FP16 &&
         (p->n_tokens % 16u != 0 || p->dst_off % 16u != 0))
         return KV_EINVAL;
@@ -313,6 +304,9 @@ int kv_cuda_plan_build(const kv_cuda_plan_in_t *in, kv_cuda_plan_t *out)
         kv_cuda_plan_free(out);
         return rc;
     }
+    for (uint32_t e = 0; e < z.n_ents; e++)
+        out->rotated |= (uint32_t)kv_fmt_codec_rotated(
+            KV_CUDA_ENT_FMT(out->ents[e].meta), KV_CUDA_ENT_VAR(out->ents[e].meta));
     uint32_t w = 0, s = 0;
     uint64_t so = 0;
     for (uint32_t i = 0; i < in->n_lists; i++) {

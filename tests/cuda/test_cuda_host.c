@@ -5,21 +5,26 @@
  *   - formats/kv_fmt_codec.h, the per-element math the kernels decode and
  *     encode with, against the C formats bit for bit: kv_fmt_codec_load8 vs
  *     kv_format_load (whose INT load is its own vector code) on pages of every
- *     format and variant, groups laid out from kv_fmt_codec_quantize16 vs the
- *     INT stores' pages, and the byte ranges kv_fmt_codec_ranges says a token
+ *     format and variant (rotated INT pages: load8 then kv_fmt_rot_inv, as
+ *     the kernels un-rotate, and kv_fmt_codec_rotated agreeing with the
+ *     traits), groups laid out from kv_fmt_codec_quantize16 vs the INT
+ *     stores' pages, and the byte ranges kv_fmt_codec_ranges says a token
  *     range is decoded from. (binary16 is not compared here: kv_half.c calls
  *     the codec's conversions, which tests/unit/test_half.c checks against an
  *     independent reference, all 65536 halfs and rounding edges);
  *   - planning (kv_cuda_plan_build): page dedupe in staged mode, arena
  *     indices and rejected pointers in device mode, work items that tile
  *     every list in order from the right (entry, offset), statistics items
- *     and offsets, the single-pass decision, rows per block;
+ *     and offsets, the single-pass decision, rows per block, the rotated
+ *     flag (set iff a list holds a rotated INT page);
  *   - conversion locations (kv_cuda_convert_locs) and their errors; bad
  *     source pages answered alike by kv_cuda_check_convert and the CPU
  *     kernel (one check: kv_kern_check_run);
  *   - validation and dispatch errors: the CPU checks' errors, KV_ENOTSUP for
- *     head dims and page sizes no kernel was built for, launcher argument
- *     errors, and (only without a GPU) KV_ENOTSUP from create/pool create.
+ *     head dims and page sizes no kernel was built for, rotated pages and
+ *     rotated conversions accepted as the CPU accepts them (bad stored
+ *     variants: KV_EINVAL from both), launcher argument errors, and (only
+ *     without a GPU) KV_ENOTSUP from create/pool create.
  */
 #include <string.h>
 
@@ -28,6 +33,7 @@
 #include "kernels/cuda/kv_cuda.h"
 #include "kv_test.h"
 #include "formats/kv_fmt_codec.h"
+#include "formats/kv_fmt_rot.h"
 #include "test_cuda_pages.h"
 
 static uint32_t f2u(float f)
@@ -37,27 +43,37 @@ static uint32_t f2u(float f)
     return u;
 }
 
-/* kv_fmt_codec_load8 over every token / 8 channels of a page == kv_format_load,
- * bit for bit; and the same from a copy holding only the kv_fmt_codec_ranges
- * bytes of a token range (the rest poisoned). */
+/* kv_fmt_codec_load8 over every token / 8 channels of a page, rows of
+ * rotated pages (kv_fmt_codec_rotated) then un-rotated with kv_fmt_rot_inv
+ * as the CUDA kernels do == kv_format_load, bit for bit; and the raw load8
+ * values the same from a copy holding only the kv_fmt_codec_ranges bytes
+ * of a token range (the rest poisoned). */
 static void check_page(const void *page, const kv_page_geom_t *g, uint32_t fmt,
                        uint32_t var, uint32_t n, const char *what)
 {
     const uint32_t d = g->head_dim;
-    float *k = tcp_xalloc((size_t)2 * n * d * sizeof(float)),
-          *v = k + (size_t)n * d;
+    float *k = tcp_xalloc((size_t)2 * (n + 1) * d * sizeof(float)),
+          *v = k + (size_t)n * d, *rk = v + (size_t)n * d, *rv = rk + d;
     uint8_t *masked = tcp_xalloc(g->page_bytes);
     kv_format_load(fmt, var, page, g, 0, n, k, v);
+    const int rot = kv_fmt_codec_rotated(fmt, var);
+    CHECK_EQ(rot, var != 0 && kv_format_get(fmt)->to_variant != NULL);
     long bad = 0;
-    for (uint32_t t = 0; t < n; t++)
+    for (uint32_t t = 0; t < n; t++) {
         for (uint32_t c0 = 0; c0 < d; c0 += 8) {
-            float o[8], p[8];
-            kv_fmt_codec_load8(fmt, var, page, d, g->page_bytes, t, c0, 0, o);
-            kv_fmt_codec_load8(fmt, var, page, d, g->page_bytes, t, c0, 1, p);
-            for (uint32_t j = 0; j < 8; j++)
-                bad += f2u(o[j]) != f2u(k[(size_t)t * d + c0 + j]) ||
-                       f2u(p[j]) != f2u(v[(size_t)t * d + c0 + j]);
+            kv_fmt_codec_load8(fmt, var, page, d, g->page_bytes, t, c0, 0,
+                               rk + c0);
+            kv_fmt_codec_load8(fmt, var, page, d, g->page_bytes, t, c0, 1,
+                               rv + c0);
         }
+        if (rot) {
+            kv_fmt_rot_inv(rk, d);
+            kv_fmt_rot_inv(rv, d);
+        }
+        for (uint32_t c = 0; c < d; c++)
+            bad += f2u(rk[c]) != f2u(k[(size_t)t * d + c]) ||
+                   f2u(rv[c]) != f2u(v[(size_t)t * d + c]);
+    }
     if (bad)
         fprintf(stderr, "%s: %ld values differ\n", what, bad);
     CHECK_EQ(bad, 0);
@@ -104,13 +120,17 @@ static void test_decode(void)
                 if (tpp == 0)
                     continue;
                 uint32_t n = tpp > 3 ? tpp - 3 : tpp; /* INT: a partial group */
-                tcp_fill_page(page, g, fmt, df, n, &rng);
-                char what[64];
-                snprintf(what, sizeof what, "d=%u fmt=%u dirf=%u", g->head_dim,
-                         fmt, df);
-                check_page(page, g, fmt, 0, n, what);
-                if (fmt == KV_FMT_MERGED)
-                    check_page(page, g, fmt, 1, n, what);
+                /* stored variants (INT: plain, rotated) */
+                const uint32_t nsv = kv_format_variants(fmt, g);
+                for (uint32_t sv = 0; sv < nsv; sv++) {
+                    tcp_fill_page(page, g, fmt, df, sv, n, &rng);
+                    char what[64];
+                    snprintf(what, sizeof what, "d=%u fmt=%u dirf=%u var=%u",
+                             g->head_dim, fmt, df, sv);
+                    check_page(page, g, fmt, sv, n, what);
+                    if (fmt == KV_FMT_MERGED) /* read as either layer */
+                        check_page(page, g, fmt, 1, n, what);
+                }
             }
         free(page);
     }
@@ -235,6 +255,7 @@ static void test_plan(void)
     }
     CHECK_EQ(pl.n_upload, distinct);
     CHECK(distinct < L.n_pages); /* lists 2 and 5 share a page */
+    CHECK_EQ(pl.rotated, 0); /* MERGED variant 1 is not a rotation */
     uint64_t so = 0;
     uint32_t s = 0;
     for (uint32_t i = 0; i < 7; i++) {
@@ -318,6 +339,40 @@ static void test_plan(void)
     free(arena);
     tcp_free_lists(&L);
 
+    /* the rotated flag: set iff some entry of the call is a rotated INT
+     * page (the ROT kernels), whatever else the lists hold */
+    static const struct {
+        uint32_t mix, want;
+    } rots[] = {{TCP_FMT_ONLY(KV_FMT_INT4) | TCP_ROT_ALL, 1},
+                {TCP_FMT_ONLY(KV_FMT_INT2) | TCP_ROT_ALL, 1},
+                {TCP_FMT_MIX | TCP_ROT_ALL, 1},
+                {TCP_FMT_ONLY(KV_FMT_INT4), 0},
+                {TCP_FMT_ONLY(KV_FMT_MERGED), 0}};
+    for (size_t c = 0; c < sizeof rots / sizeof rots[0]; c++) {
+        tcp_make_lists(&L, &g, 7, len, rots[c].mix, &rng);
+        in.pages = L.pages;
+        in.indptr = L.indptr;
+        in.seq_len = L.seq_len;
+        CHECK_OK(kv_cuda_plan_build(&in, &pl));
+        CHECK_EQ(pl.rotated, rots[c].want);
+        kv_cuda_plan_free(&pl);
+        /* one rotated page among plain ones: the last list's last page */
+        for (uint32_t e = 0; e < L.n_pages; e++)
+            if (L.pages[e].format != KV_FMT_MERGED)
+                L.pages[e].variant = 0;
+        kv_kern_page_t *last = &L.pages[L.n_pages - 1];
+        last->format = KV_FMT_INT2; /* read as codes: the bytes don't matter */
+        last->variant = 1;
+        last->n_tokens = 1;
+        L.seq_len[6] = 0;
+        for (uint32_t e = L.indptr[6]; e < L.n_pages; e++)
+            L.seq_len[6] += L.pages[e].n_tokens;
+        CHECK_OK(kv_cuda_plan_build(&in, &pl));
+        CHECK_EQ(pl.rotated, 1);
+        kv_cuda_plan_free(&pl);
+        tcp_free_lists(&L);
+    }
+
     /* default partition: a multiple of 64, at least the minimum, growing
      * with the work */
     uint32_t p1 = kv_cuda_default_partition(1000, 1, 132);
@@ -392,6 +447,33 @@ static void test_convert_locs(void)
         CHECK_EQ(kv_cpu_convert(NULL, &p), bad[i].want);
         *x = keep;
     }
+    /* the destination's stored variant: rotated INT (1) accepted as the CPU
+     * accepts it (not run here: the buffers are not pages), any variant a
+     * format does not store KV_EINVAL from both */
+    static const struct {
+        kv_page_geom_t g; /* the source pages hold up to 16 FP16 tokens */
+        uint32_t fmt, var;
+        int want;
+    } dv[] = {
+        {{64, 4096}, KV_FMT_INT4, 1, 0},
+        {{128, 8192}, KV_FMT_INT2, 1, 0},
+        {{64, 4096}, KV_FMT_FP16, 1, KV_EINVAL},
+        {{64, 4096}, KV_FMT_INT4, 2, KV_EINVAL},
+        {{96, 6144}, KV_FMT_INT4, 1, KV_EINVAL}, /* not a power of two */
+    };
+    p.n_tokens = 16;
+    p.src_off = 0;
+    p.dst_off = 0;
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) {
+        p.geom = dv[i].g;
+        p.dst_format = dv[i].fmt;
+        p.dst_variant = dv[i].var;
+        CHECK_EQ(kv_cuda_check_convert(&p), dv[i].want);
+        if (dv[i].want)
+            CHECK_EQ(kv_cpu_convert(NULL, &p), dv[i].want);
+    }
+    p.geom = g;
+    p.dst_variant = 0;
     p.src = NULL;
     CHECK_EQ(kv_cuda_check_convert(&p), KV_EINVAL);
     CHECK_EQ(kv_cpu_convert(NULL, &p), KV_EINVAL);
@@ -438,6 +520,23 @@ static void test_checks(void)
     len = 5; /* pages hold 4 */
     CHECK_EQ(kv_cuda_check_decode(&d), KV_EINVAL);
     len = 4;
+    /* rotated INT pages are read (no longer KV_ENOTSUP); a variant the
+     * format does not store is KV_EINVAL, as the CPU says */
+    static const struct {
+        uint32_t fmt, var;
+        int want;
+    } vars[] = {{KV_FMT_INT4, 1, 0},
+                {KV_FMT_INT2, 1, 0},
+                {KV_FMT_INT4, 2, KV_EINVAL},
+                {KV_FMT_FP16, 1, KV_EINVAL}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        pg.format = vars[i].fmt;
+        pg.variant = vars[i].var;
+        CHECK_EQ(kv_kern_check_decode(&d), vars[i].want);
+        CHECK_EQ(kv_cuda_check_decode(&d), vars[i].want);
+    }
+    pg.format = KV_FMT_FP16;
+    pg.variant = 0;
     kv_attn_prefill_params_t pf = {.geom = {64, 4096},
                                    .n_q_heads = 8,
                                    .n_kv_heads = 1,
@@ -449,6 +548,11 @@ static void test_checks(void)
                                    .out = out,
                                    .scale = 0.125f};
     CHECK_OK(kv_cuda_check_prefill(&pf));
+    pg.format = KV_FMT_INT2; /* rotated, for prefill too */
+    pg.variant = 1;
+    CHECK_OK(kv_cuda_check_prefill(&pf));
+    pg.format = KV_FMT_FP16;
+    pg.variant = 0;
     pf.geom.page_bytes = 65536; /* valid, but more than a stage holds */
     CHECK_EQ(kv_cuda_check_prefill(&pf), KV_ENOTSUP);
 
@@ -480,6 +584,21 @@ static void test_checks(void)
     CHECK_EQ(kv_cuda_convert_launch(&c, NULL), KV_EINVAL);
     c.dst_format = KV_FMT_MERGED;
     CHECK_EQ(kv_cuda_convert_launch(&c, NULL), KV_EINVAL);
+    /* stored variant 1 is rotated INT, at a power-of-two head_dim only */
+    c.n_tokens = 16;
+    c.dst_variant = 1;
+    c.dst_format = KV_FMT_FP16;
+    CHECK_EQ(kv_cuda_convert_launch(&c, NULL), KV_EINVAL);
+    c.dst_format = KV_FMT_INT4;
+    c.dst_variant = 2;
+    CHECK_EQ(kv_cuda_convert_launch(&c, NULL), KV_EINVAL);
+    c.dst_variant = 1;
+    c.head_dim = 96;
+    c.page_bytes = 6144;
+    CHECK_EQ(kv_cuda_convert_launch(&c, NULL), KV_EINVAL);
+    c.head_dim = 64;
+    c.page_bytes = 4096;
+    c.dst_variant = 0;
     c.dst_format = KV_FMT_FP16;
     c.head_dim = 96;
     c.page_bytes = 6144;

@@ -3,8 +3,9 @@
  * test_cuda_pages.h — random pages and page lists for the CUDA backend's
  * tests (header-only, tests only): pages of every format written through
  * the C format code (store, kv_fmt_merged_put), lists mixing formats and
- * variants with ragged lengths, some pages shared between lists (as CoW
- * forks and MERGED pairs share them). Pages are host memory (aligned_alloc)
+ * variants (MERGED read as either layer, INT plain or rotated) with ragged
+ * lengths, some pages shared between lists (as CoW forks and MERGED pairs
+ * share them). Pages are host memory (aligned_alloc)
  * owned by the tcp_lists_t; aborts if memory runs out (test code only).
  */
 #ifndef TEST_CUDA_PAGES_H
@@ -28,10 +29,12 @@ static inline void *tcp_xalloc(size_t n)
 }
 
 /* A page of format fmt (MERGED: directions dirf) holding n tokens of random
- * data (INT: whole groups are stored, n may end inside the last one). */
+ * data (INT: whole groups are stored, n may end inside the last one),
+ * stored as variant var (INT 1: rotated rows, kv_format_to_variant; else
+ * ignored). */
 static inline void tcp_fill_page(void *page, const kv_page_geom_t *g,
-                                 uint32_t fmt, uint32_t dirf, uint32_t n,
-                                 uint64_t *rng)
+                                 uint32_t fmt, uint32_t dirf, uint32_t var,
+                                 uint32_t n, uint64_t *rng)
 {
     const uint32_t d = g->head_dim;
     memset(page, 0, g->page_bytes);
@@ -73,6 +76,7 @@ static inline void tcp_fill_page(void *page, const kv_page_geom_t *g,
             for (uint32_t c = 16; c < 32 && c < d; c++)
                 v[(size_t)t * d + c] = -1.25f;
         }
+    kv_format_to_variant(fmt, var, g, m, k, v);
     tr->store(page, g, 0, m, KV_DTYPE_F32, k, v, d);
     free(k);
 }
@@ -87,13 +91,16 @@ typedef struct tcp_lists {
     uint32_t n_owned;
 } tcp_lists_t;
 
-/* Format choices for tcp_make_lists. */
+/* Format choices for tcp_make_lists: TCP_FMT_MIX or TCP_FMT_ONLY(format),
+ * optionally | TCP_ROT_SOME or TCP_ROT_ALL (INT pages rotated). */
 #define TCP_FMT_MIX 0u /* every format, MERGED both variants */
 #define TCP_FMT_ONLY(f) (1u + (f))
+#define TCP_ROT_SOME 0x100u /* INT pages: variant 0 or 1 (rotated) at random */
+#define TCP_ROT_ALL 0x200u  /* INT pages: all rotated (variant 1)         */
 
-/* n_lists lists of lengths len[i] of random pages. mix: TCP_FMT_MIX or
- * TCP_FMT_ONLY(format). Every third list starts with the first page of the
- * list before it (shared, read alike). */
+/* n_lists lists of lengths len[i] of random pages. mix: a format choice
+ * above. Every third list starts with the first page of the list before it
+ * (shared, read alike). */
 static inline void tcp_make_lists(tcp_lists_t *L, const kv_page_geom_t *g,
                                   uint32_t n_lists, const uint32_t *len,
                                   uint32_t mix, uint64_t *rng)
@@ -119,10 +126,18 @@ static inline void tcp_make_lists(tcp_lists_t *L, const kv_page_geom_t *g,
             }
         }
         while (have < len[i]) {
-            uint32_t fmt = mix == TCP_FMT_MIX
+            const uint32_t fm = mix & 0xffu;
+            uint32_t fmt = fm == TCP_FMT_MIX
                                ? (uint32_t)(kv_test_rand(rng) % 4)
-                               : mix - 1;
+                               : fm - 1;
             uint32_t dirf = kv_test_rand(rng) % 2 ? KV_FMT_INT4 : KV_FMT_FP16;
+            const int rot = fmt != KV_FMT_MERGED &&
+                            kv_format_variants(fmt, g) > 1; /* INT, 2^k dims */
+            uint32_t var = 0;
+            if (rot && (mix & TCP_ROT_ALL))
+                var = 1;
+            else if (rot && (mix & TCP_ROT_SOME))
+                var = (uint32_t)(kv_test_rand(rng) % 2);
             uint32_t tpp = fmt == KV_FMT_MERGED
                                ? kv_fmt_merged_capacity(g, dirf)
                                : kv_format_get(fmt)->tokens_per_page(g);
@@ -132,15 +147,14 @@ static inline void tcp_make_lists(tcp_lists_t *L, const kv_page_geom_t *g,
             if (n > len[i] - have)
                 n = len[i] - have;
             void *page = tcp_xalloc(g->page_bytes);
-            tcp_fill_page(page, g, fmt, dirf, n, rng);
+            tcp_fill_page(page, g, fmt, dirf, var, n, rng);
+            /* a MERGED page's layer is drawn after the fill, as it was
+             * before TCP_ROT_*: lists without them draw the same numbers */
+            if (fmt == KV_FMT_MERGED)
+                var = (uint32_t)(kv_test_rand(rng) % 2);
             L->owned[L->n_owned++] = page;
             L->pages[L->n_pages++] = (kv_kern_page_t){
-                .data = page,
-                .n_tokens = n,
-                .format = fmt,
-                .variant = fmt == KV_FMT_MERGED
-                               ? (uint32_t)(kv_test_rand(rng) % 2)
-                               : 0};
+                .data = page, .n_tokens = n, .format = fmt, .variant = var};
             have += n;
         }
     }
