@@ -18,6 +18,8 @@
  *     double-precision attention over the rows kv_read returns (the scores
  *     and sums are taken in the rotated space: the same up to FP32
  *     rounding); the error against the original FP32 rows is printed;
+ *     prefill statistics over more rows than a CPU prefill block holds
+ *     (the rotated queries' scratch) sum to the number of counted rows;
  *   - refusals: KV_FMT_ROT on FP16, on head_dim 48 (KV_EINVAL), the policies
  *     kivi2:rot=1 / minikv:rot=1 / int4:rot=1 on head_dim 48 (KV_EINVAL at attach),
  *     rot=2, minicache with rot=1;
@@ -225,6 +227,24 @@ static void check_roundtrip_attention(void)
                 worst = fmax(worst, kv_test_rel_err(pout + ((size_t)i * NQ + qh) * HD, ref, HD));
             }
         CHECK(worst <= 1e-4);
+
+        /* statistics of a prefill counting more rows (96 x G = 192) than a
+         * CPU prefill block (64; its scratch rotates q for rotated pages):
+         * each counted row's probabilities sum to 1, so do a head's stats
+         * over its G rows per position */
+        enum { SN = 96, SG = NQ / NKV };
+        static float sq[SN * NQ * HD], sout[SN * NQ * HD], st[NKV * NT];
+        for (uint32_t i = 0; i < SN * NQ * HD; i++)
+            sq[i] = kv_test_randf(&rng) - 0.5f;
+        kv_prefill_t sa = {.layer = 0, .seq = rot, .n_new = SN, .q = sq,
+                           .out = sout, .stats = st, .stats_stride = NT};
+        CHECK_OK(kv_attn_prefill(s, &sa));
+        for (uint32_t h = 0; h < NKV; h++) {
+            double sum = 0;
+            for (uint32_t t = 0; t < NT; t++)
+                sum += st[h * NT + t];
+            CHECK(fabs(sum - SN * SG) <= 1e-3 * SN * SG);
+        }
 
         /* fork + compaction: kept tokens decode to the original space */
         kv_seq_id_t fk;
