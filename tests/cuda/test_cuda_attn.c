@@ -10,6 +10,10 @@
  *           batch rows;
  *   prefill causal, with and without cached tokens before the new ones,
  *           statistics counted from row 0 and from a later row;
+ *   rotated rotated INT4 / INT2 pages (variant 1): lists of only rotated
+ *           pages, and rotated pages among FP16, plain INT and MERGED
+ *           ones; decode (single pass and split-K) and prefill, with
+ *           statistics, head_dim 64 and 128, both row-block sizes;
  *   long    one context of KV_CUDA_TEST_MAX_CTX tokens (default 8192;
  *           scripts/gpu_check.sh sets 131072);
  *   large   pages of 20480 and 24576 bytes (over 48 KiB of shared memory
@@ -182,13 +186,15 @@ static void run_prefill(const kv_page_geom_t *g, uint32_t n_q, uint32_t n_kv,
     CHECK_OK(rc);
     char w[160];
     for (size_t r = 0; rc == 0 && r < (size_t)n_new * n_q; r++) {
-        snprintf(w, sizeof w, "prefill D=%u new=%u cached=%u: out row %zu", D,
+        snprintf(w, sizeof w,
+                 "prefill D=%u mix=%#x new=%u cached=%u: out row %zu", D, mix,
                  n_new, cached, r);
         tcp_check_close(o_dut + r * D, o_ref + r * D, D, 1e-3, w);
     }
     for (uint32_t h = 0; rc == 0 && h < n_kv; h++) {
-        snprintf(w, sizeof w, "prefill D=%u new=%u cached=%u row0=%u: stats %u",
-                 D, n_new, cached, row0, h);
+        snprintf(w, sizeof w,
+                 "prefill D=%u mix=%#x new=%u cached=%u row0=%u: stats %u", D,
+                 mix, n_new, cached, row0, h);
         tcp_check_close(s_dut + (size_t)h * stride, s_ref + (size_t)h * stride,
                         len[h], 1e-3, w);
     }
@@ -209,6 +215,52 @@ static void test_prefill(void)
         run_prefill(&g, 6, 2, 100, 300, 50, TCP_FMT_MIX);
         run_prefill(&g, 4, 4, 33, 1000, 0, TCP_FMT_MIX); /* G = 1 */
         run_prefill(&g, 16, 2, 64, 40, 63, TCP_FMT_MIX); /* G = 8 */
+    }
+}
+
+/* Rotated INT pages: the kernels' ROT build (R q scores, the second
+ * accumulator un-rotated before out or partials; statistics over un-rotated
+ * keys) against the CPU's per-chunk rotation. */
+static void test_rotated(void)
+{
+    static const struct {
+        uint32_t d, g, n_kv, batch, mix, part;
+    } dec[] = {
+        {64, 4, 2, 3, TCP_FMT_ONLY(KV_FMT_INT4) | TCP_ROT_ALL, 0},
+        {128, 8, 2, 2, TCP_FMT_ONLY(KV_FMT_INT2) | TCP_ROT_ALL, 64},
+        {64, 3, 3, 2, TCP_FMT_MIX | TCP_ROT_SOME, 64},
+        {128, 12, 1, 2, TCP_FMT_MIX | TCP_ROT_SOME, 0},
+        {128, 1, 4, 2, TCP_FMT_MIX | TCP_ROT_ALL, 4096},
+    };
+    for (size_t c = 0; c < sizeof dec / sizeof dec[0]; c++) {
+        const uint32_t D = dec[c].d, n_kv = dec[c].n_kv, batch = dec[c].batch;
+        const kv_page_geom_t g = {D, 64 * D};
+        const uint32_t top = max_ctx < 1500 ? max_ctx : 1500;
+        uint32_t len[16];
+        for (uint32_t i = 0; i < batch * n_kv; i++)
+            len[i] = 1 + (uint32_t)(kv_test_rand(&rng) % top);
+        tcp_lists_t L;
+        tcp_make_lists(&L, &g, batch * n_kv, len, dec[c].mix, &rng);
+        char what[112];
+        snprintf(what, sizeof what,
+                 "decode rotated D=%u G=%u kv=%u batch=%u mix=%#x part=%u", D,
+                 dec[c].g, n_kv, batch, dec[c].mix, dec[c].part);
+        run_decode(&g, batch, dec[c].g * n_kv, n_kv, &L, NULL, dec[c].part, 1,
+                   what);
+        tcp_free_lists(&L);
+    }
+    static const struct {
+        uint32_t d, n_q, n_kv, n_new, cached, row0, mix;
+    } pre[] = {
+        {64, 6, 2, 17, 0, 0, TCP_FMT_ONLY(KV_FMT_INT4) | TCP_ROT_ALL},
+        {128, 6, 2, 100, 300, 50, TCP_FMT_MIX | TCP_ROT_SOME},
+        {64, 16, 2, 64, 40, 63, TCP_FMT_ONLY(KV_FMT_INT2) | TCP_ROT_ALL},
+        {128, 4, 4, 33, 1000, 0, TCP_FMT_MIX | TCP_ROT_ALL},
+    };
+    for (size_t c = 0; c < sizeof pre / sizeof pre[0]; c++) {
+        const kv_page_geom_t g = {pre[c].d, 64 * pre[c].d};
+        run_prefill(&g, pre[c].n_q, pre[c].n_kv, pre[c].n_new, pre[c].cached,
+                    pre[c].row0, pre[c].mix);
     }
 }
 
@@ -373,6 +425,7 @@ int main(void)
         return kv_test_end();
     test_decode();
     test_prefill();
+    test_rotated();
     test_long();
     test_large_pages();
     if (!selfcheck) {

@@ -7,6 +7,10 @@
  *            the destination pages must equal the CPU reference's byte for
  *            byte, untouched bytes included (destinations start poisoned);
  *            staged mode and device mode (pages in the backend's pool);
+ *   rotated  rotated INT sources (all of them, or mixed with every other
+ *            format) to FP16 and plain INT, any sources to rotated INT
+ *            (dst_variant 1), rotated to rotated: byte for byte too (the
+ *            rotation is kv_fmt_rot.h on both sides);
  *   pool     alloc / write / read round trip, all-or-nothing exhaustion,
  *            bad ids refused, frees of pages still being copied deferred
  *            until their copy completes, then reusable.
@@ -26,12 +30,13 @@ static int selfcheck;
 static uint64_t rng = 9;
 
 /* Convert n tokens of list 0 of L from src_off into n_dst poisoned pages
- * of fmt from dst_off, on the CPU reference and on the backend under test
- * (through dev when not NULL: device mode, pages in its pool); compare. */
+ * of fmt (stored variant var) from dst_off, on the CPU reference and on
+ * the backend under test (through dev when not NULL: device mode, pages in
+ * its pool); compare. */
 static void run_convert(const kv_page_geom_t *g, const tcp_lists_t *L,
                         uint32_t src_off, uint32_t n, uint32_t fmt,
-                        uint32_t dst_off, uint32_t n_dst, kv_backend_t *dev,
-                        const char *what)
+                        uint32_t var, uint32_t dst_off, uint32_t n_dst,
+                        kv_backend_t *dev, const char *what)
 {
     const uint32_t pb = g->page_bytes;
     void **a = tcp_xalloc(n_dst * sizeof(void *)),
@@ -48,6 +53,7 @@ static void run_convert(const kv_page_geom_t *g, const tcp_lists_t *L,
                              .src_off = src_off,
                              .n_tokens = n,
                              .dst_format = fmt,
+                             .dst_variant = var,
                              .dst = a,
                              .n_dst = n_dst,
                              .dst_off = dst_off};
@@ -114,9 +120,42 @@ static void test_convert(void)
             const uint32_t n_dst = (dst_off + n + cap - 1) / cap;
             snprintf(what, sizeof what, "convert D=%u -> %s", D,
                      kv_format_get(fmt)->name);
-            run_convert(&g, &L, 37, n, fmt, dst_off, n_dst, NULL, what);
+            run_convert(&g, &L, 37, n, fmt, 0, dst_off, n_dst, NULL, what);
         }
         tcp_free_lists(&L);
+    }
+}
+
+/* Rotated INT pages (variant 1) as sources and as destinations. */
+static void test_convert_rotated(void)
+{
+    static const struct {
+        uint32_t mix, fmt, var;
+    } cases[] = {
+        {TCP_FMT_MIX | TCP_ROT_SOME, KV_FMT_FP16, 0}, /* un-rotated     */
+        {TCP_FMT_MIX | TCP_ROT_SOME, KV_FMT_INT4, 1}, /* both ways      */
+        {TCP_FMT_MIX, KV_FMT_INT2, 1},                /* rotated store  */
+        {TCP_FMT_ONLY(KV_FMT_INT4) | TCP_ROT_ALL, KV_FMT_INT2, 0},
+        {TCP_FMT_ONLY(KV_FMT_INT2) | TCP_ROT_ALL, KV_FMT_INT4, 1},
+    };
+    for (uint32_t D = 64; D <= 128; D *= 2) {
+        const kv_page_geom_t g = {D, 64 * D};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            uint32_t len = 700;
+            tcp_lists_t L;
+            tcp_make_lists(&L, &g, 1, &len, cases[c].mix, &rng);
+            const uint32_t fmt = cases[c].fmt;
+            const uint32_t cap = kv_format_get(fmt)->tokens_per_page(&g);
+            const uint32_t n = fmt == KV_FMT_FP16 ? 301 : 320;
+            const uint32_t dst_off = fmt == KV_FMT_FP16 ? 5 : 16;
+            char what[96];
+            snprintf(what, sizeof what, "convert D=%u mix=%#x -> %s var %u",
+                     D, cases[c].mix, kv_format_get(fmt)->name,
+                     cases[c].var);
+            run_convert(&g, &L, 37, n, fmt, cases[c].var, dst_off,
+                        (dst_off + n + cap - 1) / cap, NULL, what);
+            tcp_free_lists(&L);
+        }
     }
 }
 
@@ -135,10 +174,14 @@ static void test_device_convert(void)
     uint32_t len = 500;
     tcp_lists_t L;
     tcp_make_lists(&L, &g, 1, &len, TCP_FMT_MIX, &rng);
-    run_convert(&g, &L, 3, 256, KV_FMT_INT2, 0, 4, &dev,
+    run_convert(&g, &L, 3, 256, KV_FMT_INT2, 0, 0, 4, &dev,
                 "convert -> int2 (device mode)");
-    run_convert(&g, &L, 3, 100, KV_FMT_FP16, 7, 8, &dev,
+    run_convert(&g, &L, 3, 100, KV_FMT_FP16, 0, 7, 8, &dev,
                 "convert -> fp16 (device mode)");
+    tcp_free_lists(&L);
+    tcp_make_lists(&L, &g, 1, &len, TCP_FMT_MIX | TCP_ROT_SOME, &rng);
+    run_convert(&g, &L, 3, 256, KV_FMT_INT4, 1, 0, 8, &dev,
+                "convert rotated -> rotated int4 (device mode)");
     tcp_free_lists(&L);
     kv_backend_destroy(&dev);
 }
@@ -205,6 +248,7 @@ int main(void)
     if (!dut.ops)
         return kv_test_end();
     test_convert();
+    test_convert_rotated();
     if (!selfcheck) {
         test_device_convert();
         test_workers();
