@@ -304,9 +304,11 @@ int kv_cuda_plan_build(const kv_cuda_plan_in_t *in, kv_cuda_plan_t *out)
         kv_cuda_plan_free(out);
         return rc;
     }
-    for (uint32_t e = 0; e < z.n_ents; e++)
-        out->rotated |= (uint32_t)kv_fmt_codec_rotated(
-            KV_CUDA_ENT_FMT(out->ents[e].meta), KV_CUDA_ENT_VAR(out->ents[e].meta));
+    for (uint32_t e = 0; e < z.n_ents; e++) {
+        const uint32_t m = out->ents[e].meta;
+        out->rotated |= (uint32_t)kv_fmt_codec_rotated(KV_CUDA_ENT_FMT(m),
+                                                       KV_CUDA_ENT_VAR(m));
+    }
     uint32_t w = 0, s = 0;
     uint64_t so = 0;
     for (uint32_t i = 0; i < in->n_lists; i++) {
