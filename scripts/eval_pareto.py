@@ -38,9 +38,12 @@ Invariants:
   on it. Intervals are not considered: with few items, F is only as sure as
   the intervals next to it.
 - A result given twice (same model and policy, and the same ppl text and ctx
-  or the same retrieval items by depth, answer and prompt length) is pooled
-  twice, with a warning on stderr per pair of files; two runs of one cell
-  with other depths or another seed are different items and pool silently.
+  or the same retrieval items by depth, answer and prompt length) with the
+  same measurements (correct, items, value, kv_bytes) is counted once (fp16,
+  run as every report's reference, is the usual case), with a note on stderr
+  per pair of files; a repeat that measured otherwise is pooled, with a
+  warning. Two runs of one cell with other depths or another seed are
+  different items and pool silently.
 - Standard library only; reads nothing but the named files.
 """
 import argparse
@@ -171,11 +174,15 @@ def merge(reports):
             cell = cell_of(x)
             if x["task"] == "ppl" or x["sig"]:
                 dup = (rep["model"], x["policy"], cell, x.get("sig"))
+                meas = tuple(x.get(k) for k in ("correct", "items", "value", "kv_bytes"))
                 if dup in seen:
-                    pair = (rep["path"], seen[dup])
+                    same = seen[dup][1] == meas
+                    pair = (rep["path"], seen[dup][0], same)
                     dups[pair] = dups.get(pair, 0) + 1
+                    if same:  # the same measurement: counted once
+                        continue
                 else:
-                    seen[dup] = rep["path"]
+                    seen[dup] = (rep["path"], meas)
             r = ref.get(cell)
             ratio = (r["kv_bytes"] / x["kv_bytes"]
                      if r and x["kv_bytes"] > 0 and r["kv_bytes"] > 0 else None)
@@ -198,8 +205,10 @@ def merge(reports):
                 b = p["both"]
                 b[0], b[1] = b[0] + x["correct"], b[1] + x["items"]
                 b[2], b[3] = b[2] + r["correct"], b[3] + r["items"]
-    warns = ["%s repeats %d result%s of %s (same model, policy, text or retrieval items): "
-             "pooled twice" % (a, n, "s" * (n != 1), b) for (a, b), n in dups.items()]
+    warns = ["%s repeats %d result%s of %s (same model, policy, text or retrieval items)%s"
+             % (a, n, "s" * (n != 1), b,
+                ", measured alike: counted once" if same else ", measured otherwise: pooled")
+             for (a, b, same), n in dups.items()]
     mean = lambda v: sum(v) / len(v) if v else None
     out = []
     for name in order:
@@ -556,9 +565,19 @@ def self_test():
                   len(doc.getElementsByTagName("circle")) == 8)
         except Exception as e:  # a parse error is a failure, reported below
             check("svg parses as XML (%s)" % e, False)
-        # The same report twice: a warning; a broken one: ReportError naming why.
-        w = merge([reps[0], dict(load_report(paths[0]), path="x")])[1]
-        check("a report given twice: one warning, 8 results", len(w) == 1 and " 8 results" in w[0])
+        # The same report twice: counted once, with a note; a repeat measured
+        # otherwise: pooled, with a warning; a broken one: ReportError naming why.
+        twice, w = merge([reps[0], dict(load_report(paths[0]), path="x")])
+        once = merge([reps[0]])[0]
+        check("a report given twice: one note, 8 results, counted once",
+              len(w) == 1 and " 8 results" in w[0] and "counted once" in w[0]
+              and [(p["correct"], p["items"], p["texts"]) for p in twice]
+              == [(p["correct"], p["items"], p["texts"]) for p in once])
+        moved = dict(load_report(paths[0]), path="x2")
+        moved["results"] = [dict(x, kv_bytes=x["kv_bytes"] + 1) for x in moved["results"]]
+        w = merge([reps[0], moved])[1]
+        check("a repeat measured otherwise: pooled, warned",
+              len(w) == 1 and "pooled" in w[0])
         other = dict(reps[0], path="y", results=[dict(x, sig=(("0", "1", "1"),))
                                                  for x in reps[0]["results"] if "sig" in x])
         check("other items of the same cell: no warning", not merge([reps[0], other])[1])
@@ -648,7 +667,8 @@ def main(argv):
             return 2
     pols, warns = merge(reps)
     for w in warns:
-        print("%s: warning: %s" % (PROG, w), file=sys.stderr)
+        print("%s: %s: %s" % (PROG, "note" if w.endswith("counted once") else "warning", w),
+              file=sys.stderr)
     rc = write_out(a.md or "-", markdown(reps, pols))
     if not rc and a.svg:
         rc = write_out(a.svg, svg(pols))
