@@ -25,6 +25,10 @@
 #include "kv_cuda_int.cuh"
 #include "formats/kv_fmt_rot.h"
 
+extern "C" {
+#include "formats/kv_format.h"
+}
+
 namespace {
 
 constexpr uint32_t T = KV_CUDA_THREADS;
@@ -110,10 +114,11 @@ extern "C" int kv_cuda_convert_launch(const kv_cuda_convert_args_t *a,
         return KV_EINVAL;
     if (a->dst_format != KV_FMT_FP16 && a->n_tokens % CH != 0)
         return KV_EINVAL;
-    if (a->dst_variant != 0 &&
-        (a->dst_format == KV_FMT_FP16 || a->dst_variant != 1u ||
-         !kv_fmt_rot_ok(a->head_dim)))
-        return KV_EINVAL; /* variant 1: rotated INT only */
+    kv_page_geom_t g = {};
+    g.head_dim = a->head_dim;
+    g.page_bytes = a->page_bytes;
+    if (a->dst_variant >= kv_format_variants(a->dst_format, &g))
+        return KV_EINVAL; /* the variants the format stores (rotated INT) */
     int rc = kv_cuda_page_bytes_ok(a->page_bytes, a->head_dim);
     if (rc)
         return rc;
