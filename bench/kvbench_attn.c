@@ -9,10 +9,14 @@
  * fp16 (kv_append), int4 / int2 (kv_config_t.kv_format, residual 128: the
  * store converts as it appends), merged (two correlated layers, then
  * kv_seq_merge_layers; decode alternates the pair's layers, the upper one
- * reading variant 1). Then kv_attn_decode is timed interleaved (one call per
- * format in turn, so a busy machine slows all alike; median of many calls
- * after a warm-up). Fields of a row:
+ * reading variant 1); and, where the CPU has AVX-512 VNNI + VBMI, int4 and
+ * int2 again on stores created with KV_CONFIG_INT8_ATTN (approximate int8
+ * attention). Then kv_attn_decode is timed interleaved (one call per row
+ * in turn, so a busy machine slows all alike; median of many calls after a
+ * warm-up). Fields of a row:
  *   format, note     the format and its kv_format_note() (bits/element)
+ *   attn             "exact" (attention over the floats kv_read gives) or
+ *                    "int8" (KV_CONFIG_INT8_ATTN); text rows mark it +i8
  *   source           "cache": the layers timed fit the LLC (1 layer, 2 for
  *                    merged); "memory": enough layers of that format to
  *                    hold >= memcpy_bytes of pages, called round-robin, so
@@ -153,6 +157,8 @@ static double memcpy_gbps(size_t bytes, int reps, double *best)
 
 typedef struct result {
     uint32_t fmt;             /* kv_format_t of the pages timed            */
+    int i8;                   /* 1: KV_CONFIG_INT8_ATTN (approximate)      */
+    int skip;                 /* 1: i8 row on a CPU without it (no row)    */
     uint32_t ctx, batch, layers;
     int cold;                 /* 1: layers rotate, KV read from DRAM       */
     double sec, gbps, tokens_per_s, frac;
@@ -167,6 +173,14 @@ static const char *fmt_name(uint32_t f)
 {
     static const char *const names[] = {"fp16", "int4", "int2", "merged"};
     return f < KV_FMT_COUNT ? names[f] : "?";
+}
+
+/* The rows of a point: every format with exact attention, then INT4 and
+ * INT2 with KV_CONFIG_INT8_ATTN (skipped where the CPU lacks it). */
+#define N_ROWS (KV_FMT_COUNT + 2u)
+static uint32_t row_fmt(uint32_t i)
+{
+    return i < KV_FMT_COUNT ? i : i == KV_FMT_COUNT ? KV_FMT_INT4 : KV_FMT_INT2;
 }
 
 /* K/V of one chunk of `chunk` tokens for layer l: the same random values
@@ -222,6 +236,8 @@ static int setup(result_t *r, run_t *u, uint32_t threads)
         cfg.kv_format = fmt;
         cfg.residual = 128;
     }
+    if (r->i8)
+        cfg.flags |= KV_CONFIG_INT8_ATTN;
     const uint32_t chunk = 512;
     const size_t cn = (size_t)chunk * N_KV * HEAD_DIM;
     const size_t qn = (size_t)batch * N_Q * HEAD_DIM;
@@ -322,10 +338,11 @@ static size_t bench_point(result_t *res, uint32_t ctx, uint32_t batch,
                           int cold, size_t mbytes, uint32_t threads,
                           double min_time, double mc, double mc_best)
 {
-    run_t runs[KV_FMT_COUNT];
+    run_t runs[N_ROWS];
     memset(runs, 0, sizeof runs);
     int err = 0;
-    for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
+    for (uint32_t i = 0; i < N_ROWS; i++) {
+        const uint32_t f = row_fmt(i);
         uint32_t layers = f == KV_FMT_MERGED ? 2 : 1;
         if (cold) { /* KV of all layers >= the memcpy buffer */
             uint64_t per = (uint64_t)ctx * batch * N_KV * 2 * HEAD_DIM * 2 /
@@ -333,34 +350,41 @@ static size_t bench_point(result_t *res, uint32_t ctx, uint32_t batch,
             layers = (uint32_t)((mbytes + per - 1) / per);
             layers += f == KV_FMT_MERGED && layers % 2;
         }
-        res[f] = (result_t){.fmt = f, .ctx = ctx, .batch = batch,
-                            .layers = layers, .cold = cold};
+        res[i] = (result_t){.fmt = f, .i8 = i >= KV_FMT_COUNT, .ctx = ctx,
+                            .batch = batch, .layers = layers, .cold = cold};
         if (!err)
-            err = res[f].err = setup(&res[f], &runs[f], threads);
+            err = res[i].err = setup(&res[i], &runs[i], threads);
+        if (err == KV_ENOTSUP && res[i].i8) { /* this CPU: no int8 path */
+            res[i].skip = 1;
+            res[i].err = err = 0;
+            run_free(&runs[i]);
+        }
     }
     size_t warm = 0;
-    for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
-        warm = res[f].layers > warm ? res[f].layers : warm;
-    for (size_t i = 0; !err && i < (warm > 3 ? warm : 3); i++)
-        for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++)
-            err = res[f].err = call(&res[f], &runs[f], i, 0);
+    for (uint32_t i = 0; i < N_ROWS; i++)
+        warm = res[i].layers > warm ? res[i].layers : warm;
+    for (size_t c = 0; !err && c < (warm > 3 ? warm : 3); c++)
+        for (uint32_t i = 0; !err && i < N_ROWS; i++)
+            if (!res[i].skip)
+                err = res[i].err = call(&res[i], &runs[i], c, 0);
     double start = now_s();
-    for (size_t i = 0; !err && (i < 7 || now_s() - start <
-                                              min_time * KV_FMT_COUNT);
-         i++)
-        for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++)
-            err = res[f].err = call(&res[f], &runs[f], i, 1);
-    for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
-        if (!err)
-            finish(&res[f], &runs[f], mc, mc_best);
-        run_free(&runs[f]);
+    for (size_t c = 0; !err && (c < 7 || now_s() - start <
+                                              min_time * N_ROWS);
+         c++)
+        for (uint32_t i = 0; !err && i < N_ROWS; i++)
+            if (!res[i].skip)
+                err = res[i].err = call(&res[i], &runs[i], c, 1);
+    for (uint32_t i = 0; i < N_ROWS; i++) {
+        if (!err && !res[i].skip)
+            finish(&res[i], &runs[i], mc, mc_best);
+        run_free(&runs[i]);
     }
-    for (uint32_t f = 0; !err && f < KV_FMT_COUNT; f++) {
-        res[f].speedup = res[0].sec / res[f].sec;
-        res[f].speedup_best = res[0].sec_best / res[f].sec_best;
-        res[f].bytes_ratio = (double)res[f].kv_bytes / (double)res[0].kv_bytes;
+    for (uint32_t i = 0; !err && i < N_ROWS; i++) {
+        res[i].speedup = res[0].sec / res[i].sec;
+        res[i].speedup_best = res[0].sec_best / res[i].sec_best;
+        res[i].bytes_ratio = (double)res[i].kv_bytes / (double)res[0].kv_bytes;
     }
-    return KV_FMT_COUNT;
+    return N_ROWS;
 }
 
 int main(int argc, char **argv)
@@ -420,7 +444,7 @@ int main(int argc, char **argv)
         ncl = 1;
     }
     double min_time = min_time_arg > 0 ? min_time_arg : quick ? 0.05 : 0.4;
-    result_t res[64];
+    result_t res[8 * N_ROWS];
     size_t nr = 0;
     for (size_t i = 0; i < ncl; i++)
         nr += bench_point(res + nr, cl[i], 1, 0, mbytes, threads, min_time, mc,
@@ -453,8 +477,11 @@ int main(int argc, char **argv)
                "\"cpus\":%ld,\"loadavg\":[%.2f,%.2f],\"results\":[",
                KV_BUILD_TYPE, clock_name(), threads, N_Q, N_KV, HEAD_DIM, mc, mc_best, mbytes,
                llc, cpus, load0[0], load1[0]);
-        for (size_t i = 0; i < nr; i++)
-            printf("%s{\"format\":\"%s\",\"note\":\"%s\",\"ctx\":%u,"
+        for (size_t i = 0, first = 1; i < nr; i++) {
+            if (res[i].skip)
+                continue;
+            printf("%s{\"format\":\"%s\",\"attn\":\"%s\","
+                   "\"note\":\"%s\",\"ctx\":%u,"
                    "\"batch\":%u,\"layers\":%u,\"source\":\"%s\","
                    "\"us_per_call\":%.2f,\"kv_bytes\":%llu,"
                    "\"set_bytes\":%llu,\"gbps\":%.3f,"
@@ -462,8 +489,8 @@ int main(int argc, char **argv)
                    "\"us_best\":%.2f,\"gbps_best\":%.3f,\"frac_best\":%.3f,"
                    "\"speedup_vs_fp16\":%.3f,\"speedup_best_vs_fp16\":%.3f,"
                    "\"bytes_vs_fp16\":%.4f}",
-                   i ? "," : "", fmt_name(res[i].fmt),
-                   kv_format_note((kv_format_t)res[i].fmt), res[i].ctx,
+                   first ? "" : ",", fmt_name(res[i].fmt),
+                   res[i].i8 ? "int8" : "exact", kv_format_note((kv_format_t)res[i].fmt), res[i].ctx,
                    res[i].batch, res[i].layers,
                    res[i].cold ? "memory" : "cache", res[i].sec * 1e6,
                    (unsigned long long)res[i].kv_bytes,
@@ -471,6 +498,8 @@ int main(int argc, char **argv)
                    res[i].tokens_per_s, res[i].frac, res[i].sec_best * 1e6,
                    res[i].gbps_best, res[i].frac_best, res[i].speedup,
                    res[i].speedup_best, res[i].bytes_ratio);
+            first = 0;
+        }
         printf("]}\n");
     } else {
         printf("decode attention, cpu backend, %u threads, %s clock\n",
@@ -483,18 +512,23 @@ int main(int argc, char **argv)
                "rotate over >= %zu MiB of pages\n", mbytes >> 20);
         for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
             printf("  %-6s %s\n", fmt_name(f), kv_format_note((kv_format_t)f));
-        printf("%-6s %6s %5s %6s %6s %10s %9s %8s %13s %8s %7s %7s %7s\n",
+        printf("  %-6s INT4/INT2 with int8 dot products (KV_CONFIG_INT8_ATTN, "
+               "approximate)\n", "+i8");
+        printf("%-7s %6s %5s %6s %6s %10s %9s %8s %13s %8s %7s %7s %7s\n",
                "format", "ctx", "batch", "layers", "source", "us/call",
                "KV MiB", "GB/s", "tokens/s", "frac", "x fp16", "best x",
                "bytes");
-        for (size_t i = 0; i < nr; i++)
-            printf("%-6s %6u %5u %6u %6s %10.2f %9.2f %8.3f %13.0f %8.3f "
+        for (size_t i = 0; i < nr; i++) {
+            if (res[i].skip)
+                continue;
+            printf("%-4s%-3s %6u %5u %6u %6s %10.2f %9.2f %8.3f %13.0f %8.3f "
                    "%7.2f %7.2f %7.3f\n",
-                   fmt_name(res[i].fmt), res[i].ctx, res[i].batch,
+                   fmt_name(res[i].fmt), res[i].i8 ? "+i8" : "", res[i].ctx, res[i].batch,
                    res[i].layers, res[i].cold ? "memory" : "cache",
                    res[i].sec * 1e6, (double)res[i].kv_bytes / 1048576.0,
                    res[i].gbps, res[i].tokens_per_s, res[i].frac,
                    res[i].speedup, res[i].speedup_best, res[i].bytes_ratio);
+        }
     }
     return rc;
 }

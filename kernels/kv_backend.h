@@ -151,8 +151,15 @@ typedef struct kv_backend {
     void *ctx;
 } kv_backend_t;
 
-/* The CPU reference backend. n_threads 0 = online CPUs. */
-int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out);
+/* kv_backend_cpu_create flags */
+#define KV_BACKEND_INT8 0x1u /* INT4/INT2 attention with int8 dot products */
+                             /* (approximate: kernels/cpu/kv_cpu_fmt_i8.c) */
+
+/* The CPU reference backend. n_threads 0 = online CPUs; flags KV_BACKEND_*
+ * (KV_ENOTSUP: KV_BACKEND_INT8 on a CPU without AVX-512 VNNI and VBMI;
+ * KV_EINVAL: unknown bits). */
+int kv_backend_cpu_create(uint32_t n_threads, uint32_t flags,
+                          kv_backend_t *out);
 /* The CUDA backend (kernels/cuda/kv_cuda.h defines the config; only in
  * builds with CUDA, library kvpage_cuda). KV_ENOTSUP without a usable GPU,
  * KV_EINVAL for a bad config. */

@@ -85,7 +85,7 @@ int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out)
     }
     if (c.n_threads > KV_MAX_THREADS)
         return KV_ERANGE;
-    if (c.flags & ~KV_CONFIG_NO_TCACHE)
+    if (c.flags & ~(KV_CONFIG_NO_TCACHE | KV_CONFIG_INT8_ATTN))
         return KV_EINVAL;
     if (c.kv_format != KV_FMT_FP16 && c.kv_format != KV_FMT_INT4 &&
         c.kv_format != KV_FMT_INT2)
@@ -141,7 +141,10 @@ int kv_store_create(const kv_config_t *cfg, kv_store_t **out)
         (rc = kv_store_lru_init(s)) ||
         (rc = kv_store_prefix_init(s)) ||
         (rc = kv_store_pressure_init(s)) ||
-        (rc = kv_backend_cpu_create(c.n_threads, &s->backend)) ||
+        (rc = kv_backend_cpu_create(c.n_threads,
+                                    (c.flags & KV_CONFIG_INT8_ATTN)
+                                        ? KV_BACKEND_INT8 : 0,
+                                    &s->backend)) ||
         (rc = kv_store_off_init(s))) {
         kv_store_destroy(s);
         return rc;

@@ -110,6 +110,16 @@ typedef uint32_t kv_seq_id_t;       /* sequence id, unique among live sequences 
 
 /* kv_config_t.flags */
 #define KV_CONFIG_NO_TCACHE 0x1u /* pool: no per-thread page caches (exact peak, slower) */
+/* Attention over INT4/INT2 pages with 8-bit integer dot products: q * scale
+ * and p * scale are rounded to int8 per group before they meet the codes,
+ * so logits and outputs differ slightly from those over kv_read's floats
+ * (APPROXIMATE; its cost in perplexity and retrieval on SmolLM2:
+ * docs/results.md). INT2 decode attention runs about 1.3x faster than
+ * without it (docs/results/benchmarks.md). CPUs with AVX-512 VNNI and VBMI
+ * only: elsewhere kv_store_create returns KV_ENOTSUP. Results stay
+ * deterministic and independent of n_threads; FP16 and MERGED pages are
+ * unaffected. kvpage eval: a policy spec ending in "@i8". */
+#define KV_CONFIG_INT8_ATTN 0x2u
 
 typedef struct kv_config {
     uint32_t struct_size; /* sizeof(kv_config_t), set by kv_config_default       */
@@ -304,8 +314,9 @@ KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
 
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
  * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
- * (struct_size or version other than this header's), KV_ENOTSUP (backend not built),
- * KV_ENOMEM: memory ran out, or -- before anything is allocated -- the
+ * (struct_size or version other than this header's), KV_ENOTSUP (backend
+ * not built; KV_CONFIG_INT8_ATTN on a CPU without it), KV_ENOMEM: memory
+ * ran out, or -- before anything is allocated -- the
  * metadata of a full store (kv_config_estimate: meta_max) exceeds the
  * machine's physical memory (meta_cap): lower max_seqs or host_pages. */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);

@@ -72,6 +72,8 @@ typedef struct kv_cpu_task {
     float *acc;            /* [n_rows][head_dim] running sum p * v        */
     float *logits;         /* NULL or [n_rows][logits_stride]: logit of   */
     size_t logits_stride;  /*   token t at [r * stride + t] (attend)      */
+    const struct kv_cpu_fmt_ops *fmt; /* [KV_FMT_COUNT] format table, or  */
+                           /*   NULL: the build's own (kv_cpu_loops_t.fmt) */
     /* stats pass */
     const float *lse;      /* [n_rows] log-sum-exp of each row            */
     float *stats;          /* [list tokens]: stats[t] for t in the span   */
@@ -192,6 +194,24 @@ void KV_CPU_SYM(kv_cpu_merged_load)(const void *page, const kv_page_geom_t *g,
                                     uint32_t variant, uint32_t t0, uint32_t n,
                                     float *k, float *v);
 
+/* The approximate INT steps with int8 dot products (kv_cpu_fmt_i8.c;
+ * x86 builds only, for CPUs where kv_cpu_has_i8() is 1). */
+void kv_cpu_i8_int4_score(const void *page, const kv_page_geom_t *g,
+                          uint32_t t0, uint32_t n, const float *q, size_t qs,
+                          uint32_t nr, float *s, size_t ss);
+void kv_cpu_i8_int2_score(const void *page, const kv_page_geom_t *g,
+                          uint32_t t0, uint32_t n, const float *q, size_t qs,
+                          uint32_t nr, float *s, size_t ss);
+void kv_cpu_i8_int4_accum(const void *page, const kv_page_geom_t *g,
+                          uint32_t t0, uint32_t n, const float *p, size_t ps,
+                          uint32_t nr, float *acc, size_t as);
+void kv_cpu_i8_int2_accum(const void *page, const kv_page_geom_t *g,
+                          uint32_t t0, uint32_t n, const float *p, size_t ps,
+                          uint32_t nr, float *acc, size_t as);
+/* 1 if this CPU runs kv_cpu_fmt_i8.c (AVX-512 F, BW, VNNI and VBMI in an
+ * x86 build), else 0. kv_cpu_isa.c. */
+int kv_cpu_has_i8(void);
+
 /* Worker threads (kv_workers.c): kv_workers_* are public (kvpage.h:
  * the reference model runs on them too). A job on every worker; worker is in
  * [0, kv_workers_size(workers)). */
@@ -205,6 +225,9 @@ static inline void kv_cpu_run(kv_workers_t *workers, size_t n_units,
 typedef struct kv_cpu {
     const kv_cpu_loops_t *loops; /* the best build (kv_cpu_builds) */
     kv_workers_t *workers;       /* n_threads workers              */
+    /* the format table tasks run: loops->fmt, with the int8 INT steps */
+    /* (kv_cpu_fmt_i8.c) in place of the exact ones under KV_BACKEND_INT8 */
+    kv_cpu_fmt_ops_t fmt[KV_FMT_COUNT];
 } kv_cpu_t;
 
 /* Split tokens [0, len) of a list into ranges of `part` tokens (the last may

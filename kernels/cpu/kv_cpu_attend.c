@@ -287,10 +287,12 @@ typedef struct chunk {
     uint32_t off, t0, n, r0;
 } chunk_t;
 
-/* The ops of page pg in this build's format table. */
-KV_CPU_BODY const kv_cpu_fmt_ops_t *page_ops(const kv_kern_page_t *pg)
+/* The ops of page pg in the task's format table (NULL: this build's). */
+KV_CPU_BODY const kv_cpu_fmt_ops_t *page_ops(const kv_cpu_task_t *t,
+                                             const kv_kern_page_t *pg)
 {
-    return &KV_CPU_SYM(kv_cpu_loops).fmt[pg->format];
+    return t->fmt ? &t->fmt[pg->format]
+                  : &KV_CPU_SYM(kv_cpu_loops).fmt[pg->format];
 }
 
 /* The chunk's tokens to FP32 K and V tiles (either may be NULL). */
@@ -422,7 +424,7 @@ KV_CPU_BODY void prefetch_page(const kv_cpu_task_t *t, uint32_t pj,
     if (tok >= t->span.t_end)
         return;
     const kv_kern_page_t *pg = &t->span.pages[pj];
-    if (page_ops(pg)->read != KV_CPU_READ_CODES)
+    if (page_ops(t, pg)->read != KV_CPU_READ_CODES)
         return;
     for (uint32_t b = 0; b < t->geom->page_bytes; b += 64)
         __builtin_prefetch((const char *)pg->data + b, 0, 2);
@@ -440,7 +442,7 @@ KV_CPU_BODY void walk(const kv_cpu_task_t *t, float *scratch,
 
     for (uint32_t t0 = sp->t_begin; t0 < sp->t_end;) {
         chunk_t c = {.pg = &sp->pages[pi], .off = off, .t0 = t0};
-        c.ops = page_ops(c.pg);
+        c.ops = page_ops(t, c.pg);
         c.n = c.pg->n_tokens - off;
         if (c.n > sp->t_end - t0)
             c.n = sp->t_end - t0;

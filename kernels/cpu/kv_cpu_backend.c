@@ -5,10 +5,13 @@
  * The context holds the workers (n_threads workers: the caller plus
  * n_threads - 1 helper threads, started here and joined at destroy) and the
  * best build of the hot loops the CPU runs (kv_cpu_isa.c; every build gives
- * identical results). It is immutable after create; concurrent attention
+ * identical results), and the format table its tasks run: that build's,
+ * or with KV_BACKEND_INT8 the approximate int8 INT steps
+ * (kv_cpu_fmt_i8.c). It is immutable after create; concurrent attention
  * calls each have their own scratch (the workers serve one call at a time,
  * others run on their caller).
  */
+#include <string.h>
 #include <unistd.h>
 
 #include "alloc/kv_mem.h"
@@ -36,10 +39,13 @@ static const kv_backend_ops_t cpu_ops = {
     .merge = kv_cpu_merge,
 };
 
-int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
+int kv_backend_cpu_create(uint32_t n_threads, uint32_t flags,
+                          kv_backend_t *out)
 {
-    if (!out || n_threads > KV_CPU_MAX_THREADS)
+    if (!out || n_threads > KV_CPU_MAX_THREADS || (flags & ~KV_BACKEND_INT8))
         return KV_EINVAL;
+    if ((flags & KV_BACKEND_INT8) && !kv_cpu_has_i8())
+        return KV_ENOTSUP;
     if (n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n < 1 ? 1u : n > KV_CPU_MAX_THREADS ? KV_CPU_MAX_THREADS
@@ -56,6 +62,15 @@ int kv_backend_cpu_create(uint32_t n_threads, kv_backend_t *out)
     uint32_t nb;
     const kv_cpu_loops_t *const *b = kv_cpu_builds(&nb);
     cx->loops = b[nb - 1];
+    memcpy(cx->fmt, cx->loops->fmt, sizeof cx->fmt);
+#ifdef KV_CPU_X86
+    if (flags & KV_BACKEND_INT8) {
+        cx->fmt[KV_FMT_INT4].score = kv_cpu_i8_int4_score;
+        cx->fmt[KV_FMT_INT4].accum = kv_cpu_i8_int4_accum;
+        cx->fmt[KV_FMT_INT2].score = kv_cpu_i8_int2_score;
+        cx->fmt[KV_FMT_INT2].accum = kv_cpu_i8_int2_accum;
+    }
+#endif
     out->ops = &cpu_ops;
     out->ctx = cx;
     return 0;

@@ -7,7 +7,8 @@
  * avx2 (AVX2 + FMA + F16C) and avx512 (AVX-512F on top of those), the last
  * two on x86 only. The probe runs once (a race only repeats it) and the
  * list it yields is constant afterwards: the backend runs the last entry,
- * tests compare all of them.
+ * tests compare all of them. kv_cpu_has_i8 says whether the approximate
+ * int8 INT steps (kv_cpu_fmt_i8.c, KV_CONFIG_INT8_ATTN) run here.
  */
 #include <stdatomic.h>
 
@@ -44,6 +45,19 @@ static uint32_t probe(void)
 
 static const kv_cpu_loops_t *const builds[] = {&kv_cpu_loops_portable};
 #endif
+
+int kv_cpu_has_i8(void)
+{
+#ifdef KV_CPU_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
 
 const kv_cpu_loops_t *const *kv_cpu_builds(uint32_t *n)
 {

@@ -13,9 +13,9 @@ Every failing C call raises KvError (.code, .name, .message = kv_strerror,
 .detail); bad shapes raise ValueError, bad dtypes TypeError.
 """
 from ._lib import lib_path, version
-from .config import (CONFIG_NO_TCACHE, OFFLOAD_OPEN, OFFLOAD_PREAD, OFFLOAD_WAIT, Config,
-                     Estimate, Format, FormatInfo, Residency, Stats, estimate, format_info,
-                     format_note)
+from .config import (CONFIG_INT8_ATTN, CONFIG_NO_TCACHE, OFFLOAD_OPEN, OFFLOAD_PREAD,
+                     OFFLOAD_WAIT, Config, Estimate, Format, FormatInfo, Residency, Stats,
+                     estimate, format_info, format_note)
 from .errors import (KV_EBUSY, KV_ECORRUPT, KV_EINVAL, KV_EIO, KV_ELIMIT, KV_ENOENT, KV_ENOMEM,
                      KV_ENOTRES, KV_ENOTSUP, KV_ERANGE, KV_ESTATE, KV_EVERSION, KV_OK, KvError,
                      code_name, strerror)
@@ -27,7 +27,7 @@ __all__ = [
     "Store", "Seq", "Config", "Stats", "Estimate", "Residency", "Format", "FormatInfo",
     "Policy", "PolicyInfo", "Method", "KvError", "estimate", "format_info", "format_note",
     "check_pressure", "strerror", "code_name", "version", "lib_path",
-    "CONFIG_NO_TCACHE", "OFFLOAD_WAIT", "OFFLOAD_OPEN", "OFFLOAD_PREAD",
+    "CONFIG_NO_TCACHE", "CONFIG_INT8_ATTN", "OFFLOAD_WAIT", "OFFLOAD_OPEN", "OFFLOAD_PREAD",
     "KV_OK", "KV_EINVAL", "KV_ENOMEM", "KV_ERANGE", "KV_ENOENT", "KV_ESTATE", "KV_ENOTSUP",
     "KV_EVERSION", "KV_ECORRUPT", "KV_EIO", "KV_ELIMIT", "KV_ENOTRES", "KV_EBUSY",
 ]

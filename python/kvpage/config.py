@@ -34,6 +34,7 @@ class Format(enum.IntEnum):
 
 
 CONFIG_NO_TCACHE = 0x1  # kv_config_t.flags: no per-thread page caches
+CONFIG_INT8_ATTN = 0x2  # kv_config_t.flags: approximate int8 attention over INT pages
 OFFLOAD_WAIT = 0x1      # offload_flags: read non-resident pages back and wait
 OFFLOAD_OPEN = 0x2      # offload_flags: open an existing page file, restore it
 OFFLOAD_PREAD = 0x4     # offload_flags: pread/pwrite even where io_uring runs

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import kvpage
-from conftest import kv
+from conftest import SHAPE, kv
 
 ATOL = 2e-5
 
@@ -204,3 +204,28 @@ def test_dlpack_input(store, rng):
     b.append(0, k, v)
     q = rng.standard_normal((1, 4, 64)).astype(np.float32)
     np.testing.assert_array_equal(store.decode(0, [a], Tensor(q)), store.decode(0, [b], q))
+
+
+def test_int8_attention_flag(rng):
+    """CONFIG_INT8_ATTN: INT2 pages read with int8 dot products (approximate)
+    stay within 0.15 norm-wise of the exact path's output, with the same
+    bits for 1 and 2 threads; KV_ENOTSUP where the CPU lacks it."""
+    shape = dict(SHAPE, host_pages=256, kv_format=kvpage.Format.INT2, residual=16)
+    try:
+        fast = [kvpage.Store(n_threads=t, flags=kvpage.CONFIG_INT8_ATTN, **shape)
+                for t in (1, 2)]
+    except kvpage.KvError as e:
+        assert e.code == kvpage.KV_ENOTSUP
+        pytest.skip("this CPU lacks AVX-512 VNNI + VBMI")
+    exact = kvpage.Store(n_threads=2, **shape)
+    k, v = kv(rng, 300)
+    q = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    outs = []
+    for st in fast + [exact]:
+        with st:
+            s = st.create_seq()
+            s.append(1, k, v)
+            outs.append(st.decode(1, [s], q))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    err = np.linalg.norm(outs[0] - outs[2]) / np.linalg.norm(outs[2])
+    assert 0 < err < 0.15

@@ -414,9 +414,9 @@ int main(void)
         max_ctx = (uint32_t)strtoul(mc, NULL, 10);
     if (max_ctx < 64)
         max_ctx = 64;
-    CHECK_OK(kv_backend_cpu_create(2, &ref));
+    CHECK_OK(kv_backend_cpu_create(2, 0, &ref));
     if (selfcheck) {
-        CHECK_OK(kv_backend_cpu_create(2, &dut));
+        CHECK_OK(kv_backend_cpu_create(2, 0, &dut));
     } else {
         kv_cuda_config_t cfg = {.device = 0};
         CHECK_OK(kv_backend_cuda_create(&cfg, &dut));

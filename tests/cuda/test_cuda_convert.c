@@ -240,7 +240,7 @@ int main(void)
     if (!selfcheck && kv_cuda_device_count() == 0)
         KV_TEST_SKIP("no CUDA device");
     if (selfcheck) {
-        CHECK_OK(kv_backend_cpu_create(1, &dut));
+        CHECK_OK(kv_backend_cpu_create(1, 0, &dut));
     } else {
         kv_cuda_config_t cfg = {.device = 0};
         CHECK_OK(kv_backend_cuda_create(&cfg, &dut));

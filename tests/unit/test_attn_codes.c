@@ -322,7 +322,7 @@ static void test_backend(void)
 
 int main(void)
 {
-    if (kv_backend_cpu_create(2, &be)) {
+    if (kv_backend_cpu_create(2, 0, &be)) {
         fprintf(stderr, "cannot create the CPU backend\n");
         return 1;
     }

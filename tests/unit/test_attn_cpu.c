@@ -245,7 +245,7 @@ static void test_errors(void)
     EXPECT(KV_EINVAL, p.stats_stride = 39);
     EXPECT(0, p.stats_stride = 39; p.stats = NULL); /* no stats: fine */
     CHECK_EQ(changed, 1); /* only the last (valid) call wrote out */
-    CHECK(kv_backend_cpu_create(0, NULL) == KV_EINVAL);
+    CHECK(kv_backend_cpu_create(0, 0, NULL) == KV_EINVAL);
 
     /* allocation failure: ENOMEM, nothing written, nothing leaked */
     fill(out, E_OUT, KV_TEST_SENTINEL);
@@ -370,7 +370,7 @@ static void test_concurrent(void)
     kv_test_lists_t f;
     fp16_lists(&f, 6, lens, &s);
     kv_backend_t be3;
-    CHECK_OK(kv_backend_cpu_create(3, &be3));
+    CHECK_OK(kv_backend_cpu_create(3, 0, &be3));
     size_t n = 2 * 9 * 64;
     float q[2 * 9 * 64], want[2 * 9 * 64], out[NT][2 * 9 * 64];
     for (size_t j = 0; j < n; j++)
@@ -401,8 +401,8 @@ static void test_concurrent(void)
 
 int main(void)
 {
-    if (kv_backend_cpu_create(1, &be[0]) ||
-        kv_backend_cpu_create(2, &be[1])) {
+    if (kv_backend_cpu_create(1, 0, &be[0]) ||
+        kv_backend_cpu_create(2, 0, &be[1])) {
         fprintf(stderr, "cannot create the CPU backend\n");
         return 1;
     }

@@ -13,16 +13,26 @@ int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t er
     if (!spec || !out)
         return KV_EINVAL;
     kv_policy_t *p = NULL;
-    char msg[200] = "";
-    int rc = kv_policy_parse(spec, &p, msg, sizeof msg);
+    char msg[200] = "", base[256];
+    const size_t n = strlen(spec), ns = sizeof EVAL_POLICY_I8 - 1;
+    const int i8 = n > ns && !strcmp(spec + n - ns, EVAL_POLICY_I8);
+    if (n - (i8 ? ns : 0) >= sizeof base) {
+        if (err && err_len)
+            snprintf(err, err_len, "policy '%.40s...': too long", spec);
+        return KV_EINVAL;
+    }
+    snprintf(base, sizeof base, "%.*s", (int)(n - (i8 ? ns : 0)), spec);
+    int rc = kv_policy_parse(base, &p, msg, sizeof msg);
     if (rc) {
         if (err && err_len)
             snprintf(err, err_len, "policy '%s': %s", spec, msg);
         return rc;
     }
-    *out = (eval_policy_t){.policy = p};
-    if (kv_policy_describe(p, out->spec, sizeof out->spec))
-        snprintf(out->spec, sizeof out->spec, "%s", spec);
+    *out = (eval_policy_t){.policy = p, .store_flags = i8 ? KV_CONFIG_INT8_ATTN : 0};
+    if (kv_policy_describe(p, out->spec, sizeof out->spec - ns))
+        snprintf(out->spec, sizeof out->spec - ns, "%.*s", (int)(sizeof out->spec - ns - 1), base);
+    if (i8)
+        strcat(out->spec, EVAL_POLICY_I8);
     out->share = eval_policy_share(p);
     return 0;
 }

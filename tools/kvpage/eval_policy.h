@@ -45,11 +45,19 @@ typedef struct eval_share {
 
 typedef struct eval_policy {
     char spec[256];      /* the canonical spec (kv_policy_describe)  */
+                         /* + "@i8" with KV_CONFIG_INT8_ATTN          */
     kv_policy_t *policy; /* owned                                    */
     eval_share_t share;  /* eval_policy_share(policy)                */
+    uint32_t store_flags; /* kv_config_t.flags of its stores         */
 } eval_policy_t;
 
-/* Parse spec; KV_EINVAL with the store's message in err for a bad one. */
+/* The eval-only suffix of a spec: "kivi2@i8" runs kivi2 on a store
+ * created with KV_CONFIG_INT8_ATTN (approximate int8 attention over INT
+ * pages), so one report compares it with "kivi2". */
+#define EVAL_POLICY_I8 "@i8"
+
+/* Parse spec (with EVAL_POLICY_I8 or not); KV_EINVAL with the store's
+ * message in err for a bad one. */
 int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t err_len);
 /* The sharing class of a parsed policy (eval_share_t). */
 eval_share_t eval_policy_share(const kv_policy_t *policy);

@@ -195,6 +195,7 @@ int eval_run_start(const eval_env_t *e, const eval_policy_t *p, const int32_t *i
     if (rc)
         return rc;
     cfg.host_pages += cfg.host_pages / 4 + 64; /* conversions, merges in flight */
+    cfg.flags |= p->store_flags;
     if ((rc = kv_store_create(&cfg, &r->st)))
         return rc;
     kv_model_session_opts_t so = {.store = r->st, .max_ctx = max_tokens, .chunk = EVAL_CHUNK,
