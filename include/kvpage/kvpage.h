@@ -114,7 +114,7 @@ typedef uint32_t kv_seq_id_t;       /* sequence id, unique among live sequences 
  * and p * scale are rounded to int8 per group before they meet the codes,
  * so logits and outputs differ slightly from those over kv_read's floats
  * (APPROXIMATE; its cost in perplexity and retrieval on SmolLM2:
- * docs/results.md). INT2 decode attention runs about 1.3x faster than
+ * docs/results.md). INT2 decode attention runs about 1.4x faster than
  * without it (docs/results/benchmarks.md). CPUs with AVX-512 VNNI and VBMI
  * only: elsewhere kv_store_create returns KV_ENOTSUP. Results stay
  * deterministic and independent of n_threads; FP16 and MERGED pages are
