@@ -6,7 +6,7 @@
  *   kv_cpu_isa.c        the CPU feature probe (the only one) and the builds
  *                       of the hot loops this CPU runs
  *   kv_cpu_plan.c       token ranges of page lists -> (page, offset) spans
- *   kv_workers.c           worker threads: jobs of independent units
+ *   kv_workers.c        worker threads: jobs of independent units
  *   kv_cpu_decode.c     batched decode: split-K partitions + (max, sum-exp)
  *   kv_cpu_prefill.c    causal prefill over blocks of query rows
  *   kv_cpu_convert.c    the conversion ops (convert, merge_select, merge)
@@ -14,6 +14,9 @@
  *   kv_cpu_attend.c     the hot loops                       \  compiled once
  *   kv_cpu_fmt_int.c    INT4/INT2 attention from the codes   > per build
  *   kv_cpu_fmt_load.c   FP16 and MERGED rows to FP32        /  (KV_CPU_SYM)
+ *   kv_cpu_fmt_i8.c     INT4/INT2 attention with int8 dot products
+ *                       (approximate, opt-in: KV_BACKEND_INT8; compiled
+ *                       once, AVX-512 VNNI + VBMI)
  *
  * The attention loop is the same for every page format; how it reads a
  * format's pages is the format's entry in the kernels-side format table

@@ -50,13 +50,19 @@
  * to the bottom of its byte, and a mask clears the rest. The tables below
  * are those permutes, written as formulas of the byte position p.
  */
+#include "kv_cpu.h"
+
+/* Only the build with the file's own flags (CMakeLists.txt: kvpage_cpu_i8,
+ * x86) has the body; a build of every source with plain flags (the fuzz
+ * build) gets none, and nothing calls it there (KV_CPU_X86 unset). */
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+
 #include <assert.h>
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "formats/kv_fmt_layout.h"
-#include "kv_cpu.h"
 
 #define I8_BODY static inline __attribute__((always_inline))
 #define I8_ROWS 4u        /* query rows per pass (int32 sums in registers) */
@@ -569,3 +575,7 @@ void kv_cpu_i8_int2_accum(const void *page, const kv_page_geom_t *g,
 {
     i8_accum(2u, page, g, t0, n, p, ps, nr, acc, as);
 }
+
+#else
+typedef int kv_cpu_fmt_i8_unbuilt_t; /* ISO C: no empty translation unit */
+#endif
