@@ -75,8 +75,10 @@ typedef struct kv_cpu_task {
     float *acc;            /* [n_rows][head_dim] running sum p * v        */
     float *logits;         /* NULL or [n_rows][logits_stride]: logit of   */
     size_t logits_stride;  /*   token t at [r * stride + t] (attend)      */
-    const struct kv_cpu_fmt_ops *fmt; /* [KV_FMT_COUNT] format table, or  */
-                           /*   NULL: the build's own (kv_cpu_loops_t.fmt) */
+    const struct kv_cpu_fmt_ops *fmt; /* [KV_FMT_COUNT] the format table  */
+                           /*   attend and stats read pages with          */
+                           /*   (kv_cpu_fmt_table); unused by             */
+                           /*   stats_from_logits                         */
     /* stats pass */
     const float *lse;      /* [n_rows] log-sum-exp of each row            */
     float *stats;          /* [list tokens]: stats[t] for t in the span   */
@@ -228,10 +230,18 @@ static inline void kv_cpu_run(kv_workers_t *workers, size_t n_units,
 typedef struct kv_cpu {
     const kv_cpu_loops_t *loops; /* the best build (kv_cpu_builds) */
     kv_workers_t *workers;       /* n_threads workers              */
-    /* the format table tasks run: loops->fmt, with the int8 INT steps */
-    /* (kv_cpu_fmt_i8.c) in place of the exact ones under KV_BACKEND_INT8 */
-    kv_cpu_fmt_ops_t fmt[KV_FMT_COUNT];
+    int int8;                    /* KV_BACKEND_INT8                */
+    /* int8: loops->fmt with the int8 INT steps (kv_cpu_fmt_i8.c) in   */
+    /* place of the exact ones                                          */
+    kv_cpu_fmt_ops_t i8_fmt[KV_FMT_COUNT];
 } kv_cpu_t;
+
+/* The format table this backend's tasks run (kv_cpu_task_t.fmt): the
+ * loops' own, or with KV_BACKEND_INT8 the int8 one. */
+static inline const kv_cpu_fmt_ops_t *kv_cpu_fmt_table(const kv_cpu_t *cx)
+{
+    return cx->int8 ? cx->i8_fmt : cx->loops->fmt;
+}
 
 /* Split tokens [0, len) of a list into ranges of `part` tokens (the last may
  * be shorter) and write their spans to out[0 .. ceil(len/part)). */

@@ -287,12 +287,11 @@ typedef struct chunk {
     uint32_t off, t0, n, r0;
 } chunk_t;
 
-/* The ops of page pg in the task's format table (NULL: this build's). */
+/* The ops of page pg in the task's format table. */
 KV_CPU_BODY const kv_cpu_fmt_ops_t *page_ops(const kv_cpu_task_t *t,
                                              const kv_kern_page_t *pg)
 {
-    return t->fmt ? &t->fmt[pg->format]
-                  : &KV_CPU_SYM(kv_cpu_loops).fmt[pg->format];
+    return &t->fmt[pg->format];
 }
 
 /* The chunk's tokens to FP32 K and V tiles (either may be NULL). */

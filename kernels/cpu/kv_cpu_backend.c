@@ -62,13 +62,14 @@ int kv_backend_cpu_create(uint32_t n_threads, uint32_t flags,
     uint32_t nb;
     const kv_cpu_loops_t *const *b = kv_cpu_builds(&nb);
     cx->loops = b[nb - 1];
-    memcpy(cx->fmt, cx->loops->fmt, sizeof cx->fmt);
+    cx->int8 = (flags & KV_BACKEND_INT8) != 0; /* only where kv_cpu_has_i8 */
 #ifdef KV_CPU_X86
-    if (flags & KV_BACKEND_INT8) {
-        cx->fmt[KV_FMT_INT4].score = kv_cpu_i8_int4_score;
-        cx->fmt[KV_FMT_INT4].accum = kv_cpu_i8_int4_accum;
-        cx->fmt[KV_FMT_INT2].score = kv_cpu_i8_int2_score;
-        cx->fmt[KV_FMT_INT2].accum = kv_cpu_i8_int2_accum;
+    if (cx->int8) {
+        memcpy(cx->i8_fmt, cx->loops->fmt, sizeof cx->i8_fmt);
+        cx->i8_fmt[KV_FMT_INT4].score = kv_cpu_i8_int4_score;
+        cx->i8_fmt[KV_FMT_INT4].accum = kv_cpu_i8_int4_accum;
+        cx->i8_fmt[KV_FMT_INT2].score = kv_cpu_i8_int2_score;
+        cx->i8_fmt[KV_FMT_INT2].accum = kv_cpu_i8_int2_accum;
     }
 #endif
     out->ops = &cpu_ops;

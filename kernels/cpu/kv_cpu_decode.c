@@ -135,7 +135,7 @@ static void run_unit(const decode_plan_t *pl, size_t u, uint32_t worker)
         .acc = acc,
         .logits = pl->logits[list],
         .logits_stride = p->seq_len[list],
-        .fmt = pl->cx->fmt,
+        .fmt = kv_cpu_fmt_table(pl->cx),
     };
     assert(worker < pl->n_thr);
     pl->cx->loops->attend(&t, pl->thread + worker * pl->thread_floats);

@@ -104,7 +104,7 @@ static void run_block(void *arg, size_t u, uint32_t worker)
         .m = m,
         .l = l,
         .acc = acc,
-        .fmt = pl->cx->fmt,
+        .fmt = kv_cpu_fmt_table(pl->cx),
     };
     pl->cx->loops->attend(&t, scratch);
 
@@ -135,7 +135,7 @@ static void stats_range(void *arg, size_t u, uint32_t worker)
         .lim0 = p->seq_len[h] - p->n_new + row0 + 1,
         .lse = pl->lse + first,
         .stats = p->stats + (size_t)h * p->stats_stride,
-        .fmt = pl->cx->fmt,
+        .fmt = kv_cpu_fmt_table(pl->cx),
     };
     assert(worker < pl->n_thr);
     pl->cx->loops->stats(&t, pl->thread + worker * pl->thread_floats);
