@@ -140,6 +140,16 @@ int kv_tok_piece(const kv_tok_t *tok, int32_t id, const char **bytes, size_t *le
 int kv_tok_chat(const kv_tok_t *tok, const char *system, const char *user,
                 int32_t *ids, size_t cap, size_t *n);
 
+/* kv_tok_chat of the user message head + tail, with head and tail encoded
+ * as two texts: the first *n_head ids (template through head) are those of
+ * a prompt cut after head, whatever tail is (a context cached before its
+ * question). Where head ends at a pre-tokenizer boundary (e.g. "." before
+ * "\n\n") the ids equal kv_tok_chat's of the joined message. *n_head is
+ * written on success. Errors: as kv_tok_chat; KV_EINVAL (tail or n_head
+ * NULL). */
+int kv_tok_chat_split(const kv_tok_t *tok, const char *system, const char *head,
+                      const char *tail, int32_t *ids, size_t cap, size_t *n, size_t *n_head);
+
 /* ---- vocabulary queries --------------------------------------------------- */
 
 uint32_t kv_tok_n_vocab(const kv_tok_t *tok);

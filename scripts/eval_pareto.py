@@ -5,8 +5,8 @@ picks a KV cache policy by: per policy, how much less KV memory it needed than
 fp16 and what it cost in retrieval accuracy and perplexity, with the Pareto
 frontier of each trade-off marked (docs/eval.md, "Tables across runs").
 
-Usage: scripts/eval_pareto.py [--md OUT.md] [--svg OUT.svg] [--self-test]
-                              REPORT.json...
+Usage: scripts/eval_pareto.py [--md OUT.md] [--svg OUT.svg]
+                              [--setting agnostic|aware] [--self-test] REPORT.json...
 
 Inputs: one or more reports as `kvpage eval --json FILE` writes them
 (docs/eval.md, "Output"); `results` is what is read (`items` and
@@ -44,6 +44,12 @@ Invariants:
   per pair of files; a repeat that measured otherwise is pooled, with a
   warning. Two runs of one cell with other depths or another seed are
   different items and pool silently.
+- Retrieval results of the query-agnostic and query-aware settings (the
+  report's `setting`; a report without one predates it and is query-aware)
+  are never pooled: with reports of both settings, --setting says which
+  retrieval results are read (the other setting's are dropped, perplexity
+  is kept: it does not depend on the setting); without it that is a usage
+  error.
 - Standard library only; reads nothing but the named files.
 """
 import argparse
@@ -145,7 +151,28 @@ def load_report(path):
     for x in out:
         if x["task"] != "ppl":
             x["sig"] = tuple(sorted(sig.get((x["policy"], x["task"], x["haystack"], x["ctx"]), ())))
-    return {"path": path, "model": doc.get("model_sha256"), "results": out}
+    setting = doc.get("setting", "query-aware")
+    if setting not in ("query-agnostic", "query-aware"):
+        raise ReportError("'setting' is neither query-agnostic nor query-aware")
+    if not any(x["task"] != "ppl" for x in out):
+        setting = None  # perplexity only: either setting
+    return {"path": path, "model": doc.get("model_sha256"), "results": out, "setting": setting}
+
+
+def select_setting(reps, want):
+    """Keep the retrieval results of setting want ("query-agnostic",
+    "query-aware" or None: the one setting the reports have); raises
+    ReportError when the reports mix settings and want is None."""
+    have = sorted({r["setting"] for r in reps if r["setting"]})
+    if want is None:
+        if len(have) > 1:
+            raise ReportError("the reports mix query-agnostic and query-aware retrieval: "
+                              "choose one with --setting agnostic|aware")
+        return reps
+    for r in reps:
+        if r["setting"] and r["setting"] != want:
+            r["results"] = [x for x in r["results"] if x["task"] == "ppl"]
+    return [r for r in reps if r["results"]]
 
 
 def cell_of(x):
@@ -598,6 +625,29 @@ def self_test():
         check("no fp16: the others' frontier unchanged",
               {p["policy"] for p in pols if p["ret_f"]} == {"fp16", "snap", "kivi2"})
         svg(pols)
+        # Settings: an agnostic report beside the (older, aware) ones.
+        ag_path = os.path.join(d, "ag.json")
+        with open(ag_path, "w") as f:
+            json.dump({"model_sha256": "m", "setting": "query-agnostic", "results": [
+                {"policy": "fp16", "task": "passkey", "ctx": 1024, "haystack": "lic",
+                 "items": 2, "correct": 2, "kv_bytes": 4000},
+                {"policy": "snap", "task": "passkey", "ctx": 1024, "haystack": "lic",
+                 "items": 2, "correct": 0, "kv_bytes": 1000},
+                {"policy": "snap", "task": "ppl", "ctx": 576, "text": "T3", "value": 1.0,
+                 "kv_bytes": 1}]}, f)
+        ag = load_report(ag_path)
+        check("setting read; old reports are query-aware",
+              ag["setting"] == "query-agnostic" and reps[0]["setting"] == "query-aware")
+        try:
+            select_setting([dict(r) for r in reps] + [dict(ag)], None)
+            check("mixed settings refused without --setting", False)
+        except ReportError:
+            pass
+        only = select_setting([dict(r) for r in reps] + [dict(ag)], "query-agnostic")
+        P2 = {p["policy"]: p for p in merge(only)[0]}
+        check("agnostic: snap 0/2 retrieval, ppl of every report kept",
+              (P2["snap"]["correct"], P2["snap"]["items"]) == (0, 2)
+              and P2["snap"]["texts"] == 3)
         for name, text in (("bad.json", "{"), ("shape.json", '{"results": [{"policy": 1}]}'),
                            ("neg.json", '{"results": [{"policy": "p", "task": "vt", "ctx": 1,'
                                         ' "kv_bytes": 1, "items": 1, "correct": 2}]}')):
@@ -647,6 +697,8 @@ def main(argv):
                                  "--json reports into per-policy tables with Pareto frontiers.")
     ap.add_argument("--md", metavar="OUT.md", help="write the Markdown here ('-' = stdout)")
     ap.add_argument("--svg", metavar="OUT.svg", help="write the two-panel SVG here")
+    ap.add_argument("--setting", choices=("agnostic", "aware"),
+                    help="the retrieval setting to read when the reports have both")
     ap.add_argument("--self-test", action="store_true", help="check this script, then exit")
     ap.add_argument("reports", nargs="*", metavar="REPORT.json")
     a = ap.parse_args(argv)
@@ -665,6 +717,15 @@ def main(argv):
         except ReportError as e:
             print("%s: %s: %s" % (PROG, path, e), file=sys.stderr)
             return 2
+    try:
+        reps = select_setting(reps, a.setting and "query-" + a.setting)
+    except ReportError as e:
+        print("%s: %s" % (PROG, e), file=sys.stderr)
+        return 2
+    if not reps:
+        print("%s: no report has results of the query-%s setting" % (PROG, a.setting),
+              file=sys.stderr)
+        return 2
     pols, warns = merge(reps)
     for w in warns:
         print("%s: %s: %s" % (PROG, "note" if w.endswith("counted once") else "warning", w),

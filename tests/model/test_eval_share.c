@@ -102,6 +102,7 @@ static void run(const eval_env_t *e, const eval_policy_t *p, const int32_t *ids,
     CHECK_OK(eval_run_start(e, p, ids, n, n + STEPS, replay, record, q0, logits, &r));
     eval_steps_t s = {.force = ids + n, .n = STEPS, .logits = logits, .before = hash_logits,
                       .user = t};
+    CHECK_OK(eval_run_prefill_end(&r, p));
     CHECK_OK(eval_run_steps(&r, p, &s));
     t->nll = s.nll;
     CHECK_OK(kv_store_check(r.st));

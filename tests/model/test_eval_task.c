@@ -15,22 +15,36 @@
 #include "tools/kvpage/eval_hay.h"
 #include "tools/kvpage/eval_task.h"
 
-/* Stand-in tokenizer: one token per space-separated word of user + prime,
- * plus a fixed template overhead. */
+/* Stand-in tokenizer: one token per space-separated word of user + the
+ * longest question + its prime, plus a fixed template overhead. */
 static long count_words(void *user, const eval_item_t *it)
 {
-    long *calls = user, n = 20;
+    long *calls = user, most = 0;
     (*calls)++;
-    const char *parts[2] = {it->user, it->prime};
-    for (int k = 0; k < 2; k++)
-        for (const char *p = parts[k]; *p; p++)
-            n += (*p != ' ' && *p != '\n') && (p == parts[k] || p[-1] == ' ' || p[-1] == '\n');
-    return n;
+    for (uint32_t q = 0; q < it->n_q; q++) {
+        long n = 20;
+        const char *parts[3] = {it->user, it->q[q].text, it->q[q].prime};
+        for (int k = 0; k < 3; k++)
+            for (const char *p = parts[k]; *p; p++)
+                n += (*p != ' ' && *p != '\n') &&
+                     (p == parts[k] || p[-1] == ' ' || p[-1] == '\n');
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* The user message of question 0 (context + question), in a static buffer
+ * (rebuilt by each call, so pointers into it stay comparable). */
+static const char *msg0(const eval_item_t *it)
+{
+    static char msg[1 << 16];
+    snprintf(msg, sizeof msg, "%s%s", it->user, it->q[0].text);
+    return msg;
 }
 
 static const char *find(const eval_item_t *it, const char *s)
 {
-    return strstr(it->user, s);
+    return strstr(msg0(it), s);
 }
 
 static void test_determinism(void)
@@ -44,10 +58,12 @@ static void test_determinism(void)
         s.seed = 43;
         CHECK_OK(eval_item_make(&s, &c));
         CHECK(a.user_len == b.user_len && !memcmp(a.user, b.user, a.user_len));
-        CHECK(!strcmp(a.answer, b.answer) && !strcmp(a.prime, b.prime));
-        CHECK(strcmp(a.answer, c.answer)); /* another seed, another answer */
+        CHECK(!strcmp(a.q[0].answer, b.q[0].answer) && !strcmp(a.q[0].prime, b.q[0].prime));
+        CHECK(strcmp(a.q[0].answer, c.q[0].answer)); /* another seed, another answer */
         CHECK_EQ(strlen(a.user), a.user_len);
-        CHECK(a.max_new > 0);
+        CHECK(a.q[0].max_new > 0);
+        CHECK_EQ(a.n_q, 1);
+        CHECK_EQ(a.q[0].depth_pct, 30);
         eval_item_free(&a);
         eval_item_free(&b);
         eval_item_free(&c);
@@ -62,22 +78,25 @@ static void test_passkey_depth(void)
         s.depth_pct = d;
         eval_item_t it;
         CHECK_OK(eval_item_make(&s, &it));
-        CHECK_EQ(strlen(it.answer), 5);
+        CHECK_EQ(strlen(it.q[0].answer), 5);
         char needle[64];
-        snprintf(needle, sizeof needle, "The pass key is %s. Remember it.", it.answer);
+        snprintf(needle, sizeof needle, "The pass key is %s. Remember it.", it.q[0].answer);
         const char *n = find(&it, needle), *f0 = find(&it, first);
         CHECK(n && f0);
         /* filler sentences before the needle: d% of 100 */
         uint32_t before = 0;
-        for (const char *p = it.user; n && p < n; p++)
-            before += *p == '.' && p > it.user && p[-1] != ' ';
+        const char *m = msg0(&it);
+        for (const char *p = m; n && p < n; p++)
+            before += *p == '.' && p > m && p[-1] != ' ';
         /* the intro has 3 sentences ending in '.' */
         CHECK_EQ(before, 3 + d);
         if (d == 100) {
-            const char *q = strstr(it.user, "What is the pass key? Answer with the number only.");
-            CHECK(q && n > strstr(it.user, last) && q > n);
+            const char *q = find(&it, "What is the pass key? Answer with the number only.");
+            CHECK(q && n > strstr(m, last) && q > n);
+            CHECK(q == m + it.user_len + 2); /* the question follows the context */
         }
-        CHECK(!strcmp(it.prime, "The pass key is"));
+        CHECK(!strcmp(it.q[0].prime, "The pass key is"));
+        CHECK(!strstr(it.user, "vault number")); /* one question: no second fact */
         eval_item_free(&it);
     }
 }
@@ -92,15 +111,15 @@ static void test_needle(void)
         n++;
     CHECK_EQ(n, EVAL_NEEDLES);
     /* the asked key is in the question and in the prime; its value is the answer */
-    const char *q = strstr(it.user, "What is the special magic number for ");
+    const char *q = strstr(it.q[0].text, "What is the special magic number for ");
     CHECK(q != NULL);
     char word[32] = "";
     if (q)
         sscanf(q + strlen("What is the special magic number for "), "%31s", word);
     char needle[96];
-    snprintf(needle, sizeof needle, "numbers for %s is: %s.", word, it.answer);
+    snprintf(needle, sizeof needle, "numbers for %s is: %s.", word, it.q[0].answer);
     CHECK(find(&it, needle) != NULL);
-    CHECK(strstr(it.prime, word) != NULL);
+    CHECK(strstr(it.q[0].prime, word) != NULL);
     eval_item_free(&it);
 }
 
@@ -111,10 +130,10 @@ static void test_vt(void)
         eval_item_t it;
         CHECK_OK(eval_item_make(&s, &it));
         char names[EVAL_VT_VARS][8];
-        CHECK_EQ(sscanf(it.answer, "%7s %7s %7s %7s %7s", names[0], names[1], names[2],
+        CHECK_EQ(sscanf(it.q[0].answer, "%7s %7s %7s %7s %7s", names[0], names[1], names[2],
                         names[3], names[4]),
                  EVAL_VT_VARS);
-        const char *prev = it.user;
+        const char *prev = msg0(&it);
         for (unsigned i = 1; i < EVAL_VT_VARS; i++) { /* X_i = X_{i-1}, in order */
             char stmt[64];
             snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", names[i], names[i - 1]);
@@ -153,14 +172,14 @@ static void test_fit(void)
 
 static void test_score(void)
 {
-    eval_item_t it = {.answer = "51095"};
+    eval_question_t it = {.answer = "51095"};
     const char *ok[] = {" 51095.", "51095", "The pass key is 51095 indeed"};
     const char *bad[] = {" 510951", " 5109", "1. 51095", "", " fifty"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         CHECK_EQ(eval_item_score(&it, ok[i], strlen(ok[i])), 1);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_EQ(eval_item_score(&it, bad[i], strlen(bad[i])), 0);
-    eval_item_t vt = {.answer = "ABCDE FGHIJ KLMNO"};
+    eval_question_t vt = {.answer = "ABCDE FGHIJ KLMNO"};
     const char *g1 = " ABCDE, FGHIJ and KLMNO.", *g2 = " ABCDE, FGHIJ.",
                *g3 = " ABCDEX, FGHIJ, KLMNO";
     CHECK_EQ(eval_item_score(&vt, g1, strlen(g1)), 1);
@@ -230,7 +249,7 @@ static void test_hay_items(void)
         CHECK_OK(eval_item_make(&s, &a));
         s.hay = &fill;
         CHECK_OK(eval_item_make(&s, &b));
-        CHECK(!strcmp(a.user, b.user) && !strcmp(a.answer, b.answer));
+        CHECK(!strcmp(a.user, b.user) && !strcmp(a.q[0].answer, b.q[0].answer));
         eval_item_free(&a);
         eval_item_free(&b);
     }
@@ -270,6 +289,51 @@ static void test_hay_items(void)
     eval_hay_free(&lic);
 }
 
+/* Two questions: each about its own fact in the one context, the first
+ * question's item otherwise as with one (same key, same question). */
+static void test_two_questions(void)
+{
+    for (int kind = 0; kind < EVAL_TASK_COUNT; kind++)
+        for (uint32_t d = 0; d <= 100; d += 25) {
+            eval_item_spec_t s = {.kind = (eval_task_kind_t)kind, .seed = 9, .n_units = 80,
+                                  .depth_pct = d};
+            eval_item_t one, two;
+            CHECK_OK(eval_item_make(&s, &one));
+            s.questions = 2;
+            CHECK_OK(eval_item_make(&s, &two));
+            CHECK_EQ(two.n_q, 2);
+            CHECK(!strcmp(one.q[0].answer, two.q[0].answer));
+            CHECK(!strcmp(one.q[0].text, two.q[0].text));
+            CHECK(!strcmp(one.q[0].prime, two.q[0].prime));
+            CHECK(strcmp(two.q[0].text, two.q[1].text));
+            CHECK(strcmp(two.q[0].prime, two.q[1].prime));
+            if (kind == EVAL_TASK_NEEDLE) /* the question asks another of its needles */
+                CHECK(!strcmp(one.user, two.user));
+            else
+                CHECK(two.user_len > one.user_len); /* the second fact */
+            CHECK(two.q[1].max_new > 0 && two.q[1].depth_pct <= 100);
+            if (kind != EVAL_TASK_NEEDLE) /* half the haystack away */
+                CHECK_EQ(two.q[1].depth_pct, d < 50 ? d + 50 : d - 50);
+            /* every answer is in the context: the facts were planted */
+            const char *a = two.q[1].answer;
+            char first[8] = "";
+            snprintf(first, sizeof first, "%.5s", a);
+            CHECK(strstr(two.user, first) != NULL);
+            if (kind == EVAL_TASK_PASSKEY) {
+                char fact[128];
+                snprintf(fact, sizeof fact, "The vault number is %s. Remember it.", a);
+                CHECK(strstr(two.user, fact) != NULL);
+                CHECK(strstr(two.q[1].text, "What is the vault number?") != NULL);
+            }
+            eval_item_free(&one);
+            eval_item_free(&two);
+        }
+    eval_item_spec_t s = {.kind = EVAL_TASK_VT, .questions = EVAL_QUESTIONS + 1};
+    eval_item_t it = {.user = NULL};
+    CHECK_EQ(eval_item_make(&s, &it), KV_EINVAL);
+    CHECK(it.user == NULL);
+}
+
 int main(void)
 {
     test_hay_cut();
@@ -278,6 +342,7 @@ int main(void)
     test_passkey_depth();
     test_needle();
     test_vt();
+    test_two_questions();
     test_fit();
     test_score();
     test_bad_input();

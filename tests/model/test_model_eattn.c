@@ -48,6 +48,7 @@ static result_t ppl_of(const eval_env_t *env, const char *spec, const int32_t *i
     eval_run_t r;
     CHECK_OK(eval_run_start(env, &p, ids, PREFILL, PREFILL + STEPS, NULL, NULL, 0, lg, &r));
     eval_steps_t s = {.force = ids + PREFILL, .n = STEPS, .logits = lg};
+    CHECK_OK(eval_run_prefill_end(&r, &p));
     CHECK_OK(eval_run_steps(&r, &p, &s));
     CHECK_OK(kv_store_check(r.st));
     kv_stats_t st;
@@ -122,6 +123,7 @@ int main(void)
     eval_run_t r;
     CHECK_OK(eval_run_start(&env, &p, prompt, np, np + 16, NULL, NULL, 0, lg, &r));
     eval_steps_t s = {.n = 6, .tok = tok, .logits = lg};
+    CHECK_OK(eval_run_prefill_end(&r, &p));
     CHECK_OK(eval_run_steps(&r, &p, &s));
     CHECK(s.n_out > 0);
     char outs[256];

@@ -10,7 +10,11 @@
  *             retrieval items (eval_task.h) in each --haystack (eval_hay.h),
  *             fitted to each --ctx token budget, --items per (task, ctx,
  *             haystack) with the needle at the --depths in turn; chat
- *             template + answer prefix; greedy; exact match
+ *             template + answer prefix; greedy; exact match. --questions
+ *             questions per context; --setting agnostic (default): the
+ *             context is prefilled and compressed (kv_seq_prefill_end)
+ *             first, then each question is appended in a fork of it;
+ *             aware: context + question prefilled whole, then compressed
  *   fidelity  during the ppl decode of each policy, the attention output of
  *             every layer for the last --probe-rows rows against FP16's
  *             (post_attn hook): ||out - out_fp16|| / ||out_fp16|| per layer
@@ -50,8 +54,8 @@
 
 typedef struct eval_opts {
     const char *model, *policies, *texts, *ctx, *depths, *tasks, *haystack;
-    const char *json, *md, *svg;
-    uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items;
+    const char *json, *md, *svg, *setting;
+    uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items, questions;
     int no_share;
 } eval_opts_t;
 
@@ -74,6 +78,11 @@ static const kv_cli_opt_t eval_opts[] = {
     EVAL_S("--depths", depths, "LIST", "needle depths in percent, taken in turn by the items\n"
            "(default 0,25,50,75,100)"),
     EVAL_U("--items", items, 1, 1000, "N", "retrieval items per (task, ctx, haystack) (default 20)"),
+    EVAL_S("--setting", setting, "S", "retrieval: agnostic (the context compressed before each\n"
+           "question, answered in a fork) or aware (context + question\nprefilled, then "
+           "compressed) (default agnostic)"),
+    EVAL_U("--questions", questions, 1, EVAL_QUESTIONS, "N",
+           "retrieval questions per context, each about its own fact (default 2)"),
     EVAL_S("--haystack", haystack, "LIST", "retrieval haystacks: of filler, licenses, fortunes\n"
            "(default licenses,fortunes)"),
     {"--no-share", KV_CLI_FLAG, offsetof(eval_opts_t, no_share), 0, 0, 0, 0, NULL,
@@ -95,7 +104,8 @@ static int eval_parse(int argc, char **argv, eval_opts_t *o)
                        .tasks = "ppl,passkey,needle,vt,fidelity", .texts = EVAL_TEXTS,
                        .ctx = "1024", .depths = "0,25,50,75,100", .ppl_prefill = 1024,
                        .ppl_gen = 128, .seed = 1, .probe_rows = 16, .items = 20,
-                       .haystack = "licenses,fortunes"};
+                       .haystack = "licenses,fortunes", .setting = "agnostic",
+                       .questions = 2};
     return kv_cli_parse("eval", NULL, eval_opts, sizeof eval_opts / sizeof eval_opts[0],
                         argc, argv, o);
 }
@@ -147,6 +157,7 @@ typedef struct eval_state {
     const char *pol_names[EVAL_MAX_LIST];
     uint32_t n_pol;
     int share;                     /* replay fp16's prompt pass where exact  */
+    int aware;                     /* retrieval setting: 1 query-aware       */
     eval_prompt_t rec;             /* fp16's prompt pass of the current input */
     eval_hay_t hays[EVAL_HAY_COUNT];
     uint32_t n_hays;
@@ -172,7 +183,8 @@ typedef struct eval_state {
  * prompt pass, or a replay: appends (1/64), and for all_rows the prompt's
  * attention with statistics, which grows with the prompt (measured on 2
  * CPUs: 0.35 of a forward pass at 1K tokens, 1.26 at 4K); plus decode steps
- * (a step costs about 6 prompt tokens). */
+ * (a step costs about 6 prompt tokens; a query-agnostic question's own
+ * tokens are counted among its steps). */
 static double eval_cost(const eval_state_t *E, uint32_t p, uint32_t n_prompt, uint32_t steps)
 {
     const eval_share_t *sh = &E->pol[p].share;
@@ -392,70 +404,179 @@ static int load_text(eval_state_t *E, const char *name, eval_text_t *t, int32_t 
 
 /* ---- retrieval ------------------------------------------------------------- */
 
-/* Tokens of the item's whole prompt: chat template + answer prefix. */
-static long count_item(void *user, const eval_item_t *it)
+/* The ids of the item's whole prompt for question qi (chat template,
+ * context + question, answer prefix) into *ids (malloc, *n of them), or
+ * only their count (ids NULL); *n_head: the ids through the context, the
+ * same for every question (kv_tok_chat_split). */
+static int item_ids(eval_state_t *E, const eval_item_t *it, uint32_t qi, int32_t **ids,
+                    uint32_t *n, uint32_t *n_head)
 {
-    eval_state_t *E = user;
-    size_t a = 0, b = 0;
-    int rc = kv_tok_chat(E->tok, NULL, it->user, NULL, 0, &a);
+    const eval_question_t *q = &it->q[qi];
+    size_t a = 0, b = 0, head = 0;
+    int rc = kv_tok_chat_split(E->tok, NULL, it->user, q->text, NULL, 0, &a, &head);
     if (!rc)
-        rc = kv_tok_encode(E->tok, it->prime, strlen(it->prime), 0, NULL, 0, &b);
-    return rc ? rc : (long)(a + b);
-}
-
-static int item_ids(eval_state_t *E, const eval_item_t *it, int32_t **ids, uint32_t *n)
-{
-    long total = count_item(E, it);
-    if (total < 0)
-        return (int)total;
-    if (!(*ids = malloc((size_t)total * sizeof **ids)))
+        rc = kv_tok_encode(E->tok, q->prime, strlen(q->prime), 0, NULL, 0, &b);
+    if (rc || !ids) {
+        *n = (uint32_t)(a + b);
+        return rc;
+    }
+    if (!(*ids = malloc((a + b) * sizeof **ids)))
         return KV_ENOMEM;
-    size_t a = 0, b = 0;
-    int rc = kv_tok_chat(E->tok, NULL, it->user, *ids, (size_t)total, &a);
-    if (!rc)
-        rc = kv_tok_encode(E->tok, it->prime, strlen(it->prime), 0, *ids + a,
-                           (size_t)total - a, &b);
+    if (!(rc = kv_tok_chat_split(E->tok, NULL, it->user, q->text, *ids, a, &a, &head)))
+        rc = kv_tok_encode(E->tok, q->prime, strlen(q->prime), 0, *ids + a, b, &b);
     if (rc) {
         free(*ids);
         *ids = NULL;
         return rc;
     }
     *n = (uint32_t)(a + b);
+    *n_head = (uint32_t)head;
     return 0;
 }
 
-/* Prefill, then greedy decoding until a control token or max_new. */
-static int run_item(eval_state_t *E, uint32_t p, const eval_item_t *it, const int32_t *ids,
-                    uint32_t n, eval_result_t *res, eval_item_rec_t *rec)
+/* Tokens of the item's longest whole prompt (eval_count_fn). */
+static long count_item(void *user, const eval_item_t *it)
 {
+    uint32_t most = 0;
+    for (uint32_t qi = 0; qi < it->n_q; qi++) {
+        uint32_t n = 0, head = 0;
+        int rc = item_ids(user, it, qi, NULL, &n, &head);
+        if (rc)
+            return rc;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* The answer generated for q: decoded, scored, recorded; res counts it. */
+static void score_answer(eval_state_t *E, const eval_question_t *q, const eval_steps_t *st,
+                         eval_result_t *res, eval_item_rec_t *rec)
+{
+    char text[512];
+    size_t len = 0;
+    if (kv_tok_decode(E->tok, st->out, st->n_out, text, sizeof text - 1, &len))
+        len = 0;
+    text[len] = 0;
+    rec->ok = eval_item_score(q, text, len);
+    size_t keep = len < sizeof rec->got - 1 ? len : sizeof rec->got - 1;
+    memcpy(rec->got, text, keep);
+    rec->got[keep] = 0;
+    snprintf(rec->expect, sizeof rec->expect, "%s", q->answer);
+    res->n_items++;
+    res->n_correct += (uint32_t)rec->ok;
+}
+
+/* The next item record (zeroed), or NULL when out of memory. */
+static eval_item_rec_t *next_rec(eval_state_t *E)
+{
+    eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
+    if (!ir)
+        return NULL;
+    E->items = ir;
+    E->items[E->n_items] = (eval_item_rec_t){0};
+    return &E->items[E->n_items];
+}
+
+/* One retrieval item's prompts: ids[qi] ([n[qi]]) per question, the first
+ * n_head of each the context's. */
+typedef struct item_prompts {
+    int32_t *ids[EVAL_QUESTIONS];
+    uint32_t n[EVAL_QUESTIONS];
+    uint32_t n_head;
+} item_prompts_t;
+
+/* A retrieval cell and where its item records go. */
+typedef struct item_cell {
+    eval_task_kind_t kind;
+    uint32_t ctx, hay;
+} item_cell_t;
+
+/* Query-aware: question qi's whole prompt prefilled, then compressed, then
+ * greedy decoding. */
+static int run_aware(eval_state_t *E, uint32_t p, const item_cell_t *c, const eval_item_t *it,
+                     uint32_t qi, const item_prompts_t *pr, eval_result_t *res)
+{
+    const eval_question_t *q = &it->q[qi];
     eval_run_t r;
-    int rc = run_start(E, p, ids, n, n + it->max_new, &r);
+    int rc = run_start(E, p, pr->ids[qi], pr->n[qi], pr->n[qi] + q->max_new, &r);
     if (rc)
         return rc;
-    eval_steps_t st = {.n = it->max_new, .tok = E->tok, .logits = E->logits};
-    rc = eval_run_steps(&r, &E->pol[p], &st);
-    if (!rc)
+    eval_steps_t st = {.n = q->max_new, .tok = E->tok, .logits = E->logits};
+    eval_item_rec_t *rec = next_rec(E);
+    if (!rec)
+        rc = KV_ENOMEM;
+    if (!rc && !(rc = eval_run_prefill_end(&r, &E->pol[p])) &&
+        !(rc = eval_run_steps(&r, &E->pol[p], &st)))
         rc = run_account(&r, res);
     eval_run_close(&r);
     if (rc)
         return rc;
-    char text[512];
-    size_t len = 0;
-    if (kv_tok_decode(E->tok, st.out, st.n_out, text, sizeof text - 1, &len))
-        len = 0;
-    text[len] = 0;
-    rec->ok = eval_item_score(it, text, len);
-    size_t keep = len < sizeof rec->got - 1 ? len : sizeof rec->got - 1;
-    memcpy(rec->got, text, keep);
-    rec->got[keep] = 0;
-    snprintf(rec->expect, sizeof rec->expect, "%s", it->answer);
-    res->n_items++;
-    res->n_correct += (uint32_t)rec->ok;
+    *rec = (eval_item_rec_t){.policy = p, .task = (int)c->kind, .ctx = c->ctx, .hay = c->hay,
+                             .tokens = pr->n[qi], .depth_pct = q->depth_pct, .question = qi};
+    score_answer(E, q, &st, res, rec);
+    E->n_items++;
     return 0;
 }
 
-/* Steps a retrieval item of kind runs at most (for the ETA). */
+/* Query-agnostic: the context prefilled and compressed once; each question
+ * then appended in a fork of it and answered. The footprint is taken with
+ * the context and one answered question held: kv_bytes the pages of both
+ * (shared pages once), fp16_bytes the FP16 size of the fork's tokens (the
+ * context's as the fork holds them, the question and the answer). */
+static int run_agnostic(eval_state_t *E, uint32_t p, const item_cell_t *c,
+                        const eval_item_t *it, const item_prompts_t *pr, eval_result_t *res)
+{
+    uint32_t most = pr->n_head;
+    for (uint32_t qi = 0; qi < it->n_q; qi++)
+        most = pr->n[qi] + it->q[qi].max_new > most ? pr->n[qi] + it->q[qi].max_new : most;
+    eval_run_t r;
+    int rc = run_start(E, p, pr->ids[0], pr->n_head, most, &r);
+    if (rc)
+        return rc;
+    kv_stats_t ctx; /* the compressed context alone */
+    if (!(rc = eval_run_prefill_end(&r, &E->pol[p])))
+        rc = kv_store_stats(r.st, &ctx);
+    for (uint32_t qi = 0; qi < it->n_q && !rc; qi++) {
+        const eval_question_t *q = &it->q[qi];
+        eval_steps_t st = {.n = q->max_new, .tok = E->tok, .logits = E->logits};
+        eval_run_t child;
+        eval_item_rec_t *rec = next_rec(E);
+        if (!rec) {
+            rc = KV_ENOMEM;
+            break;
+        }
+        if ((rc = eval_run_fork(&r, &child)))
+            break;
+        if (!(rc = eval_run_ask(&child, &E->pol[p], pr->ids[qi] + pr->n_head,
+                                pr->n[qi] - pr->n_head, &st)) &&
+            !(rc = run_account(&child, res)))
+            res->fp16_bytes -= ctx.fp16_bytes; /* the child's tokens only: the */
+                                               /* context's counted once       */
+        eval_run_close_fork(&child);
+        if (rc)
+            break;
+        *rec = (eval_item_rec_t){.policy = p, .task = (int)c->kind, .ctx = c->ctx,
+                                 .hay = c->hay, .tokens = pr->n[qi],
+                                 .depth_pct = q->depth_pct, .question = qi};
+        score_answer(E, q, &st, res, rec);
+        E->n_items++;
+    }
+    eval_run_close(&r);
+    return rc;
+}
+
+/* Steps a retrieval question runs at most (for the ETA). */
 #define EVAL_STEPS_EST 16u
+/* Tokens of a question after its context (for the ETA). */
+#define EVAL_QUESTION_EST 40u
+
+/* The ETA cost of one policy's work on one item of ctx tokens. */
+static double item_cost(const eval_state_t *E, uint32_t p, uint32_t ctx, uint32_t n_q)
+{
+    if (E->aware)
+        return n_q * eval_cost(E, p, ctx, EVAL_STEPS_EST);
+    return eval_cost(E, p, ctx, n_q * (EVAL_STEPS_EST + EVAL_QUESTION_EST / 6));
+}
 
 /* --items items of one (task, ctx, haystack), item k's needle at depth
  * depths[k mod n_depths]. */
@@ -465,6 +586,7 @@ static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx, 
     eval_result_t res[EVAL_MAX_LIST];
     const eval_hay_t *hay = &E->hays[h];
     const char *hname = eval_hay_name(hay->kind);
+    const item_cell_t cell = {.kind = kind, .ctx = ctx, .hay = h};
     for (uint32_t p = 0; p < E->n_pol; p++)
         res[p] = (eval_result_t){.policy = p, .task = (int)kind, .ctx = ctx, .hay = h};
     int rc = 0;
@@ -473,33 +595,27 @@ static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx, 
         uint64_t s = E->o->seed ^ ((uint64_t)kind << 56) ^ ((uint64_t)ctx << 24) ^
                      ((uint64_t)hay->kind << 20) ^ k;
         eval_item_spec_t spec = {.kind = kind, .seed = eval_mix64(&s), .depth_pct = depth,
-                                 .hay = hay};
+                                 .hay = hay, .questions = (uint32_t)E->o->questions};
         eval_item_t it;
         uint32_t n_tok = 0;
-        int32_t *ids = NULL;
         if ((rc = eval_item_fit(&spec, ctx, count_item, E, &it, &n_tok))) {
             if (rc == KV_ERANGE)
                 fprintf(stderr, "kvpage eval: --ctx %u is too small for a %s item\n", ctx,
                         eval_task_name(kind));
             break;
         }
-        rc = item_ids(E, &it, &ids, &n_tok);
-        for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
-            eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
-            if (!ir) {
-                rc = KV_ENOMEM;
-                break;
+        item_prompts_t pr = {.n_head = 0};
+        for (uint32_t qi = 0; qi < it.n_q && !rc; qi++)
+            rc = item_ids(E, &it, qi, &pr.ids[qi], &pr.n[qi], &pr.n_head);
+        for (uint32_t qi = 0; qi < (E->aware ? it.n_q : 1) && !rc; qi++)
+            for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+                rc = E->aware ? run_aware(E, p, &cell, &it, qi, &pr, &res[p])
+                              : run_agnostic(E, p, &cell, &it, &pr, &res[p]);
+                progress(E, p, eval_task_name(kind), hname, ctx, (int)depth,
+                         item_cost(E, p, ctx, E->aware ? 1 : it.n_q));
             }
-            E->items = ir;
-            eval_item_rec_t *rec = &E->items[E->n_items];
-            *rec = (eval_item_rec_t){.policy = p, .task = (int)kind, .ctx = ctx, .hay = h,
-                                     .tokens = n_tok, .depth_pct = depth};
-            if (!(rc = run_item(E, p, &it, ids, n_tok, &res[p], rec)))
-                E->n_items++;
-            progress(E, p, eval_task_name(kind), hname, ctx, (int)depth,
-                     eval_cost(E, p, ctx, EVAL_STEPS_EST));
-        }
-        free(ids);
+        for (uint32_t qi = 0; qi < EVAL_QUESTIONS; qi++)
+            free(pr.ids[qi]);
         eval_item_free(&it);
     }
     for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
@@ -613,7 +729,12 @@ int kv_cmd_eval(int argc, char **argv)
     int prc = eval_parse(argc, argv, &o);
     if (prc)
         return prc == 1 ? 0 : 2;
-    eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2), .share = !o.no_share};
+    eval_state_t E = {.o = &o, .t0 = kv_cli_now(), .tty = isatty(2), .share = !o.no_share,
+                      .aware = !strcmp(o.setting, "aware")};
+    if (!E.aware && strcmp(o.setting, "agnostic")) {
+        fprintf(stderr, "kvpage eval: --setting takes agnostic or aware, not '%s'\n", o.setting);
+        return 2;
+    }
     char pbuf[4096], xbuf[1024], *tnames[EVAL_MAX_LIST];
     if (strlen(o.policies) >= sizeof pbuf || strlen(o.texts) >= sizeof xbuf) {
         fprintf(stderr, "kvpage eval: --policies (< %zu bytes) or --texts (< %zu bytes) "
@@ -716,13 +837,16 @@ int kv_cmd_eval(int argc, char **argv)
         n_shared += p > 0 && E.share && E.pol[p].share.shares;
         E.cost_total += n_loaded * eval_cost(&E, p, (uint32_t)o.ppl_prefill, (uint32_t)o.ppl_gen);
         for (uint32_t c = 0; c < n_ctx; c++)
-            E.cost_total += n_tasks * E.n_hays * o.items * eval_cost(&E, p, ctx[c], EVAL_STEPS_EST);
+            E.cost_total += n_tasks * E.n_hays * o.items *
+                            item_cost(&E, p, ctx[c], (uint32_t)o.questions);
     }
-    E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * E.n_hays * (uint32_t)o.items);
+    E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * E.n_hays * (uint32_t)o.items *
+                                        (E.aware ? (uint32_t)o.questions : 1));
     fprintf(stderr, "kvpage eval: model %s, %u policies (%u replay fp16's prompt pass), %u runs, "
             "%u threads\n", path, E.n_pol, n_shared, E.total, E.env.threads);
     for (uint32_t t = 0; t < n_loaded && !rc; t++)
         rc = eval_ppl_text(&E, t, text_ids[t], fidelity);
+    E.env.forks = E.aware ? 0 : 1; /* a question's fork beside its context */
     for (unsigned k = 0; k < EVAL_TASK_COUNT && n_tasks && !rc; k++)
         for (uint32_t c = 0; c < n_ctx && want[k] && !rc; c++)
             for (uint32_t h = 0; h < E.n_hays && !rc; h++)
@@ -738,6 +862,9 @@ int kv_cmd_eval(int argc, char **argv)
                          .seed = o.seed, .ppl_prefill = (uint32_t)o.ppl_prefill,
                          .ppl_gen = (uint32_t)o.ppl_gen, .threads = E.env.threads,
                          .items_per_cell = (uint32_t)o.items, .shared = E.share,
+                         .setting = n_tasks ? (E.aware ? "query-aware" : "query-agnostic")
+                                            : NULL,
+                         .questions = (uint32_t)o.questions,
                          .hays = E.hays, .n_hays = E.n_hays,
                          .wall_s = kv_cli_now() - E.t0, .texts = texts, .n_texts = n_loaded,
                          .results = E.res, .n_results = E.n_res, .items = E.items,

@@ -118,7 +118,10 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         fputs(i ? "," : "", f);
         kv_cli_json_str(f, r->policies[i]);
     }
-    fputs("],\"texts\":[", f);
+    fputc(']', f);
+    if (r->setting)
+        fprintf(f, ",\"setting\":\"%s\",\"questions\":%u", r->setting, r->questions);
+    fputs(",\"texts\":[", f);
     for (uint32_t i = 0; i < r->n_texts; i++) {
         const eval_text_t *t = &r->texts[i];
         fputs(i ? ",{\"name\":" : "{\"name\":", f);
@@ -181,9 +184,9 @@ int eval_report_json(FILE *f, const eval_report_t *r)
         fputs(i ? ",{\"policy\":" : "{\"policy\":", f);
         kv_cli_json_str(f, r->policies[x->policy]);
         fprintf(f, ",\"task\":\"%s\",\"haystack\":\"%s\",\"ctx\":%u,\"tokens\":%u,"
-                   "\"depth\":%u,\"ok\":%d,\"expect\":",
+                   "\"depth\":%u,\"question\":%u,\"ok\":%d,\"expect\":",
                 task_label(x->task), hay_label(r, x->hay), x->ctx, x->tokens, x->depth_pct,
-                x->ok);
+                x->question, x->ok);
         kv_cli_json_str(f, x->expect);
         fputs(",\"got\":", f);
         kv_cli_json_str(f, x->got);
@@ -358,10 +361,13 @@ int eval_report_md(FILE *f, const eval_report_t *r)
         if (x->task == EVAL_RES_PPL)
             continue;
         if (!any++)
-            fprintf(f, "\nRetrieval (exact match, greedy; 95%% Wilson intervals):\n\n"
+            fprintf(f, "\nRetrieval (exact match, greedy; 95%% Wilson intervals; %s, %u "
+                       "question%s per context):\n\n"
                        "| policy | task | haystack | ctx | correct / items | acc [95%% CI] | "
                        "KV bytes | ratio vs fp16 | held ratio |\n"
-                       "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+                       "|---|---|---|---:|---:|---:|---:|---:|---:|\n",
+                    r->setting ? r->setting : "query-aware", r->questions ? r->questions : 1,
+                    r->questions > 1 ? "s" : "");
         fprintf(f, "| %s | %s | %s | %u | %u / %u | ", r->policies[x->policy],
                 task_label(x->task), hay_label(r, x->hay), x->ctx, x->n_correct, x->n_items);
         if (x->n_items)

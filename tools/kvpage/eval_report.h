@@ -55,7 +55,8 @@ typedef struct eval_item_rec {
     int task;
     uint32_t ctx;          /* the budget                                    */
     uint32_t tokens;       /* prompt tokens it got                          */
-    uint32_t depth_pct;
+    uint32_t depth_pct;    /* where the asked fact sits                     */
+    uint32_t question;     /* which question of the context (0-based)       */
     uint32_t hay;          /* index into hays                               */
     int ok;                /* exact match                                   */
     char expect[64];       /* the answer                                    */
@@ -91,6 +92,9 @@ typedef struct eval_report {
     uint32_t n_hays;
     uint32_t items_per_cell;         /* --items                             */
     int shared;                      /* 1: prompt passes were shared        */
+    const char *setting;             /* retrieval: "query-agnostic" or      */
+                                     /* "query-aware"; NULL: no retrieval   */
+    uint32_t questions;              /* retrieval questions per context     */
 } eval_report_t;
 
 /* The cell ratios (file comment of eval_report.c): `ratio`, KV bytes of the

@@ -191,7 +191,7 @@ int eval_run_start(const eval_env_t *e, const eval_policy_t *p, const int32_t *i
     if (replay && p->share.shares && replay->n != n)
         return KV_EINVAL;
     kv_config_t cfg;
-    int rc = kv_model_store_config(e->m, max_tokens, 1, e->threads, &cfg);
+    int rc = kv_model_store_config(e->m, max_tokens, 1 + e->forks, e->threads, &cfg);
     if (rc)
         return rc;
     cfg.host_pages += cfg.host_pages / 4 + 64; /* conversions, merges in flight */
@@ -217,12 +217,32 @@ void eval_run_close(eval_run_t *r)
     *r = (eval_run_t){0};
 }
 
+int eval_run_fork(const eval_run_t *r, eval_run_t *child)
+{
+    *child = (eval_run_t){.m = r->m, .st = r->st};
+    int rc = kv_model_session_fork(r->s, &child->s);
+    if (!rc && (rc = kv_model_session_seq(child->s, &child->seq)))
+        eval_run_close_fork(child);
+    return rc;
+}
+
+void eval_run_close_fork(eval_run_t *child)
+{
+    kv_model_session_free(child->s);
+    *child = (eval_run_t){0};
+}
+
+int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p)
+{
+    return eval_policy_prefill_end(p, r->st, r->seq);
+}
+
 int eval_run_steps(eval_run_t *r, const eval_policy_t *p, eval_steps_t *s)
 {
     const uint32_t vocab = kv_model_hparams(r->m)->vocab;
     s->nll = 0;
     s->n_out = 0;
-    int rc = eval_policy_prefill_end(p, r->st, r->seq);
+    int rc = 0;
     for (uint32_t i = 0; i < s->n && !rc; i++) {
         if (s->before && (rc = s->before(s->user, i, s->logits)))
             break;
@@ -241,5 +261,14 @@ int eval_run_steps(eval_run_t *r, const eval_policy_t *p, eval_steps_t *s)
             !(rc = eval_policy_step_end(p, r->st, r->seq)) && s->force)
             s->nll += kv_model_nll(s->logits, vocab, s->force[i + 1]);
     }
+    return rc;
+}
+
+int eval_run_ask(eval_run_t *r, const eval_policy_t *p, const int32_t *ids, uint32_t n,
+                 eval_steps_t *s)
+{
+    int rc = kv_model_forward(r->s, ids, n, s->logits, 1);
+    if (!rc && !(rc = eval_policy_step_end(p, r->st, r->seq)))
+        rc = eval_run_steps(r, p, s);
     return rc;
 }

@@ -24,7 +24,12 @@
  * (KV_ESTATE otherwise: the policy converted while appending, so its
  * prompt pass was not FP16's).
  *
- * Ownership: eval_run_t owns its store and session (eval_run_close);
+ * Query-agnostic questions: after kv_seq_prefill_end of a context, each
+ * question runs in a fork of the sequence (eval_run_fork, eval_run_ask),
+ * so one compression serves several questions, as from a cache.
+ *
+ * Ownership: eval_run_t owns its store and session (eval_run_close; a fork
+ * owns its session only, eval_run_close_fork);
  * eval_prompt_t owns its arrays (eval_prompt_free; reused across inputs).
  * Errors: 0 or a negative KV_E* code; a run that failed is still closed by
  * eval_run_close.
@@ -42,6 +47,8 @@
 typedef struct eval_env {
     const kv_model_t *m;
     uint32_t threads;
+    uint32_t forks;   /* sequences a run's store holds beside its own     */
+                      /* (eval_run_fork; each sized like the run's)       */
 } eval_env_t;
 
 typedef struct eval_run {
@@ -83,7 +90,17 @@ void eval_run_close(eval_run_t *r);
 
 #define EVAL_STEPS_OUT 64 /* most tokens a greedy run keeps */
 
-/* After the prompt: kv_seq_prefill_end, then decode steps. */
+/* A fork of r's sequence in r's store (kv_model_session_fork: pages shared
+ * copy-on-write, the policy state forked), for asking one more question of
+ * a compressed context: child->st is r's and not owned; close the child
+ * with eval_run_close_fork before r. */
+int eval_run_fork(const eval_run_t *r, eval_run_t *child);
+void eval_run_close_fork(eval_run_t *child);
+
+/* After the prompt (or context): kv_seq_prefill_end under p. */
+int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p);
+
+/* Decode steps, each followed by kv_seq_step_end. */
 typedef struct eval_steps {
     const int32_t *force;  /* teacher-forced: step i feeds force[i] and scores */
                            /* force[i + 1] (nll); NULL: greedy                 */
@@ -100,5 +117,11 @@ typedef struct eval_steps {
 } eval_steps_t;
 
 int eval_run_steps(eval_run_t *r, const eval_policy_t *p, eval_steps_t *s);
+
+/* A question after kv_seq_prefill_end: ids[0..n) through the model as one
+ * chunk (its logits into s->logits), one kv_seq_step_end, then greedy
+ * eval_run_steps. */
+int eval_run_ask(eval_run_t *r, const eval_policy_t *p, const int32_t *ids, uint32_t n,
+                 eval_steps_t *s);
 
 #endif /* EVAL_RUN_H */

@@ -118,7 +118,7 @@ static void sb_printf(sbuf_t *b, const char *fmt, ...)
 
 /* ---- haystacks ------------------------------------------------------------ */
 
-#define MAX_INSERTS 8u
+#define MAX_INSERTS 12u /* two vt chains of EVAL_VT_VARS; EVAL_NEEDLES */
 
 typedef struct insert {
     uint32_t unit;   /* goes before filler unit `unit` */
@@ -168,22 +168,45 @@ static uint32_t depth_unit(uint32_t n_units, uint32_t depth_pct)
 
 /* ---- the three tasks ------------------------------------------------------ */
 
+/* The depth of a second fact: half the haystack away from the first. */
+static uint32_t other_depth(uint32_t depth_pct)
+{
+    return depth_pct < 50 ? depth_pct + 50 : depth_pct - 50;
+}
+
+static uint32_t unit_depth(uint32_t unit, uint32_t n_units)
+{
+    return n_units ? (uint32_t)(((uint64_t)unit * 100 + n_units / 2) / n_units) : 0;
+}
+
+/* A 5-digit number key sentence ("The pass key is N. Remember it. N is the
+ * pass key.") for what, with its question. */
+static void key_fact(uint64_t *rng, const char *what, uint32_t depth, char *sentence,
+                     size_t len, eval_question_t *q)
+{
+    unsigned key = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
+    snprintf(sentence, len, "The %s is %u. Remember it. %u is the %s.", what, key, key, what);
+    snprintf(q->text, sizeof q->text, "\n\nWhat is the %s? Answer with the number only.", what);
+    snprintf(q->prime, sizeof q->prime, "The %s is", what);
+    snprintf(q->answer, sizeof q->answer, "%u", key);
+    q->max_new = 8;
+    q->depth_pct = depth;
+}
+
 static void make_passkey(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
                          eval_item_t *it)
 {
-    unsigned key = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
-    char needle[96];
-    snprintf(needle, sizeof needle, "The pass key is %u. Remember it. %u is the pass key.", key,
-             key);
+    static const char *const what[EVAL_QUESTIONS] = {"pass key", "vault number"};
     hay_t h = {.n = 0};
-    hay_add(&h, depth_unit(s->n_units, s->depth_pct), needle);
+    for (uint32_t i = 0; i < it->n_q; i++) {
+        char needle[96];
+        uint32_t d = i ? other_depth(s->depth_pct) : s->depth_pct;
+        key_fact(rng, what[i], d, needle, sizeof needle, &it->q[i]);
+        hay_add(&h, depth_unit(s->n_units, d), needle);
+    }
     sb_printf(b, "There is an important info hidden inside a lot of irrelevant text. Find it "
                  "and memorize it. I will quiz you about the important information there.\n\n");
     hay_write(b, &h, un, s->n_units);
-    sb_printf(b, "\n\nWhat is the pass key? Answer with the number only.");
-    snprintf(it->prime, sizeof it->prime, "The pass key is");
-    snprintf(it->answer, sizeof it->answer, "%u", key);
-    it->max_new = 8;
 }
 
 static void make_needle(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
@@ -210,23 +233,29 @@ static void make_needle(const eval_item_spec_t *s, const units_t *un, uint64_t *
         uint32_t unit = i == 0 ? depth_unit(s->n_units, s->depth_pct)
                                : (uint32_t)(eval_mix64(rng) % ((uint64_t)s->n_units + 1));
         hay_add(&h, unit, needle);
+        if (i >= it->n_q)
+            continue;
+        eval_question_t *q = &it->q[i]; /* question i asks needle i */
+        snprintf(q->text, sizeof q->text, "\n\nWhat is the special magic number for %s "
+                 "mentioned in the provided text?", words[pick[i]]);
+        snprintf(q->prime, sizeof q->prime,
+                 "The special magic number for %s mentioned in the provided text is",
+                 words[pick[i]]);
+        snprintf(q->answer, sizeof q->answer, "%u", val[i]);
+        q->max_new = 10;
+        q->depth_pct = i == 0 ? s->depth_pct : unit_depth(unit, s->n_units);
     }
     sb_printf(b, "Some special magic numbers are hidden within the following text. Make sure "
                  "to memorize it. I will quiz you about the numbers afterwards.\n\n");
     hay_write(b, &h, un, s->n_units);
-    sb_printf(b, "\n\nWhat is the special magic number for %s mentioned in the provided text?",
-              words[pick[0]]);
-    snprintf(it->prime, sizeof it->prime,
-             "The special magic number for %s mentioned in the provided text is", words[pick[0]]);
-    snprintf(it->answer, sizeof it->answer, "%u", val[0]);
-    it->max_new = 10;
 }
 
-static void make_vt(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
-                    eval_item_t *it)
+/* One chain of EVAL_VT_VARS variables (names distinct from taken[0..n_taken))
+ * starting at depth and spread to the end, with its question. */
+static void vt_chain(const eval_item_spec_t *s, uint64_t *rng, uint32_t depth,
+                     char (*names)[6], uint32_t n_taken, hay_t *h, eval_question_t *q)
 {
-    char names[EVAL_VT_VARS][6];
-    for (unsigned i = 0; i < EVAL_VT_VARS; i++) {
+    for (unsigned i = n_taken; i < n_taken + EVAL_VT_VARS; i++) {
         int dup;
         do {
             for (unsigned c = 0; c < 5; c++)
@@ -237,38 +266,50 @@ static void make_vt(const eval_item_spec_t *s, const units_t *un, uint64_t *rng,
                 dup |= !strcmp(names[j], names[i]);
         } while (dup);
     }
+    char(*chain)[6] = names + n_taken;
     unsigned value = 10000u + (unsigned)(eval_mix64(rng) % 90000u);
-    uint32_t start = depth_unit(s->n_units, s->depth_pct);
-    hay_t h = {.n = 0};
+    uint32_t start = depth_unit(s->n_units, depth);
     size_t alen = 0;
     for (unsigned i = 0; i < EVAL_VT_VARS; i++) {
         char stmt[96];
         if (i == 0)
-            snprintf(stmt, sizeof stmt, "VAR %s = %u.", names[0], value);
+            snprintf(stmt, sizeof stmt, "VAR %s = %u.", chain[0], value);
         else
-            snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", names[i], names[i - 1]);
+            snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", chain[i], chain[i - 1]);
         uint32_t unit = start + (uint32_t)((uint64_t)(s->n_units - start) * i /
                                            (EVAL_VT_VARS - 1));
-        hay_add(&h, unit, stmt);
-        alen += (size_t)snprintf(it->answer + alen, sizeof it->answer - alen, "%s%s",
-                                 i ? " " : "", names[i]);
+        hay_add(h, unit, stmt);
+        alen += (size_t)snprintf(q->answer + alen, sizeof q->answer - alen, "%s%s",
+                                 i ? " " : "", chain[i]);
     }
+    snprintf(q->text, sizeof q->text, "\n\nQuestion: Find all variables that are assigned the "
+             "value %u in the text above.", value);
+    snprintf(q->prime, sizeof q->prime,
+             "Answer: According to the chain(s) of variable assignment in the text above, %u "
+             "variables are assigned the value %u, they are:", EVAL_VT_VARS, value);
+    q->max_new = 32;
+    q->depth_pct = depth;
+}
+
+static void make_vt(const eval_item_spec_t *s, const units_t *un, uint64_t *rng, sbuf_t *b,
+                    eval_item_t *it)
+{
+    char names[EVAL_QUESTIONS * EVAL_VT_VARS][6];
+    hay_t h = {.n = 0};
+    for (uint32_t i = 0; i < it->n_q; i++)
+        vt_chain(s, rng, i ? other_depth(s->depth_pct) : s->depth_pct, names,
+                 i * EVAL_VT_VARS, &h, &it->q[i]);
     sb_printf(b, "Memorize and track the chain(s) of variable assignment hidden in the "
                  "following text.\n\n");
     hay_write(b, &h, un, s->n_units);
-    sb_printf(b, "\n\nQuestion: Find all variables that are assigned the value %u in the text "
-                 "above.", value);
-    snprintf(it->prime, sizeof it->prime,
-             "Answer: According to the chain(s) of variable assignment in the text above, %u "
-             "variables are assigned the value %u, they are:", EVAL_VT_VARS, value);
-    it->max_new = 32;
 }
 
 int eval_item_make(const eval_item_spec_t *spec, eval_item_t *out)
 {
-    if (!spec || !out || (unsigned)spec->kind >= EVAL_TASK_COUNT || spec->depth_pct > 100)
+    if (!spec || !out || (unsigned)spec->kind >= EVAL_TASK_COUNT || spec->depth_pct > 100 ||
+        spec->questions > EVAL_QUESTIONS)
         return KV_EINVAL;
-    eval_item_t it = {.user = NULL};
+    eval_item_t it = {.user = NULL, .n_q = spec->questions ? spec->questions : 1};
     sbuf_t b = {.p = NULL};
     uint64_t rng = spec->seed ^ (0x5bd1e995ull * (spec->kind + 1));
     units_t un = item_units(spec);
@@ -391,7 +432,7 @@ static int has_word(const char *gen, size_t len, const char *word, size_t wl)
     return 0;
 }
 
-int eval_item_score(const eval_item_t *it, const char *gen, size_t len)
+int eval_item_score(const eval_question_t *it, const char *gen, size_t len)
 {
     if (!it || (!gen && len))
         return 0;

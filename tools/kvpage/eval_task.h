@@ -13,6 +13,11 @@
  * first, or a real text's sentences from a start the seed picks (wrapping
  * around at its end).
  *
+ * An item is a context asked one or two questions (eval_item_spec_t.
+ * questions): `kvpage eval` either appends each question after the context
+ * was compressed (query-agnostic) or prefills context + question whole
+ * (query-aware).
+ *
  * Ownership: eval_item_t owns its user text (malloc); eval_item_free frees it.
  * Errors: 0 or a negative KV_E* code; on error *out is left empty (user NULL).
  */
@@ -33,25 +38,43 @@ typedef enum eval_task_kind {
 
 #define EVAL_NEEDLES 4u    /* needles in a needle item                       */
 #define EVAL_VT_VARS 5u    /* variables in a variable-tracking chain          */
-#define EVAL_ANSWER_MAX 64 /* bytes of eval_item_t.answer, NUL included       */
+#define EVAL_ANSWER_MAX 64 /* bytes of eval_question_t.answer, NUL included   */
+#define EVAL_QUESTIONS 2u  /* most questions asked of one context             */
 
 typedef struct eval_item_spec {
     eval_task_kind_t kind;
     uint64_t seed;      /* everything random (keys, names, other needles)     */
     const eval_hay_t *hay; /* the haystack's units; NULL: the filler       */
     uint32_t n_units;   /* haystack units (sentences) in the item             */
-    uint32_t depth_pct; /* 0..100: where the asked needle (passkey, needle) or */
-                        /* the first assignment (vt) sits in the haystack     */
+    uint32_t depth_pct; /* 0..100: where the first question's needle          */
+                        /* (passkey, needle) or chain start (vt) sits         */
+    uint32_t questions; /* questions asked of the context, 1..EVAL_QUESTIONS  */
+                        /* (0 counts as 1). With 1 the item is the classic    */
+                        /* one; with 2 a second fact is planted (passkey: a   */
+                        /* vault number at depth +-50; needle: the question   */
+                        /* asks a second of its needles; vt: a second chain   */
+                        /* from depth +-50) and asked separately              */
 } eval_item_spec_t;
 
-typedef struct eval_item {
-    char *user;                   /* the user message, NUL-terminated (malloc) */
-    size_t user_len;              /* bytes                                     */
+/* One question about the context, and its answer. */
+typedef struct eval_question {
+    char text[192];               /* appended to the context in the user turn, */
+                                  /* separator ("\n\n") included, NUL-ended   */
     char prime[160];              /* assistant's answer prefix (after the chat */
                                   /* template), NUL-terminated                 */
     char answer[EVAL_ANSWER_MAX]; /* passkey/needle: the digits; vt: the names */
                                   /* separated by single spaces                */
     uint32_t max_new;             /* tokens worth generating for the answer    */
+    uint32_t depth_pct;           /* where its fact sits (0..100)              */
+} eval_question_t;
+
+/* An item: a context (instruction + haystack) and the questions asked of
+ * it. The user message of question i is user + q[i].text. */
+typedef struct eval_item {
+    char *user;                   /* the context, NUL-terminated (malloc)      */
+    size_t user_len;              /* bytes                                     */
+    eval_question_t q[EVAL_QUESTIONS];
+    uint32_t n_q;                 /* questions in q, >= 1                      */
 } eval_item_t;
 
 /* The task's name as used on the command line and in reports
@@ -65,8 +88,8 @@ int eval_task_parse(const char *name, size_t len, eval_task_kind_t *out);
 int eval_item_make(const eval_item_spec_t *spec, eval_item_t *out);
 void eval_item_free(eval_item_t *it);
 
-/* Tokens the whole prompt of it takes (chat template + prime), or a negative
- * KV_E* code. */
+/* Tokens the longest whole prompt of it takes (chat template + context +
+ * question + prime, over its questions), or a negative KV_E* code. */
 typedef long (*eval_count_fn)(void *user, const eval_item_t *it);
 
 /* Make the item of spec with the most filler units whose prompt takes at most
@@ -76,10 +99,10 @@ typedef long (*eval_count_fn)(void *user, const eval_item_t *it);
 int eval_item_fit(eval_item_spec_t *spec, uint32_t target, eval_count_fn count,
                   void *user, eval_item_t *out, uint32_t *n_tokens);
 
-/* 1 if gen[0..len) answers it exactly, else 0. passkey/needle: the first run
+/* 1 if gen[0..len) answers q exactly, else 0. passkey/needle: the first run
  * of digits in gen equals the key; vt: every chain variable appears in gen
  * as a whole word (letters/digits not adjacent). */
-int eval_item_score(const eval_item_t *it, const char *gen, size_t len);
+int eval_item_score(const eval_question_t *q, const char *gen, size_t len);
 
 /* splitmix64: the generators' random stream (also for deriving item seeds). */
 uint64_t eval_mix64(uint64_t *state);
