@@ -207,6 +207,26 @@ typedef struct kv_model_gen_result {
 int kv_model_generate(kv_model_session_t *s, const int32_t *prompt, uint32_t n_prompt,
                       const kv_model_gen_opts_t *o, int32_t *out, kv_model_gen_result_t *res);
 
+/* ---- KVzip scoring ----------------------------------------------------- */
+
+struct kv_tok;
+
+/* KVzip's reconstruction passes (kv_seq_score_begin in kvpage.h) for a
+ * paged session whose sequence holds the prompt ids[0..n) (pos == n) under
+ * a kvzip policy, before kv_seq_prefill_end. For each chunk [c0, c1) of at
+ * most `chunk` tokens of [from, n): a fork of the sequence is marked as a
+ * scoring pass for [c0, c1) and runs "\n\nRepeat the previous context
+ * exactly." (later chunks: "\n\nRepeat the part of the previous context
+ * exactly, starting with" + the previous chunk's last 8 tokens), the chat
+ * template's end of the user turn and assistant header, and ids[c0..c1)
+ * through the model (no logits), then is freed; the session is unchanged.
+ * Costs about one more prefill of the prompt (plus the store's scoring).
+ * Errors: KV_EINVAL (NULL, pos != n, from >= n, chunk 0), KV_ENOTSUP (a
+ * dense session; no ChatML markers in tok), those of kv_seq_score_begin,
+ * kv_model_forward and kv_tok_encode. */
+int kv_model_kvzip_score(kv_model_session_t *s, const struct kv_tok *tok, const int32_t *ids,
+                         uint32_t n, uint32_t from, uint32_t chunk);
+
 /* ---- finding the model file ------------------------------------------- */
 
 /* The model path, in order: flag (if not NULL), env KVPAGE_MODEL (a file),

@@ -27,7 +27,7 @@ int kv_policy_info(const kv_policy_t *p, uint32_t n_layers, uint32_t prompt_len,
     if (p->sel) {
         uint32_t hh, recent;
         kv_pol_budgets(p, prompt_len, &hh, &recent);
-        uint64_t b = p->sel == KV_POL_SEL_SNAPKV || p->sel == KV_POL_SEL_EATTN ? hh
+        uint64_t b = kv_pol_sel_scored(p->sel) ? hh
                      : p->sel == KV_POL_SEL_STREAM ? (uint64_t)p->sink + recent
                                                    : (uint64_t)hh + recent;
         o.budget = b < UINT32_MAX ? (uint32_t)b : UINT32_MAX;

@@ -44,7 +44,8 @@ enum {
     KV_POL_M_KIVI4,
     KV_POL_M_INT2,
     KV_POL_M_INT4,
-    KV_POL_M_EATTN, /* a later bit: canonical order is kv_policy_parse.c's */
+    KV_POL_M_EATTN, /* later bits: canonical order is kv_policy_parse.c's */
+    KV_POL_M_KVZIP,
     KV_POL_M_COUNT
 };
 
@@ -55,7 +56,16 @@ enum { /* token selection, at most one per policy */
     KV_POL_SEL_SNAPKV,
     KV_POL_SEL_MINIKV,
     KV_POL_SEL_EATTN,
+    KV_POL_SEL_KVZIP,
 };
+
+/* The selections that keep a budget of c tokens by scores in
+ * kv_pol_seq_t.win, chosen once at prefill end (SnapKV, Expected
+ * Attention, KVzip). */
+static inline int kv_pol_sel_scored(uint32_t sel)
+{
+    return sel == KV_POL_SEL_SNAPKV || sel == KV_POL_SEL_EATTN || sel == KV_POL_SEL_KVZIP;
+}
 
 enum { KV_POL_ROPE_PAIRS = 0, KV_POL_ROPE_HALVES = 1 }; /* eattn: RoPE layout */
 
@@ -69,7 +79,7 @@ typedef kv_spec_amount_t kv_pol_amount_t;
  * key sets which field, its range and default), else 0. */
 struct kv_policy {
     uint32_t sel;             /* KV_POL_SEL_*                                */
-    uint32_t sink;            /* streamingllm: sink tokens                   */
+    uint32_t sink;            /* streamingllm, kvzip: sink tokens            */
     kv_pol_amount_t hh;       /* h2o/minikv heavy hitters; snapkv budget c;  */
                               /* streamingllm unused                         */
     kv_pol_amount_t recent;   /* streamingllm recent; h2o/minikv/eattn rw    */
@@ -128,6 +138,7 @@ enum {
     KV_POL_WANT_WIN = 2,   /* prefill: the last `window` rows (snapkv)       */
     KV_POL_WANT_SIM = 4,   /* simlayerkv mass (its rows / first decode row)  */
     KV_POL_WANT_Q = 8,     /* prefill: query moments (eattn)                 */
+    KV_POL_WANT_ZIP = 16,  /* a KVzip scoring pass (kv_policy_kvzip.c)       */
 };
 
 typedef struct kv_pol_seq {
@@ -151,6 +162,13 @@ typedef struct kv_pol_seq {
     uint32_t *hh_layer;      /* [n_layers] resolved heavy budget per layer   */
     uint32_t recent;         /* resolved recent / window tokens              */
     uint64_t rng;            /* CaM xorshift64 state, never 0                */
+    /* KVzip: the owner's scores are win; a pass (a fork marked by          */
+    /* kv_seq_score_begin) writes into its owner's                          */
+    uint32_t zip_scored;     /* owner: 1 once a pass recorded a score        */
+    uint32_t zip_pass;       /* pass: 1 (then the fields below are set)      */
+    kv_seq_id_t zip_owner;   /* pass: the sequence whose scores it writes    */
+    uint32_t zip_t0, zip_t1; /* pass: context tokens [t0, t1) it scores      */
+    uint32_t zip_len;        /* pass: the owner's list length at begin (T)   */
 } kv_pol_seq_t;
 
 /* The store's table: one state pointer per sequence id. */
@@ -260,6 +278,21 @@ int kv_pol_eattn_prepare(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps);
  * for the sum of n_cand. Ties: lower head, then lower index. */
 void kv_pol_ada_split(const float *const *score, const uint32_t *n_cand, uint32_t H,
                       uint32_t k, double alpha, uint32_t *k_out, uint64_t *scratch);
+
+/* ---- kv_policy_kvzip.c ---------------------------------------------------- */
+
+/* A scoring pass's prefill call a (on a pass sequence, ps its state): the
+ * KVzip score of each context token of [zip_t0, zip_t1) (the largest
+ * probability a row of a at or past zip_len and a q head of its group
+ * gives it, softmax over the sinks, [t0, t1) and the pass's own tokens up
+ * to the row) max-accumulated into the owner's win vectors. Allocates
+ * scratch (KV_ENOMEM, nothing changed); KV_ESTATE when the owner is gone,
+ * decoding or no longer T long. Idempotent (a retry gives the same). */
+int kv_pol_kvzip_observe(kv_store_t *s, const kv_prefill_t *a, const kv_pol_seq_t *ps);
+/* At prefill end: every list's scores sized to its length, the first
+ * `sink` tokens +inf. KV_ESTATE when no pass scored a prompt longer than
+ * the budget; KV_ENOMEM. */
+int kv_pol_kvzip_prepare(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps);
 
 /* ---- test hooks ----------------------------------------------------------- */
 

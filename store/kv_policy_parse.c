@@ -47,6 +47,7 @@ static const struct pol_method {
     [KV_POL_M_INT2] = {"int2", 0, KV_FMT_INT2, 0},
     [KV_POL_M_INT4] = {"int4", 0, KV_FMT_INT4, 0},
     [KV_POL_M_EATTN] = {"eattn", KV_POL_SEL_EATTN, KV_FMT_FP16, 0},
+    [KV_POL_M_KVZIP] = {"kvzip", KV_POL_SEL_KVZIP, KV_FMT_FP16, 0},
 };
 
 /* Canonical order (kv_policy_describe, error lists): the selections
@@ -54,8 +55,8 @@ static const struct pol_method {
  * next bit (the public KV_POLICY_* numbers stay) and its place here. */
 static const uint8_t order[KV_POL_M_COUNT] = {
     KV_POL_M_FP16,  KV_POL_M_STREAM, KV_POL_M_H2O,   KV_POL_M_SNAPKV, KV_POL_M_MINIKV,
-    KV_POL_M_EATTN, KV_POL_M_SIM,    KV_POL_M_MC,    KV_POL_M_CAM,    KV_POL_M_KIVI2,
-    KV_POL_M_KIVI4, KV_POL_M_INT2,   KV_POL_M_INT4,
+    KV_POL_M_EATTN, KV_POL_M_KVZIP,  KV_POL_M_SIM,   KV_POL_M_MC,     KV_POL_M_CAM,
+    KV_POL_M_KIVI2, KV_POL_M_KIVI4,  KV_POL_M_INT2,  KV_POL_M_INT4,
 };
 
 _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
@@ -70,7 +71,8 @@ _Static_assert(1u << KV_POL_M_FP16 == KV_POLICY_FP16 &&
                    1u << KV_POL_M_KIVI4 == KV_POLICY_KIVI4 &&
                    1u << KV_POL_M_INT2 == KV_POLICY_INT2 &&
                    1u << KV_POL_M_INT4 == KV_POLICY_INT4 &&
-                   1u << KV_POL_M_EATTN == KV_POLICY_EATTN,
+                   1u << KV_POL_M_EATTN == KV_POLICY_EATTN &&
+                   1u << KV_POL_M_KVZIP == KV_POLICY_KVZIP,
                "method numbers are the public KV_POLICY_* bits");
 
 static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
@@ -122,6 +124,10 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_U(KV_POL_M_EATTN, "cov", P, ea_cov, 0, 1, 1),
     KV_SPEC_U(KV_POL_M_EATTN, "vnorm", P, ea_vnorm, 0, 1, 1),
     KV_POL_ADA(KV_POL_M_EATTN),
+    /* kvzip: c kept tokens by reconstruction scores, the first `sink` always */
+    KV_SPEC_A(KV_POL_M_KVZIP, "c", P, hh, 0.2),
+    KV_SPEC_U(KV_POL_M_KVZIP, "sink", P, sink, 0, 1u << 20, 4),
+    KV_POL_ADA(KV_POL_M_KVZIP),
     KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
     KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
     KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),

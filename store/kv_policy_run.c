@@ -5,7 +5,8 @@
  *
  *   prefill end: resolve budgets against the prompt length T (fractions of
  *   T; MiniKV pyramid per layer); SimLayerKV (prefill mode) marks lazy
- *   layers; Expected Attention scores every list (kv_policy_eattn.c); per
+ *   layers; Expected Attention scores every list (kv_policy_eattn.c), KVzip
+ *   checks its scores (kv_policy_kvzip.c); per
  *   (layer, kv_head): lazy -> trim to sink + last w, else the selection
  *   (StreamingLLM, H2O, SnapKV, MiniKV, Expected Attention; per list, or
  *   per layer with AdaKV's ada=1; CaM on evictions); then
@@ -158,6 +159,8 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
     int rc = 0;
     if (p->sel == KV_POL_SEL_EATTN && !(rc = kv_pol_eattn_prepare(s, seq, ps)))
         kv_pol_qmom_free(s, ps);
+    if (p->sel == KV_POL_SEL_KVZIP)
+        rc = kv_pol_kvzip_prepare(s, seq, ps);
     if (!rc)
         rc = lists_apply(s, seq, ps, 1);
     if (!rc && p->sel && p->fmt != KV_FMT_FP16) {

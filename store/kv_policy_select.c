@@ -34,7 +34,7 @@ void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *re
 {
     *hh = kv_pol_amount(p->hh, T);
     *recent = kv_pol_amount(p->recent, T);
-    if (*recent == 0 && p->sel != KV_POL_SEL_SNAPKV && p->sel != KV_POL_SEL_EATTN)
+    if (*recent == 0 && !kv_pol_sel_scored(p->sel))
         *recent = 1; /* the newest token always stays */
 }
 
@@ -294,9 +294,12 @@ static sel_plan_t plan_list(const kv_store_t *s, kv_seq_id_t seq, const kv_pol_s
         break;
     case KV_POL_SEL_SNAPKV: /* the last `window` kept, the rest scored   */
     case KV_POL_SEL_EATTN:  /* the last rw kept, the rest scored (sinks +inf) */
+    case KV_POL_SEL_KVZIP:  /* every token scored (sinks +inf)          */
         pl.skip = !at_prefill;
         pl.budget = ps->hh_layer[layer];
-        pl.win = p->sel == KV_POL_SEL_SNAPKV ? p->window : ps->recent;
+        pl.win = p->sel == KV_POL_SEL_SNAPKV  ? p->window
+                 : p->sel == KV_POL_SEL_EATTN ? ps->recent
+                                              : 0;
         pl.win = pl.win < n ? pl.win : n;
         pl.win = pl.win < pl.budget ? pl.win : pl.budget;
         pl.k = pl.budget - pl.win;
@@ -321,8 +324,7 @@ static int list_scores(kv_store_t *s, kv_pol_seq_t *ps, uint32_t i, const sel_pl
         *score = pooled;
         return 0;
     }
-    int win = p->sel == KV_POL_SEL_SNAPKV || p->sel == KV_POL_SEL_EATTN;
-    kv_pol_vec_t *v = win ? &ps->win[i] : &ps->acc[i];
+    kv_pol_vec_t *v = kv_pol_sel_scored(p->sel) ? &ps->win[i] : &ps->acc[i];
     int rc = kv_pol_vec_resize(s, v, pl->n);
     *score = v->v;
     if (rc == 0 && p->sel == KV_POL_SEL_SNAPKV && pl->n_cand) {

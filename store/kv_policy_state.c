@@ -99,7 +99,7 @@ static kv_pol_seq_t *state_new(kv_store_t *s, const kv_policy_t *p)
     int ok = (ps->hh_layer = pol_alloc(s, ps->n_layers * sizeof *ps->hh_layer)) != NULL;
     if (ok && need_acc)
         ok = (ps->acc = pol_alloc(s, ps->n_lists * sizeof *ps->acc)) != NULL;
-    if (ok && (p->sel == KV_POL_SEL_SNAPKV || p->sel == KV_POL_SEL_EATTN))
+    if (ok && kv_pol_sel_scored(p->sel))
         ok = (ps->win = pol_alloc(s, ps->n_lists * sizeof *ps->win)) != NULL;
     if (ok && p->sel == KV_POL_SEL_EATTN)
         ok = (ps->qmom = pol_alloc(s, ps->n_layers * kv_pol_eattn_mom_len(s) *
@@ -193,6 +193,7 @@ int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
     ps->recent = src->recent;
     ps->rng = src->rng;
     ps->ea_scored = src->ea_scored;
+    ps->zip_scored = src->zip_scored; /* a fork of a pass is not a pass */
     ps->ea_scale = src->ea_scale;
     memcpy(ps->hh_layer, src->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
     if (src->sim_mass) {
@@ -231,6 +232,8 @@ uint32_t kv_pol_wants(const kv_pol_seq_t *ps)
         w |= KV_POL_WANT_WIN;
     if (p->sel == KV_POL_SEL_EATTN && !ps->decoding)
         w |= KV_POL_WANT_Q;
+    if (ps->zip_pass)
+        w |= KV_POL_WANT_ZIP;
     if (p->sim && !ps->sim_decided) {
         if (p->sim_mode == KV_POL_SIM_PREFILL && !ps->decoding)
             w |= KV_POL_WANT_SIM;
@@ -372,10 +375,14 @@ int kv_pol_attn_prefill(kv_store_t *s, const kv_prefill_t *a, kv_pol_seq_t *ps)
         return kv_store_prefill_raw(s, a); /* reports the error */
     uint32_t want = kv_pol_wants(ps);
     const uint32_t H = s->cfg.n_kv_heads, Hq = s->cfg.n_q_heads, D = s->cfg.head_dim;
+    int rc;
+    /* KVzip first: it reads only keys and queries, and a max is idempotent,
+     * so a call that fails later leaves scores a retry reproduces */
+    if ((want & KV_POL_WANT_ZIP) && (rc = kv_pol_kvzip_observe(s, a, ps)))
+        return rc;
     uint32_t stride = layer_max_len(s, a->seq, a->layer);
     if (a->n_new > stride)
         return kv_store_prefill_raw(s, a);
-    int rc;
     if ((want & KV_POL_WANT_ACC) && (rc = acc_reserve(s, a->seq, ps, a->layer)))
         return rc;
     uint32_t rows_max = 0;

@@ -537,6 +537,10 @@ KV_API int kv_policy_value(const kv_policy_t *policy, const char *method,
 #define KV_POLICY_INT4         0x800u
 #define KV_POLICY_EATTN        0x1000u /* Expected Attention (selection);  */
                                        /* described after h2o..minikv     */
+#define KV_POLICY_KVZIP        0x2000u /* KVzip (selection, query-agnostic: */
+                                       /* scored by a reconstruction pass, */
+                                       /* kv_seq_score_begin); described   */
+                                       /* after eattn                      */
 
 /* What a policy does to the lists of a sequence of n_layers layers and a
  * prompt of prompt_len tokens, in numbers, resolved as kv_seq_prefill_end
@@ -608,6 +612,32 @@ KV_API int kv_seq_prefill_end(kv_store_t *store, kv_seq_id_t seq);
  * first decode token, MiniCache merging of new tokens, residual
  * quantization). Errors as kv_seq_prefill_end. */
 KV_API int kv_seq_step_end(kv_store_t *store, kv_seq_id_t seq);
+
+/* KVzip scoring (policy "kvzip", docs/policies.md): the store scores a
+ * prompt's tokens by how much a reconstruction of the prompt attends to
+ * them; the engine runs that reconstruction. After the prompt's T tokens
+ * are in `owner` (a kvzip policy attached, before kv_seq_prefill_end), fork
+ * it (kv_seq_fork), mark the fork as a scoring pass of owner for context
+ * tokens [t0, t1) with this call, and run through the fork a prompt that
+ * asks the model to repeat those tokens ("Repeat the previous context
+ * exactly." + the turn change of the chat template + tokens t0..t1-1),
+ * with the usual kv_append and kv_attn_prefill calls. Each prefill call on
+ * the pass records, for every token of [t0, t1), the largest attention
+ * probability a row of the pass and a q head of the token's group gives
+ * it, the softmax taken over the first min(sink, t0) tokens, [t0, t1) and
+ * the pass's tokens up to the row; scores keep their maximum over calls
+ * and passes. Free the pass (kv_seq_free) when done; score long prompts in
+ * chunks, one pass each. kv_seq_prefill_end then keeps the first `sink`
+ * tokens and the top-c by score (KV_ESTATE there if no pass scored a prompt
+ * longer than c). The owner must not change while a pass runs (its calls
+ * then fail with KV_ESTATE). kv_model_kvzip_score in the reference engine
+ * does all of this.
+ * Errors: KV_EINVAL (NULL), KV_ENOENT (a sequence not live), KV_ENOTSUP
+ * (owner's policy has no kvzip), KV_ESTATE (pass == owner, the pass has no
+ * kvzip policy or is a pass already, either is past prefill end, or a list
+ * of either is not T long), KV_ERANGE (t0 >= t1 or t1 > T), KV_ENOMEM. */
+KV_API int kv_seq_score_begin(kv_store_t *store, kv_seq_id_t pass, kv_seq_id_t owner,
+                              uint32_t t0, uint32_t t1);
 
 /* ---- prefix cache (docs/prefix.md) -------------------------------------- */
 

@@ -140,6 +140,7 @@ _PROTOTYPES = {
     "kv_seq_create": (c_int, [_store, c_uint32_p]),
     "kv_seq_free": (c_int, [_store, c_uint32]),
     "kv_seq_fork": (c_int, [_store, c_uint32, c_uint32_p]),
+    "kv_seq_score_begin": (c_int, [_store, c_uint32, c_uint32, c_uint32, c_uint32]),
     "kv_seq_len": (c_int, [_store, c_uint32, c_uint32, c_uint32, c_uint32_p]),
     "kv_append": (c_int, [_store, c_uint32, c_uint32, c_uint32, c_int, c_void_p, c_void_p,
                           c_int32_p]),

@@ -36,6 +36,7 @@ class Method(enum.IntFlag):
     INT2 = 0x400
     INT4 = 0x800
     EATTN = 0x1000
+    KVZIP = 0x2000
 
 
 @dataclass

@@ -342,6 +342,17 @@ class Seq:
         self._call(lib.kv_seq_fork, ctypes.byref(child))
         return Seq(self.store, child.value)
 
+    def score_begin(self, owner: "Seq", t0: int, t1: int) -> None:
+        """Mark this sequence, a fork of owner made after owner's last
+        append, as a KVzip scoring pass of owner for its tokens [t0, t1)
+        (kv_seq_score_begin): the attention of this sequence's prefill calls
+        over a reconstruction of those tokens scores them in owner. Free
+        this sequence when done; then owner.prefill_end() selects."""
+        if not isinstance(owner, Seq) or owner.store is not self.store:
+            raise ValueError("owner must be a sequence of the same store")
+        self._call(lib.kv_seq_score_begin, u_int("owner", owner.id), u_int("t0", t0),
+                   u_int("t1", t1))
+
     # ---- tokens -------------------------------------------------------------
 
     def len(self, layer: int, kv_head: int = 0) -> int:

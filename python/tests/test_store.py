@@ -157,6 +157,33 @@ def test_policy_prefill_end_and_step_end(store, rng):
     assert t.len(0) == 130
 
 
+def test_kvzip_scoring_pass(store, rng):
+    """KVzip: a fork marked as a scoring pass attends over a reconstruction;
+    the owner then keeps its sinks and the tokens the pass looked at most."""
+    s = store.create_seq(policy="kvzip:c=8,sink=2")
+    k, v = kv(rng, 30)
+    for layer in range(2):
+        s.append(layer, k, v)
+    with pytest.raises(kvpage.KvError):
+        s.prefill_end()  # no scores: it would evict blindly
+    p = s.fork()
+    p.score_begin(s, 0, 30)
+    # the reconstruction's queries are the keys of tokens 20..29: those win
+    rk, rv = kv(rng, 10)
+    for layer in range(2):
+        p.append(layer, rk, rv)
+        q = np.repeat(k[20:30] * 8.0, 2, axis=1)  # [10][4 q heads][64]
+        store.prefill(layer, p, q.astype(np.float32))
+    p.free()
+    s.prefill_end()
+    kept = list(s.read(0, 0)[2])
+    assert len(kept) == 8 and kept[:2] == [0, 1]
+    assert all(t >= 20 for t in kept[2:])
+    with pytest.raises(ValueError):
+        p2 = s.fork()
+        p2.score_begin("not a seq", 0, 1)
+
+
 def test_store_with_pressure_ladder(rng):
     with kvpage.Store(host_pages=24, pressure="evict:sink=4,recent=16", **SHAPE) as st:
         assert st.config.pressure == "evict:sink=4,recent=16"

@@ -184,13 +184,16 @@ typedef struct eval_state {
  * attention with statistics, which grows with the prompt (measured on 2
  * CPUs: 0.35 of a forward pass at 1K tokens, 1.26 at 4K); plus decode steps
  * (a step costs about 6 prompt tokens; a query-agnostic question's own
- * tokens are counted among its steps). */
+ * tokens are counted among its steps); KVzip adds its reconstruction pass
+ * (a forward pass and scoring like all_rows). */
 static double eval_cost(const eval_state_t *E, uint32_t p, uint32_t n_prompt, uint32_t steps)
 {
     const eval_share_t *sh = &E->pol[p].share;
     double prompt = !E->share || p == 0 || !sh->shares ? n_prompt
                     : sh->all_rows ? n_prompt * (n_prompt / 3300.0)
                                    : n_prompt / 64.0;
+    if (E->pol[p].kvzip) /* a reconstruction pass, and its scoring */
+        prompt += n_prompt * (1.0 + n_prompt / 3300.0);
     return prompt + 6.0 * steps;
 }
 
@@ -798,7 +801,7 @@ int kv_cmd_eval(int argc, char **argv)
                     "model's RoPE base is %g (add theta=%g)\n", E.pol[p].spec, th,
                     (double)E.hp->rope_theta, (double)E.hp->rope_theta);
     }
-    E.env = (eval_env_t){.m = E.m, .threads = o.threads ? (uint32_t)o.threads
+    E.env = (eval_env_t){.m = E.m, .tok = E.tok, .threads = o.threads ? (uint32_t)o.threads
                                                          : (uint32_t)sysconf(_SC_NPROCESSORS_ONLN)};
     for (uint32_t i = 0; i < n_ctx; i++)
         if (ctx[i] + 64 > E.hp->n_ctx) {

@@ -113,7 +113,12 @@ typedef struct run_stream {
     uint32_t n_ids;     /* before the prefill end, at the first token     */
     const char *salt;
     double t0, ttft;    /* the request's start; seconds to the 1st token  */
+    kv_model_session_t *sess; /* KVzip: its reconstruction passes run on  */
+    const int32_t *prompt;    /* the whole prompt [n_prompt] (KVzip only) */
+    uint32_t n_prompt;
 } run_stream_t;
+
+#define RUN_KVZIP_CHUNK 2048u /* prompt tokens per KVzip reconstruction pass */
 
 /* Tell the policy where generation stands (the first token comes from the
  * prompt's logits; each later one from a decode step); stop at any control
@@ -131,6 +136,11 @@ static int run_on_token(void *user, int32_t id)
                 return 1;
         }
     }
+    if (rs->n_seen == 0 && rs->prompt) /* KVzip: score the prompt first */
+        rs->rc = kv_model_kvzip_score(rs->sess, rs->tok, rs->prompt, rs->n_prompt, 0,
+                                      RUN_KVZIP_CHUNK);
+    if (rs->rc)
+        return 1;
     rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
                           : kv_seq_prefill_end(rs->store, rs->seq);
     if (rs->rc)
@@ -292,6 +302,7 @@ int kv_cmd_run(int argc, char **argv)
     kv_tok_t *tok = NULL;
     kv_store_t *store = NULL;
     kv_model_session_t *s = NULL;
+    kv_policy_t *pol = NULL;
     int32_t *ids = NULL, *out = NULL;
     char *text = NULL;
     if ((rc = kv_model_load(path, &m, err, sizeof err))) {
@@ -317,12 +328,20 @@ int kv_cmd_run(int argc, char **argv)
         ret = 2;
         goto done;
     }
+    if ((rc = kv_policy_parse(o.policy, &pol, err, sizeof err))) {
+        run_fail("attaching the policy", rc, NULL);
+        goto done;
+    }
+    kv_policy_info_t pin;
+    const int kvzip = !kv_policy_info(pol, 1, 0, &pin) && (pin.methods & KV_POLICY_KVZIP);
     uint32_t max_tokens = (uint32_t)(n_prompt + o.max_new);
     kv_config_t cfg;
     char fp[65];
-    /* room for the cache's copy of a prompt beside the running sequence */
-    if ((rc = kv_model_store_config(m, max_tokens, o.prefix_cache ? 2 : 1,
-                                    (uint32_t)o.threads, &cfg))) {
+    /* room for the cache's copy of a prompt beside the running sequence,
+     * and for KVzip's reconstruction pass (a chunk and its instruction) */
+    if ((rc = kv_model_store_config(m, max_tokens + (kvzip ? RUN_KVZIP_CHUNK + 64 : 0),
+                                    1 + (o.prefix_cache != 0) + kvzip, (uint32_t)o.threads,
+                                    &cfg))) {
         run_fail("creating the store", rc, NULL);
         goto done;
     }
@@ -340,14 +359,8 @@ int kv_cmd_run(int argc, char **argv)
         run_fail("creating the store", rc, NULL);
         goto done;
     }
-    kv_policy_t *pol = NULL;
-    if ((rc = kv_policy_parse(o.policy, &pol, err, sizeof err))) {
-        run_fail("attaching the policy", rc, NULL);
-        goto done;
-    }
     out = malloc((o.max_new ? o.max_new : 1) * sizeof *out);
     if (!out) {
-        kv_policy_destroy(pol);
         run_fail("allocating", KV_ENOMEM, NULL);
         goto done;
     }
@@ -369,7 +382,8 @@ int kv_cmd_run(int argc, char **argv)
             break;
         }
         rs = (run_stream_t){.tok = tok, .print = o.out.plain, .store = store, .seq = seq,
-                            .salt = o.salt, .t0 = kv_cli_now()};
+                            .salt = o.salt, .t0 = kv_cli_now(), .sess = s,
+                            .prompt = kvzip ? ids : NULL, .n_prompt = (uint32_t)n_prompt};
         matched = 0;
         if (o.prefix_cache) {
             rs.ids = ids;
@@ -395,7 +409,6 @@ int kv_cmd_run(int argc, char **argv)
                     "tokens, %u reused from the prefix cache\n", o.out.plain ? "\n" : "",
                     (unsigned long long)run + 1, rs.ttft, gr.n_prompt, matched);
     }
-    kv_policy_destroy(pol);
     if (rc)
         goto done;
     if ((rc = kv_store_check(store))) {
@@ -424,6 +437,7 @@ done:
     free(out);
     free(ids);
     kv_model_session_free(s);
+    kv_policy_destroy(pol);
     kv_store_destroy(store);
     kv_tok_destroy(tok);
     kv_model_free(m);

@@ -34,6 +34,8 @@ int eval_policy_parse(const char *spec, eval_policy_t *out, char *err, size_t er
     if (i8)
         strcat(out->spec, EVAL_POLICY_I8);
     out->share = eval_policy_share(p);
+    kv_policy_info_t in;
+    out->kvzip = !kv_policy_info(p, 1, 0, &in) && (in.methods & KV_POLICY_KVZIP);
     return 0;
 }
 
@@ -49,7 +51,7 @@ eval_share_t eval_policy_share(const kv_policy_t *p)
 {
     const uint32_t fmt = KV_POLICY_KIVI2 | KV_POLICY_KIVI4 | KV_POLICY_INT2 | KV_POLICY_INT4;
     const uint32_t sel = KV_POLICY_STREAMINGLLM | KV_POLICY_H2O | KV_POLICY_SNAPKV |
-                         KV_POLICY_MINIKV | KV_POLICY_EATTN;
+                         KV_POLICY_MINIKV | KV_POLICY_EATTN | KV_POLICY_KVZIP;
     const uint32_t known = fmt | sel | KV_POLICY_FP16 | KV_POLICY_SIMLAYERKV |
                            KV_POLICY_MINICACHE | KV_POLICY_CAM;
     kv_policy_info_t in;

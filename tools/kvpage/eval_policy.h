@@ -49,6 +49,8 @@ typedef struct eval_policy {
     kv_policy_t *policy; /* owned                                    */
     eval_share_t share;  /* eval_policy_share(policy)                */
     uint32_t store_flags; /* kv_config_t.flags of its stores         */
+    int kvzip;           /* 1: KVzip: reconstruction passes before   */
+                         /* kv_seq_prefill_end (eval_run.h)          */
 } eval_policy_t;
 
 /* The eval-only suffix of a spec: "kivi2@i8" runs kivi2 on a store

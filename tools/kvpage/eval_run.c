@@ -187,11 +187,16 @@ int eval_run_start(const eval_env_t *e, const eval_policy_t *p, const int32_t *i
 {
     if (!e || !p || !ids || !n || !logits || !r)
         return KV_EINVAL;
-    *r = (eval_run_t){.m = e->m};
+    *r = (eval_run_t){.m = e->m, .tok = e->tok, .ids = ids, .n = n};
     if (replay && p->share.shares && replay->n != n)
         return KV_EINVAL;
+    if (p->kvzip && !e->tok)
+        return KV_EINVAL;
     kv_config_t cfg;
-    int rc = kv_model_store_config(e->m, max_tokens, 1 + e->forks, e->threads, &cfg);
+    /* KVzip: a reconstruction pass beside the sequence, one chunk long */
+    const uint32_t zip = p->kvzip ? (n < EVAL_KVZIP_CHUNK ? n : EVAL_KVZIP_CHUNK) + 64 : 0;
+    int rc = kv_model_store_config(e->m, max_tokens + zip, 1 + e->forks + (zip > 0), e->threads,
+                                   &cfg);
     if (rc)
         return rc;
     cfg.host_pages += cfg.host_pages / 4 + 64; /* conversions, merges in flight */
@@ -234,7 +239,10 @@ void eval_run_close_fork(eval_run_t *child)
 
 int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p)
 {
-    return eval_policy_prefill_end(p, r->st, r->seq);
+    int rc = 0;
+    if (p->kvzip && r->n)
+        rc = kv_model_kvzip_score(r->s, r->tok, r->ids, r->n, 0, EVAL_KVZIP_CHUNK);
+    return rc ? rc : eval_policy_prefill_end(p, r->st, r->seq);
 }
 
 int eval_run_steps(eval_run_t *r, const eval_policy_t *p, eval_steps_t *s)

@@ -46,6 +46,7 @@
 
 typedef struct eval_env {
     const kv_model_t *m;
+    const kv_tok_t *tok;  /* KVzip's reconstruction prompts                */
     uint32_t threads;
     uint32_t forks;   /* sequences a run's store holds beside its own     */
                       /* (eval_run_fork; each sized like the run's)       */
@@ -53,10 +54,15 @@ typedef struct eval_env {
 
 typedef struct eval_run {
     const kv_model_t *m;
+    const kv_tok_t *tok;
     kv_store_t *st;
     kv_model_session_t *s;
     kv_seq_id_t seq;
+    const int32_t *ids;   /* the prompt (borrowed: the caller's, until     */
+    uint32_t n;           /* eval_run_prefill_end), n tokens               */
 } eval_run_t;
+
+#define EVAL_KVZIP_CHUNK 2048u /* prompt tokens per KVzip reconstruction pass */
 
 /* The reference's prompt pass, for replays. */
 typedef struct eval_prompt {
@@ -97,7 +103,9 @@ void eval_run_close(eval_run_t *r);
 int eval_run_fork(const eval_run_t *r, eval_run_t *child);
 void eval_run_close_fork(eval_run_t *child);
 
-/* After the prompt (or context): kv_seq_prefill_end under p. */
+/* After the prompt (or context): kv_seq_prefill_end under p; under KVzip
+ * first its reconstruction passes over the whole prompt, chat template
+ * included (kv_model_kvzip_score, EVAL_KVZIP_CHUNK tokens a pass). */
 int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p);
 
 /* Decode steps, each followed by kv_seq_step_end. */
