@@ -451,10 +451,25 @@ static long count_item(void *user, const eval_item_t *it)
     return most;
 }
 
-/* The answer generated for q: decoded, scored, recorded; res counts it. */
-static void score_answer(eval_state_t *E, const eval_question_t *q, const eval_steps_t *st,
-                         eval_result_t *res, eval_item_rec_t *rec)
+/* A retrieval cell. */
+typedef struct item_cell {
+    eval_task_kind_t kind;
+    uint32_t ctx, hay;
+} item_cell_t;
+
+/* Question qi's answer (st->out) by policy p: decoded, scored, recorded
+ * as an item of cell c (n_tokens: its whole prompt); res counts it. */
+static int record_answer(eval_state_t *E, uint32_t p, const item_cell_t *c,
+                         const eval_question_t *q, uint32_t qi, uint32_t n_tokens,
+                         const eval_steps_t *st, eval_result_t *res)
 {
+    eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
+    if (!ir)
+        return KV_ENOMEM;
+    E->items = ir;
+    eval_item_rec_t *rec = &E->items[E->n_items++];
+    *rec = (eval_item_rec_t){.policy = p, .task = (int)c->kind, .ctx = c->ctx, .hay = c->hay,
+                             .tokens = n_tokens, .depth_pct = q->depth_pct, .question = qi};
     char text[512];
     size_t len = 0;
     if (kv_tok_decode(E->tok, st->out, st->n_out, text, sizeof text - 1, &len))
@@ -467,17 +482,7 @@ static void score_answer(eval_state_t *E, const eval_question_t *q, const eval_s
     snprintf(rec->expect, sizeof rec->expect, "%s", q->answer);
     res->n_items++;
     res->n_correct += (uint32_t)rec->ok;
-}
-
-/* The next item record (zeroed), or NULL when out of memory. */
-static eval_item_rec_t *next_rec(eval_state_t *E)
-{
-    eval_item_rec_t *ir = grow(E->items, &E->cap_items, E->n_items, sizeof *ir);
-    if (!ir)
-        return NULL;
-    E->items = ir;
-    E->items[E->n_items] = (eval_item_rec_t){0};
-    return &E->items[E->n_items];
+    return 0;
 }
 
 /* One retrieval item's prompts: ids[qi] ([n[qi]]) per question, the first
@@ -487,12 +492,6 @@ typedef struct item_prompts {
     uint32_t n[EVAL_QUESTIONS];
     uint32_t n_head;
 } item_prompts_t;
-
-/* A retrieval cell and where its item records go. */
-typedef struct item_cell {
-    eval_task_kind_t kind;
-    uint32_t ctx, hay;
-} item_cell_t;
 
 /* Query-aware: question qi's whole prompt prefilled, then compressed, then
  * greedy decoding. */
@@ -505,20 +504,11 @@ static int run_aware(eval_state_t *E, uint32_t p, const item_cell_t *c, const ev
     if (rc)
         return rc;
     eval_steps_t st = {.n = q->max_new, .tok = E->tok, .logits = E->logits};
-    eval_item_rec_t *rec = next_rec(E);
-    if (!rec)
-        rc = KV_ENOMEM;
-    if (!rc && !(rc = eval_run_prefill_end(&r, &E->pol[p])) &&
+    if (!(rc = eval_run_prefill_end(&r, &E->pol[p])) &&
         !(rc = eval_run_steps(&r, &E->pol[p], &st)))
         rc = run_account(&r, res);
     eval_run_close(&r);
-    if (rc)
-        return rc;
-    *rec = (eval_item_rec_t){.policy = p, .task = (int)c->kind, .ctx = c->ctx, .hay = c->hay,
-                             .tokens = pr->n[qi], .depth_pct = q->depth_pct, .question = qi};
-    score_answer(E, q, &st, res, rec);
-    E->n_items++;
-    return 0;
+    return rc ? rc : record_answer(E, p, c, q, qi, pr->n[qi], &st, res);
 }
 
 /* Query-agnostic: the context prefilled and compressed once; each question
@@ -543,11 +533,6 @@ static int run_agnostic(eval_state_t *E, uint32_t p, const item_cell_t *c,
         const eval_question_t *q = &it->q[qi];
         eval_steps_t st = {.n = q->max_new, .tok = E->tok, .logits = E->logits};
         eval_run_t child;
-        eval_item_rec_t *rec = next_rec(E);
-        if (!rec) {
-            rc = KV_ENOMEM;
-            break;
-        }
         if ((rc = eval_run_fork(&r, &child)))
             break;
         if (!(rc = eval_run_ask(&child, &E->pol[p], pr->ids[qi] + pr->n_head,
@@ -556,13 +541,8 @@ static int run_agnostic(eval_state_t *E, uint32_t p, const item_cell_t *c,
             res->fp16_bytes -= ctx.fp16_bytes; /* the child's tokens only: the */
                                                /* context's counted once       */
         eval_run_close_fork(&child);
-        if (rc)
-            break;
-        *rec = (eval_item_rec_t){.policy = p, .task = (int)c->kind, .ctx = c->ctx,
-                                 .hay = c->hay, .tokens = pr->n[qi],
-                                 .depth_pct = q->depth_pct, .question = qi};
-        score_answer(E, q, &st, res, rec);
-        E->n_items++;
+        if (!rc)
+            rc = record_answer(E, p, c, q, qi, pr->n[qi], &st, res);
     }
     eval_run_close(&r);
     return rc;
