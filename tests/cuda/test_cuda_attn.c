@@ -434,5 +434,6 @@ int main(void)
     }
     kv_backend_destroy(&dut);
     kv_backend_destroy(&ref);
+    tcp_report("test_cuda_attn", selfcheck);
     return kv_test_end();
 }

@@ -174,6 +174,27 @@ static inline void tcp_free_lists(tcp_lists_t *L)
 
 /* Compare x[n] against ref[n]: every |x - ref| <= tol * max|ref| (FP32
  * results of two backends; NaN fails). Counts one pass or failure. */
+/* Largest error / max |ref| of any tcp_check_close so far (the report's
+ * "max diff vs CPU", printed by tcp_report). */
+static double tcp_max_rel;
+
+/* Which CUDA runs this: "emulated" in the emulation build (docs/gpu.md,
+ * tests cuda_emu/...: kernels/cuda/ compiled as host C++), else "device". */
+#ifdef KV_CUDA_EMU
+#define TCP_CUDA_KIND "emulated (kernels/cuda/emu on the CPU, not a GPU)"
+#else
+#define TCP_CUDA_KIND "device"
+#endif
+
+static inline void tcp_report(const char *prog, int selfcheck)
+{
+    printf("%s: CUDA backend %s; largest error vs the CPU backend %.3g of "
+           "max |ref|\n",
+           prog, selfcheck ? "replaced by the CPU backend (selfcheck)"
+                           : TCP_CUDA_KIND,
+           tcp_max_rel);
+}
+
 static inline void tcp_check_close(const float *x, const float *ref, size_t n,
                                    double tol, const char *what)
 {
@@ -188,6 +209,8 @@ static inline void tcp_check_close(const float *x, const float *ref, size_t n,
             at = i;
         }
     }
+    if (err / mag > tcp_max_rel)
+        tcp_max_rel = err / mag;
     if (err <= tol * mag) {
         kv_test_pass_++;
     } else {
