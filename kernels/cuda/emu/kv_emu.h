@@ -81,6 +81,10 @@ cudaError_t kv_emu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
 }
 
 void *kv_emu_dyn_smem(void);
+/* Test hook (tests/cuda/emu/test_cuda_emu_runtime.cpp): forget the sticky
+ * error of a failed launch, which on a device lasts as long as the
+ * process's context. */
+void kv_emu_reset_sticky(void);
 struct kv_emu_site {
     const char *file;
     int line;

@@ -102,10 +102,26 @@ struct kernel_info {
     uint64_t launches = 0, blocks = 0;
 };
 
+/* The registered kernels; at exit, with KV_EMU_REPORT set, how often each
+ * ran (the cuda_emu tests set it: every kernel must run somewhere). */
+struct kernel_table {
+    std::map<const void *, kernel_info> m;
+    ~kernel_table()
+    {
+        if (getenv("KV_EMU_REPORT"))
+            for (auto &kv : m)
+                fprintf(stderr,
+                        "kv_emu: kernel %s: %llu launches, %llu blocks "
+                        "(emulated)\n",
+                        kv.second.name, (unsigned long long)kv.second.launches,
+                        (unsigned long long)kv.second.blocks);
+    }
+};
+
 std::map<const void *, kernel_info> &kernels()
 {
-    static std::map<const void *, kernel_info> k;
-    return k;
+    static kernel_table k;
+    return k.m;
 }
 
 /* ---- fibers ------------------------------------------------------------- */
@@ -488,27 +504,21 @@ cudaError_t copy_check(void *dst, const void *src, size_t n,
     }
 }
 
+/* Fiber stacks, reused by every block; freed at exit. */
+struct stack_list {
+    std::vector<char *> v;
+    ~stack_list()
+    {
+        for (char *s : v)
+            free(s);
+    }
+};
+
 std::vector<char *> &stack_pool()
 {
-    static std::vector<char *> s;
-    return s;
+    static stack_list s;
+    return s.v;
 }
-
-struct pool_cleanup {
-    ~pool_cleanup()
-    {
-        for (char *s : stack_pool())
-            free(s);
-        stack_pool().clear();
-        if (getenv("KV_EMU_REPORT"))
-            for (auto &kv : kernels())
-                fprintf(stderr, "kv_emu: kernel %s: %llu launches, %llu blocks"
-                                " (emulated)\n",
-                        kv.second.name,
-                        (unsigned long long)kv.second.launches,
-                        (unsigned long long)kv.second.blocks);
-    }
-} cleanup_at_exit;
 
 /* Execute one launch (from a stream queue, emu_mu held). */
 void execute(const void *func, dim3 grid, dim3 block, size_t smem,
@@ -601,7 +611,7 @@ cudaError_t kv_emu_launch_raw(const void *func, dim3 grid, dim3 block,
              grid.y > 65535 || grid.z > 65535)
         e = cudaErrorInvalidConfiguration;
     else if (threads > (uint64_t)it->second.max_threads)
-        e = cudaErrorInvalidValue; /* over __launch_bounds__ */
+        e = cudaErrorLaunchOutOfResources; /* over __launch_bounds__ */
     else if (smem > it->second.max_dyn)
         e = cudaErrorInvalidValue; /* as the driver: "invalid argument" */
     else if (!st)
@@ -618,6 +628,12 @@ cudaError_t kv_emu_launch_raw(const void *func, dim3 grid, dim3 block,
 }
 
 void *kv_emu_dyn_smem(void) { return B->dyn; }
+
+void kv_emu_reset_sticky(void)
+{
+    std::lock_guard<std::recursive_mutex> g(emu_mu);
+    sticky = cudaSuccess;
+}
 
 void kv_emu_syncthreads(kv_emu_site at)
 {
