@@ -19,6 +19,17 @@
  * reported at the next synchronizing call, as a device fault is.
  * Fibers are ASan-annotated (__sanitizer_start/finish_switch_fiber).
  *
+ * Race check (KV_EMU_RACECHECK: this file built plain, the kernels with
+ * -fsanitize=thread): every emulated thread is a ThreadSanitizer fiber,
+ * switched without implied ordering (__tsan_switch_to_fiber_no_sync), and
+ * the only happens-before edges between a block's threads are its
+ * barriers (each arrival releases the barrier, each departure acquires
+ * it: __syncthreads for the block, __syncwarp and shuffles for a warp).
+ * So TSan reports two threads of a block touching one address (shared or
+ * global memory, through any pointer), one of them writing, with no
+ * barrier between them. Blocks and launches are ordered one after another
+ * (an epoch released at a block's end, acquired at the next's start).
+ *
  * Streams. Work (kernels, async copies, event records) is queued per
  * stream and runs only when the host synchronizes (stream/event/device
  * synchronize, a blocking copy, cudaFree) or queries an event: the latest
@@ -65,6 +76,9 @@
 #endif
 #if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
+#ifdef KV_EMU_RACECHECK
+#include <sanitizer/tsan_interface.h>
 #endif
 
 uint3 threadIdx, blockIdx;
@@ -156,6 +170,7 @@ enum { F_READY, F_WAIT, F_DONE };
 
 struct fiber {
     char *stack = nullptr;
+    void *tsan = nullptr; /* KV_EMU_RACECHECK: the thread's TSan fiber */
 #if defined(__x86_64__)
     void *sp = nullptr;
 #else
@@ -197,7 +212,15 @@ struct block_run {
     const void *host_stack_bottom = nullptr; /* ASan: the host's stack */
     size_t host_stack_size = 0;
     void *host_fake = nullptr;
+    void *host_tsan = nullptr;
 };
+
+#ifdef KV_EMU_RACECHECK
+char epoch; /* TSan sync address ordering blocks and launches */
+#define KV_EMU_TSAN(...) __VA_ARGS__
+#else
+#define KV_EMU_TSAN(...)
+#endif
 
 block_run *B = nullptr;
 
@@ -240,6 +263,8 @@ void switch_to(uint32_t from, uint32_t to)
         if (B->f[to].state == F_WAIT)
             B->f[to].state = F_READY;
     }
+    KV_EMU_TSAN(__tsan_switch_to_fiber(to < n ? B->f[to].tsan : B->host_tsan,
+                                       __tsan_switch_to_fiber_no_sync));
 #if defined(__x86_64__)
     void **save = from < n ? &B->f[from].sp : &B->host_sp;
     kv_emu_switch(save, to < n ? B->f[to].sp : B->host_sp);
@@ -288,7 +313,9 @@ extern "C" void kv_emu_fiber_main(void)
     __sanitizer_finish_switch_fiber(nullptr, &B->host_stack_bottom,
                                     &B->host_stack_size);
 #endif
+    KV_EMU_TSAN(__tsan_acquire(&epoch));
     B->fn(B->arg);
+    KV_EMU_TSAN(__tsan_release(&epoch));
     fiber &me = B->f[B->cur];
     me.state = F_DONE;
     me.cp.clear(); /* copies never waited for: the block is gone */
@@ -317,9 +344,11 @@ void arrive(barrier &b, kv_emu_site site, const char *kind)
                  site.file, site.line, b.site.file, b.site.line);
         sync_error(kind, d);
     }
+    KV_EMU_TSAN(__tsan_release(&b));
     if (++b.arrived == b.expected) {
         b.arrived = 0;
         b.gen++;
+        KV_EMU_TSAN(__tsan_acquire(&b));
         return;
     }
     fiber &me = B->f[B->cur];
@@ -327,6 +356,7 @@ void arrive(barrier &b, kv_emu_site site, const char *kind)
     me.wait_gen = &b.gen;
     me.gen = b.gen;
     yield();
+    KV_EMU_TSAN(__tsan_acquire(&b));
 }
 
 /* Run one block of a launch (emu_mu held). Returns false on a sync
@@ -368,7 +398,10 @@ bool run_block(block_run &r, dim3 bidx)
         makecontext(&x.uc, fiber_entry_uc, 0);
 #endif
     }
+    KV_EMU_TSAN(r.host_tsan = __tsan_get_current_fiber());
+    KV_EMU_TSAN(__tsan_release(&epoch));
     switch_to(r.n, 0);
+    KV_EMU_TSAN(__tsan_acquire(&epoch));
     bool ok = !r.failed;
     for (uint32_t i = 0; i < r.n; i++)
         if (r.f[i].state != F_DONE) {
@@ -504,17 +537,23 @@ cudaError_t copy_check(void *dst, const void *src, size_t n,
     }
 }
 
-/* Fiber stacks, reused by every block; freed at exit. */
+/* Fiber stacks (and TSan fibers), reused by every block; freed at exit. */
+struct fiber_mem {
+    char *stack;
+    void *tsan;
+};
 struct stack_list {
-    std::vector<char *> v;
+    std::vector<fiber_mem> v;
     ~stack_list()
     {
-        for (char *s : v)
-            free(s);
+        for (fiber_mem &m : v) {
+            free(m.stack);
+            KV_EMU_TSAN(__tsan_destroy_fiber(m.tsan));
+        }
     }
 };
 
-std::vector<char *> &stack_pool()
+std::vector<fiber_mem> &stack_pool()
 {
     static stack_list s;
     return s.v;
@@ -541,12 +580,16 @@ void execute(const void *func, dim3 grid, dim3 block, size_t smem,
             if (!s) {
                 sticky = cudaErrorLaunchOutOfResources;
                 for (uint32_t j = 0; j < i; j++)
-                    pool.push_back(r.f[j].stack);
+                    pool.push_back(fiber_mem{r.f[j].stack, r.f[j].tsan});
                 return;
             }
-            pool.push_back(s);
+            void *ts = nullptr;
+            KV_EMU_TSAN(ts = __tsan_create_fiber(0));
+            KV_EMU_TSAN(__tsan_set_fiber_name(ts, "kv_emu thread"));
+            pool.push_back(fiber_mem{s, ts});
         }
-        r.f[i].stack = pool.back();
+        r.f[i].stack = pool.back().stack;
+        r.f[i].tsan = pool.back().tsan;
         pool.pop_back();
         r.f[i].lin = i;
         r.f[i].tid = uint3{i % block.x, i / block.x % block.y,
@@ -576,7 +619,7 @@ void execute(const void *func, dim3 grid, dim3 block, size_t smem,
             }
     B = outer;
     for (uint32_t i = 0; i < r.n; i++)
-        pool.push_back(r.f[i].stack);
+        pool.push_back(fiber_mem{r.f[i].stack, r.f[i].tsan});
 }
 
 } // namespace
