@@ -9,7 +9,7 @@
  * lock (emu_mu): every API call and every block runs under it, so the
  * `static` __shared__ variables and the threadIdx/blockIdx globals of
  * kv_emu.h belong to the one block in flight. A block's threads are fibers
- * (x86-64: a 14-instruction stack switch, kv_emu_switch; elsewhere
+ * (x86-64: a 22-instruction stack switch, kv_emu_switch; elsewhere
  * ucontext) on the launching host thread, scheduled round robin; a thread
  * runs until it waits at a barrier (__syncthreads: the block's threads;
  * __syncwarp and shuffles: its warp's 32 lanes). Synccheck: a barrier that
