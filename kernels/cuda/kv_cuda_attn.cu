@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(KV_CUDA_THREADS,
     static_assert(TL * D == T * 8, "red holds one row of every token lane");
     static_assert(D <= T, "a thread per channel in the final sums");
     __shared__ attn_smem<D, R, ROT> sm;
-    extern __shared__ __align__(16) uint8_t stage[];
+    KV_CUDA_DYN_SMEM(uint8_t, stage);
 
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const uint32_t chunk = tid % CPT, tl = tid / CPT, c0 = chunk * 8;
@@ -559,11 +559,11 @@ extern "C" int kv_cuda_attn_launch(const kv_cuda_attn_args_t *a, void *stream)
         /* An error left by an earlier, already handled failure (a failed
          * cudaMalloc, say) must not be read as this launch's below. */
         (void)cudaGetLastError();
-        kern<<<(unsigned)blocks, T, smem, s>>>(*a);
+        KV_CUDA_LAUNCH(kern, (unsigned)blocks, T, smem, s, *a);
         if (a->part)
-            reduce_kernel<<<(unsigned)rblocks, T, 0, s>>>(*a);
+            KV_CUDA_LAUNCH(reduce_kernel, (unsigned)rblocks, T, 0, s, *a);
         if (a->stats && a->n_stile)
-            stats_kernel<D><<<a->n_stile, T, 0, s>>>(*a);
+            KV_CUDA_LAUNCH(stats_kernel<D>, a->n_stile, T, 0, s, *a);
     })
     return kv_cuda_status(cudaGetLastError());
 }

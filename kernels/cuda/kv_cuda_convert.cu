@@ -127,7 +127,8 @@ extern "C" int kv_cuda_convert_launch(const kv_cuda_convert_args_t *a,
     const uint32_t blocks = (a->n_tokens + CH - 1) / CH;
     (void)cudaGetLastError(); /* no stale error blamed on this launch */
     KV_CUDA_DISPATCH_HEAD_DIM(a->head_dim, D, {
-        convert_kernel<D><<<blocks, T, 0, (cudaStream_t)stream>>>(*a);
+        KV_CUDA_LAUNCH(convert_kernel<D>, blocks, T, 0, (cudaStream_t)stream,
+                       *a);
     })
     return kv_cuda_status(cudaGetLastError());
 }

@@ -152,7 +152,22 @@ kv_cuda_build_tile(kv_cuda_cursor_t *cur, const kv_cuda_ent_t *win,
     *cur = c;
 }
 
-#ifdef __CUDACC__
+/* A launch and a dynamic shared memory array: the CUDA forms under nvcc;
+ * in the CPU emulation build (kernels/cuda/emu/kv_emu.h, docs/gpu.md) the
+ * same kernels compiled as host C++ launch through the emulator and get
+ * the block's dynamic shared memory from it. These two macros are the only
+ * place the kernel sources differ between the two builds. */
+#if defined(__CUDACC__)
+#define KV_CUDA_LAUNCH(kern, grid, block, smem, stream, ...)                \
+    kern<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define KV_CUDA_DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
+#else
+#define KV_CUDA_LAUNCH(kern, grid, block, smem, stream, ...)                \
+    (void)kv_emu_launch(kern, dim3(grid), dim3(block), (smem), (stream),   \
+                        __VA_ARGS__)
+#define KV_CUDA_DYN_SMEM(type, name) type *const name = (type *)kv_emu_dyn_smem()
+#endif
+
 static __device__ __forceinline__ float kv_cuda_warp_max(float x)
 {
     for (int o = 16; o > 0; o /= 2)
@@ -166,6 +181,5 @@ static __device__ __forceinline__ float kv_cuda_warp_sum(float x)
         x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
-#endif
 
 #endif /* KV_CUDA_INT_CUH */

@@ -23,6 +23,10 @@
  * Outputs must agree within 1e-3 of the largest reference magnitude per
  * query row, statistics within 1e-3 per list.
  *
+ * KV_CUDA_TEST_QUICK=1 runs a subset that still reaches every kernel
+ * (the emulator's race check, tests cuda_emu/race_attn, where every access
+ * is instrumented).
+ *
  * Without a GPU the program exits 77 at once. KV_CUDA_TEST_SELFCHECK=1 runs
  * it anyway with a second CPU backend in place of the CUDA one (checks the
  * test itself, not the GPU code; device-mode cases are skipped).
@@ -36,6 +40,7 @@
 
 static kv_backend_t ref, dut;
 static int selfcheck;
+static int quick; /* KV_CUDA_TEST_QUICK: a subset (see above) */
 static uint32_t max_ctx = 8192; /* KV_CUDA_TEST_MAX_CTX: longest list */
 static uint64_t rng = 42;
 
@@ -124,6 +129,8 @@ static void test_decode(void)
     for (uint32_t D = 64; D <= 128; D *= 2) {
         const kv_page_geom_t g = {D, 64 * D};
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (quick && s != (D == 64 ? 1u : 3u))
+                continue;
             const uint32_t n_kv = shapes[s].n_kv, batch = shapes[s].batch;
             const uint32_t n_lists = batch * n_kv;
             const uint32_t top = max_ctx < 2500 ? max_ctx : 2500;
@@ -138,7 +145,7 @@ static void test_decode(void)
             char what[96];
             /* default, split-K in 64-token items, single pass */
             static const uint32_t parts[] = {0, 64, 4096};
-            for (size_t pi = 0; pi < 3; pi++) {
+            for (size_t pi = 0; pi < (quick ? 2u : 3u); pi++) {
                 const uint32_t part = parts[pi];
                 snprintf(what, sizeof what,
                          "decode D=%u G=%u kv=%u batch=%u part=%u", D,
@@ -210,6 +217,13 @@ static void test_prefill(void)
 {
     for (uint32_t D = 64; D <= 128; D *= 2) {
         const kv_page_geom_t g = {D, 64 * D};
+        if (quick) {
+            if (D == 64)
+                run_prefill(&g, 16, 2, 64, 40, 63, TCP_FMT_MIX); /* G = 8 */
+            else
+                run_prefill(&g, 6, 2, 17, 0, 0, TCP_FMT_ONLY(KV_FMT_FP16));
+            continue;
+        }
         run_prefill(&g, 6, 2, 1, 0, 0, TCP_FMT_MIX);
         run_prefill(&g, 6, 2, 17, 0, 0, TCP_FMT_ONLY(KV_FMT_FP16));
         run_prefill(&g, 6, 2, 100, 300, 50, TCP_FMT_MIX);
@@ -233,6 +247,8 @@ static void test_rotated(void)
         {128, 1, 4, 2, TCP_FMT_MIX | TCP_ROT_ALL, 4096},
     };
     for (size_t c = 0; c < sizeof dec / sizeof dec[0]; c++) {
+        if (quick && c != 1 && c != 2 && c != 4)
+            continue;
         const uint32_t D = dec[c].d, n_kv = dec[c].n_kv, batch = dec[c].batch;
         const kv_page_geom_t g = {D, 64 * D};
         const uint32_t top = max_ctx < 1500 ? max_ctx : 1500;
@@ -258,6 +274,8 @@ static void test_rotated(void)
         {128, 4, 4, 33, 1000, 0, TCP_FMT_MIX | TCP_ROT_ALL},
     };
     for (size_t c = 0; c < sizeof pre / sizeof pre[0]; c++) {
+        if (quick && c != 0)
+            continue;
         const kv_page_geom_t g = {pre[c].d, 64 * pre[c].d};
         run_prefill(&g, pre[c].n_q, pre[c].n_kv, pre[c].n_new, pre[c].cached,
                     pre[c].row0, pre[c].mix);
@@ -289,6 +307,8 @@ static void test_large_pages(void)
         uint32_t pb, mix;
     } cases[] = {{20480, TCP_FMT_ONLY(KV_FMT_FP16)}, {24576, TCP_FMT_MIX}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (quick && c == 0)
+            continue;
         const kv_page_geom_t g = {128, cases[c].pb};
         uint32_t len[4] = {1000, 517, 48, 1};
         tcp_lists_t L;
@@ -300,7 +320,8 @@ static void test_large_pages(void)
                  g.page_bytes);
         run_decode(&g, 2, 8, 2, &L, NULL, 64, 1, what);
         tcp_free_lists(&L);
-        run_prefill(&g, 8, 2, 33, 400, 0, cases[c].mix);
+        if (!quick)
+            run_prefill(&g, 8, 2, 33, 400, 0, cases[c].mix);
     }
 }
 
@@ -407,6 +428,7 @@ static void test_errors(void)
 int main(void)
 {
     selfcheck = getenv("KV_CUDA_TEST_SELFCHECK") != NULL;
+    quick = getenv("KV_CUDA_TEST_QUICK") != NULL;
     if (!selfcheck && kv_cuda_device_count() == 0)
         KV_TEST_SKIP("no CUDA device");
     const char *mc = getenv("KV_CUDA_TEST_MAX_CTX");
@@ -426,7 +448,8 @@ int main(void)
     test_decode();
     test_prefill();
     test_rotated();
-    test_long();
+    if (!quick)
+        test_long();
     test_large_pages();
     if (!selfcheck) {
         test_device_mode();
@@ -434,5 +457,6 @@ int main(void)
     }
     kv_backend_destroy(&dut);
     kv_backend_destroy(&ref);
+    tcp_report("test_cuda_attn", selfcheck);
     return kv_test_end();
 }

@@ -174,6 +174,30 @@ static inline void tcp_free_lists(tcp_lists_t *L)
 
 /* Compare x[n] against ref[n]: every |x - ref| <= tol * max|ref| (FP32
  * results of two backends; NaN fails). Counts one pass or failure. */
+/* Largest error / max |ref| of tcp_check_close so far, by what was
+ * compared (printed by tcp_report): [0] outputs of calls without a forced
+ * split, [1] outputs of split-K calls ("part=64" or "split" in the label:
+ * attention partials + the reduce kernel), [2] statistics. */
+static double tcp_max_rel[3];
+
+/* Which CUDA runs this: "emulated" in the emulation build (docs/gpu.md,
+ * tests cuda_emu/...: kernels/cuda/ compiled as host C++), else "device". */
+#ifdef KV_CUDA_EMU
+#define TCP_CUDA_KIND "emulated (kernels/cuda/emu on the CPU, not a GPU)"
+#else
+#define TCP_CUDA_KIND "device"
+#endif
+
+static inline void tcp_report(const char *prog, int selfcheck)
+{
+    printf("%s: CUDA backend %s; largest error vs the CPU backend, relative "
+           "to max |ref|: outputs %.3g, split-K outputs %.3g, statistics "
+           "%.3g\n",
+           prog, selfcheck ? "replaced by the CPU backend (selfcheck)"
+                           : TCP_CUDA_KIND,
+           tcp_max_rel[0], tcp_max_rel[1], tcp_max_rel[2]);
+}
+
 static inline void tcp_check_close(const float *x, const float *ref, size_t n,
                                    double tol, const char *what)
 {
@@ -188,6 +212,11 @@ static inline void tcp_check_close(const float *x, const float *ref, size_t n,
             at = i;
         }
     }
+    const int cat = strstr(what, "stats")     ? 2
+                    : strstr(what, "part=64") || strstr(what, "split") ? 1
+                                                                    : 0;
+    if (err / mag > tcp_max_rel[cat])
+        tcp_max_rel[cat] = err / mag;
     if (err <= tol * mag) {
         kv_test_pass_++;
     } else {
