@@ -112,35 +112,9 @@ AVX2 float kv_q_dot_avx2(const float *a, const float *b, size_t n)
 
 #define KINLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-typedef struct kscale {
-    __m256 d, m;
-} kscale_t;
-
-KINLINE kscale_t kscales(uint32_t type, const uint8_t *blk)
+/* F16 / F32: the 8 rows' weights at column k of a pack block. */
+KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k)
 {
-    kscale_t s = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    if (type == 3 /* Q4_1 */ || type == 8 /* Q8_0 */)
-        s.d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-    if (type == 3)
-        s.m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-    return s;
-}
-
-/* The 8 rows' weights at column k of a pack block. */
-KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k, kscale_t s)
-{
-    if (type == 3) { /* Q4_1 */
-        int32_t word;
-        memcpy(&word, blk + 32 + 4 * k, 4);
-        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh),
-                                     _mm256_set1_epi32(15));
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), s.d, s.m);
-    }
-    if (type == 8) { /* Q8_0 */
-        __m128i q8 = _mm_loadl_epi64((const __m128i *)(blk + 16 + 8 * k));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), s.d);
-    }
     if (type == 1) /* F16 */
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * k)));
     return _mm256_loadu_ps((const float *)(blk + 32 * k)); /* F32 */
@@ -148,7 +122,7 @@ KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k, kscale_t s)
 
 KINLINE size_t kblock_bytes(uint32_t type)
 {
-    return type == 3 ? 160 : type == 8 ? 272 : type == 1 ? 512 : 1024;
+    return type == 1 ? 512 : 1024;
 }
 
 /* P packs starting at pk (stride apart) x T rows of x; results into
@@ -164,16 +138,12 @@ KINLINE void kern(uint32_t type, const uint8_t *pk, size_t stride, int P, const 
         for (int t = 0; t < T; t++)
             acc[p][t] = _mm256_setzero_ps();
     for (uint32_t b = 0; b < cols / 32; b++) {
-        kscale_t sc[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < P; p++)
-            sc[p] = kscales(type, pk + p * stride + b * bb);
         const float *xb = x + (size_t)b * 32;
         for (int k = 0; k < 32; k++) {
             __m256 w[4];
 #pragma GCC unroll 4
             for (int p = 0; p < P; p++)
-                w[p] = kdeq(type, pk + p * stride + b * bb, k, sc[p]);
+                w[p] = kdeq(type, pk + p * stride + b * bb, k);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m256 bx = _mm256_broadcast_ss(xb + t * ldx + k);
@@ -246,12 +216,116 @@ AVX2 void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, 
                            uint32_t rows, uint32_t p0, uint32_t p1, const float *x, uint32_t n,
                            float *y, size_t ldy)
 {
-    switch (type) {
-    case 3: packed_typed(3, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    case 8: packed_typed(8, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    case 1: packed_typed(1, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    default: packed_typed(0, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    if (type == 1)
+        packed_typed(1, packed, stride, cols, rows, p0, p1, x, n, y, ldy);
+    else
+        packed_typed(0, packed, stride, cols, rows, p0, p1, x, n, y, ldy);
+}
+
+/* ---- integer matmul (Q4_1 / Q8_0 weights, quantized activations) -------
+ * Per pack block and activation row: each of the 8 rows' 32 codes widened
+ * to int16 times the row's 32 int16 activations with vpmaddwd into 8 int32
+ * lanes (exact), the 8 rows' lanes summed into one vector (one int32 per
+ * row), then two FMAs per block in FP32 with the rows in the lanes
+ * (kv_quant.h's order). */
+
+AVX2 void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n / 32; b++, x += 32) {
+        __m256 v[4], mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[j]));
+            sum = _mm256_add_ps(sum, v[j]);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float d = _mm_cvtss_f32(m4) / 32767.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        xq[b].d = d;
+        xq[b].s = hsum(sum);
+        const __m256 iv = _mm256_set1_ps(id);
+        for (int j = 0; j < 4; j += 2) { /* round to nearest even (MXCSR default) */
+            __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], iv));
+            __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], iv));
+            __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
+            _mm256_storeu_si256((__m256i *)(xq[b].q + 8 * j), q16);
+        }
     }
+}
+
+/* Row i's products with the block's activations (x0: columns 0-15, x1:
+ * 16-31): 8 int32 partial sums. */
+KINLINE __m256i kdot(uint32_t type, const uint8_t *blk, int i, __m256i x0, __m256i x1)
+{
+    __m256i w0, w1;
+    if (type == 3) { /* Q4_1: low nibbles are columns 0-15, high 16-31 */
+        __m256i b16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * i)));
+        w0 = _mm256_and_si256(b16, _mm256_set1_epi16(15));
+        w1 = _mm256_srli_epi16(b16, 4);
+    } else { /* Q8_0 */
+        const uint8_t *q = blk + 16 + 32 * i;
+        w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+        w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+}
+
+/* r[i] = the sum of v[i]'s 8 lanes, i < 8. */
+KINLINE __m256i khsum8(const __m256i *v)
+{
+    __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20),
+                            _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+/* One pack (8 rows) against one activation row of nb blocks; rows < nr kept. */
+KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk_t *xb,
+                  float *y, uint32_t nr)
+{
+    const size_t bb = type == 3 ? 160 : 272;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++, pk += bb) {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xb[b].q);
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb[b].q + 16));
+        __m256i v[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            v[i] = kdot(type, pk, i, x0, x1);
+        __m256 a = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pk)),
+                                 _mm256_set1_ps(xb[b].d));
+        acc = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(khsum8(v)), acc);
+        if (type == 3)
+            acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk + 16))),
+                                  _mm256_set1_ps(xb[b].s), acc);
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, acc);
+    for (uint32_t i = 0; i < 8 && i < nr; i++)
+        y[i] = tmp[i];
+}
+
+KINLINE void packed_int_typed(uint32_t type, const uint8_t *packed, size_t stride,
+                              uint32_t cols, uint32_t rows, uint32_t p0, uint32_t p1,
+                              const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
+{
+    const uint32_t nb = cols / 32;
+    for (uint32_t p = p0; p < p1; p++)
+        for (uint32_t t = 0; t < n; t++)
+            kint(type, packed + p * stride, nb, xq + (size_t)t * nb, y + t * ldy + 8 * p,
+                 rows - 8 * p);
+}
+
+AVX2 void kv_q_packed_int_avx2(uint32_t type, const uint8_t *packed, size_t stride,
+                               uint32_t cols, uint32_t rows, uint32_t p0, uint32_t p1,
+                               const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
+{
+    if (type == 3)
+        packed_int_typed(3, packed, stride, cols, rows, p0, p1, xq, n, y, ldy);
+    else
+        packed_int_typed(8, packed, stride, cols, rows, p0, p1, xq, n, y, ldy);
 }
 
 #else /* not x86-64 GCC/Clang: no SIMD path */
@@ -271,6 +345,14 @@ void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint3
 {
     (void)type, (void)packed, (void)stride, (void)cols, (void)rows, (void)p0, (void)p1;
     (void)x, (void)n, (void)y, (void)ldy;
+}
+void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n) { (void)x, (void)xq, (void)n; }
+void kv_q_packed_int_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint32_t cols,
+                          uint32_t rows, uint32_t p0, uint32_t p1, const kv_q_xblk_t *xq,
+                          uint32_t n, float *y, size_t ldy)
+{
+    (void)type, (void)packed, (void)stride, (void)cols, (void)rows, (void)p0, (void)p1;
+    (void)xq, (void)n, (void)y, (void)ldy;
 }
 
 #endif
