@@ -255,74 +255,109 @@ AVX2 void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n)
     }
 }
 
-/* Row i's products with the block's activations (x0: columns 0-15, x1:
- * 16-31): 8 int32 partial sums. */
-KINLINE __m256i kdot(uint32_t type, const uint8_t *blk, int i, __m256i x0, __m256i x1)
+/* Row i's 32 codes of a pack block widened to int16: w[0] columns 0-15,
+ * w[1] columns 16-31. */
+KINLINE void kwiden(uint32_t type, const uint8_t *blk, int i, __m256i *w)
 {
-    __m256i w0, w1;
     if (type == 3) { /* Q4_1: low nibbles are columns 0-15, high 16-31 */
         __m256i b16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * i)));
-        w0 = _mm256_and_si256(b16, _mm256_set1_epi16(15));
-        w1 = _mm256_srli_epi16(b16, 4);
+        w[0] = _mm256_and_si256(b16, _mm256_set1_epi16(15));
+        w[1] = _mm256_srli_epi16(b16, 4);
     } else { /* Q8_0 */
         const uint8_t *q = blk + 16 + 32 * i;
-        w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
-        w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+        w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+        w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
     }
-    return _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-}
-
-/* r[i] = the sum of v[i]'s 8 lanes, i < 8. */
-KINLINE __m256i khsum8(const __m256i *v)
-{
-    __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20),
-                            _mm256_permute2x128_si256(ab, cd, 0x31));
 }
 
 #define KV_Q_PREFETCH 2048 /* bytes ahead of the block being multiplied */
 
-/* One pack (8 rows) against one activation row of nb blocks; rows < nr kept. */
-KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk_t *xb,
-                  float *y, uint32_t nr)
+/* One pack (8 rows) against T activation rows (xb: the first row's nb
+ * blocks, the next rows nb blocks apart): y[t * ldy + i] for rows i < nr.
+ * Each row's codes are widened once per block for the T rows; per output
+ * the operations are the same for every T (the batch invariance). */
+KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk_t *xb, int T,
+                  float *y, size_t ldy, uint32_t nr)
 {
     const size_t bb = type == 3 ? 160 : 272;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     for (uint32_t b = 0; b < nb; b++, pk += bb) {
         /* The weights stream from memory: ask for them ~2 KiB ahead (past the
          * pack's end too: the next pack follows; prefetches never fault). */
 #pragma GCC unroll 5
         for (size_t o = 0; o < bb; o += 64)
             _mm_prefetch((const char *)pk + KV_Q_PREFETCH + o, _MM_HINT_T0);
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xb[b].q);
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb[b].q + 16));
-        __m256i v[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            v[i] = kdot(type, pk, i, x0, x1);
-        __m256 a = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pk)),
-                                 _mm256_set1_ps(xb[b].d));
-        acc = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(khsum8(v)), acc);
-        if (type == 3)
-            acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk + 16))),
-                                  _mm256_set1_ps(xb[b].s), acc);
+        __m256i x[4][2], half[4][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            x[t][0] = _mm256_loadu_si256((const __m256i *)xb[(size_t)t * nb + b].q);
+            x[t][1] = _mm256_loadu_si256((const __m256i *)(xb[(size_t)t * nb + b].q + 16));
+        }
+        /* Rows 4h..4h+3: 8 int32 lanes each, summed pairwise with vphaddd
+         * into one vector (lane-half j of row 4h+i at lane 4j+i). */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256i w[2];
+                kwiden(type, pk, 4 * h + i, w);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    q[t][i] = _mm256_add_epi32(_mm256_madd_epi16(w[0], x[t][0]),
+                                               _mm256_madd_epi16(w[1], x[t][1]));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                half[t][h] = _mm256_hadd_epi32(_mm256_hadd_epi32(q[t][0], q[t][1]),
+                                               _mm256_hadd_epi32(q[t][2], q[t][3]));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pk));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const kv_q_xblk_t *xt = xb + (size_t)t * nb + b;
+            __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(half[t][0], half[t][1], 0x20),
+                                            _mm256_permute2x128_si256(half[t][0], half[t][1], 0x31));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt->d)),
+                                     _mm256_cvtepi32_ps(isum), acc[t]);
+            if (type == 3)
+                acc[t] = _mm256_fmadd_ps(
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk + 16))),
+                    _mm256_set1_ps(xt->s), acc[t]);
+        }
     }
-    float tmp[8];
-    _mm256_storeu_ps(tmp, acc);
-    for (uint32_t i = 0; i < 8 && i < nr; i++)
-        y[i] = tmp[i];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, acc[t]);
+        for (uint32_t i = 0; i < 8 && i < nr; i++)
+            y[t * ldy + i] = tmp[i];
+    }
 }
 
+/* Packs [p0, p1) one at a time (its weights stay in L1 across the activation
+ * rows), activation rows 4, then 2, then 1 at a time. */
 KINLINE void packed_int_typed(uint32_t type, const uint8_t *packed, size_t stride,
                               uint32_t cols, uint32_t rows, uint32_t p0, uint32_t p1,
                               const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
 {
     const uint32_t nb = cols / 32;
-    for (uint32_t p = p0; p < p1; p++)
-        for (uint32_t t = 0; t < n; t++)
-            kint(type, packed + p * stride, nb, xq + (size_t)t * nb, y + t * ldy + 8 * p,
-                 rows - 8 * p);
+    for (uint32_t p = p0; p < p1; p++) {
+        const uint8_t *pk = packed + p * stride;
+        const uint32_t nr = rows - 8 * p;
+        uint32_t t = 0;
+        for (; t + 4 <= n; t += 4)
+            kint(type, pk, nb, xq + (size_t)t * nb, 4, y + t * ldy + 8 * p, ldy, nr);
+        if (t + 2 <= n) {
+            kint(type, pk, nb, xq + (size_t)t * nb, 2, y + t * ldy + 8 * p, ldy, nr);
+            t += 2;
+        }
+        if (t < n)
+            kint(type, pk, nb, xq + (size_t)t * nb, 1, y + t * ldy + 8 * p, ldy, nr);
+    }
 }
 
 AVX2 void kv_q_packed_int_avx2(uint32_t type, const uint8_t *packed, size_t stride,
