@@ -5,9 +5,12 @@
  * Compiled with per-function target attributes so the rest of the build
  * stays baseline x86-64; called only after kv_q_have_avx2() said yes.
  * Row dequantization of the file layout (the embedding lookup, norms), the
- * fixed-order FP32 dot of the dense attention path, and the packed matmul
- * kernels (layout and arithmetic contract in kv_quant.h). Type numbers are
- * the ggml ones (0 F32, 1 F16, 3 Q4_1, 8 Q8_0).
+ * fixed-order FP32 dot of the dense attention path, the activation
+ * quantizer and the packed matmul kernels: integer (vpmaddwd) for Q4_1 /
+ * Q8_0, FP32 FMA for F16 / F32 (layouts and arithmetic contract in
+ * kv_quant.h). Type numbers are the ggml ones (0 F32, 1 F16, 3 Q4_1, 8 Q8_0).
+ * There is no AVX-512 variant yet: the machines this was measured on had
+ * none to check it against (docs/results/benchmarks.md, issue 32).
  */
 #include "kv_quant_simd.h"
 
