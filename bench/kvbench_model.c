@@ -12,6 +12,13 @@
  *   prefill_tokens_per_s   ctx / prefill wall time
  *   decode_tokens_per_s    decode steps / decode wall time, at ctx..ctx+N
  *   *_vs_dense             paged / dense (1.0 = no overhead from paging)
+ *   decode_bound_tokens_per_s  the weight-streaming bound of a decode step
+ *                          measured in the same run: read_gb_per_s (the
+ *                          best of a few passes of a --threads-thread
+ *                          streaming read over a 256 MiB buffer, far larger
+ *                          than the LLC, before and after the runs) /
+ *                          weight_bytes_per_token (kv_model_decode_weight_bytes)
+ *   decode_vs_bound        decode_tokens_per_s / that bound
  *   kv_bytes, fp16_bytes   store statistics after decoding
  *   loadavg                1-minute load average before and after: figures
  *                          from a machine busier than its cores are noise.
@@ -62,6 +69,48 @@ static double loadavg(void)
     return l;
 }
 
+/* ---- read bandwidth: n_threads workers each sum one slice of a buffer --- */
+
+#define BW_BYTES ((size_t)256 << 20)
+
+typedef struct bw_job {
+    const uint64_t *buf;
+    size_t words_per_unit;
+    uint64_t sums[64]; /* per unit, so the reads are not optimized away */
+} bw_job_t;
+
+static void bw_unit(void *arg, size_t u, uint32_t worker)
+{
+    (void)worker;
+    bw_job_t *j = arg;
+    const uint64_t *p = j->buf + u * j->words_per_unit;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < j->words_per_unit; i += 4) {
+        a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
+    }
+    j->sums[u % 64] = a + b + c + d;
+}
+
+/* GB/s (1e9 bytes) of the best of 5 passes, 0 on failure. */
+static double read_bandwidth(kv_workers_t *ws, uint32_t threads)
+{
+    uint64_t *buf = malloc(BW_BYTES);
+    if (!buf)
+        return 0;
+    memset(buf, 1, BW_BYTES); /* fault the pages in */
+    const uint32_t units = threads ? threads : kv_workers_size(ws);
+    bw_job_t j = {.buf = buf, .words_per_unit = BW_BYTES / 8 / units / 4 * 4};
+    double best = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        double t0 = now_s();
+        kv_workers_run(ws, threads, units, bw_unit, &j);
+        double gbs = (double)(j.words_per_unit * 8 * units) / (now_s() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    free(buf);
+    return best;
+}
+
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     char *end = NULL;
@@ -74,7 +123,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int parse(int argc, char **argv, bench_opts_t *o)
 {
-    *o = (bench_opts_t){.dense = 1, .ctx = {1024, 4096}, .n_ctx = 2, .decode = 32};
+    *o = (bench_opts_t){.dense = 1, .ctx = {512, 4096}, .n_ctx = 2, .decode = 32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint32_t u;
@@ -178,12 +227,18 @@ int main(int argc, char **argv)
         int fmt;
     } formats[] = {{"fp16", KV_FMT_FP16}, {"int4", KV_FMT_INT4}, {"int2", KV_FMT_INT2}};
     const double load0 = loadavg();
+    kv_workers_t *bw_ws = NULL;
+    if (kv_workers_create((uint32_t)o.threads, &bw_ws))
+        return 1;
+    const double bw0 = read_bandwidth(bw_ws, (uint32_t)o.threads);
+    const double wbytes = (double)kv_model_decode_weight_bytes(m);
     if (o.json)
         printf("{\"bench\":\"model\",\"model\":\"%s\",\"threads\":%d,\"decode_steps\":%u,"
-               "\"results\":[", KV_MODEL_FILE_NAME, o.threads, o.decode);
+               "\"weight_bytes_per_token\":%.0f,\"results\":[", KV_MODEL_FILE_NAME, o.threads,
+               o.decode, wbytes);
     else
-        printf("%-6s %6s %14s %14s %12s %12s %14s\n", "format", "ctx", "prefill tok/s",
-               "decode tok/s", "prefill/dense", "decode/dense", "kv_bytes");
+        printf("%-6s %6s %14s %14s %12s %12s %14s %12s\n", "format", "ctx", "prefill tok/s",
+               "decode tok/s", "prefill/dense", "decode/dense", "kv_bytes", "decode/bound");
     int first = 1, ret = 0;
     for (uint32_t c = 0; c < o.n_ctx; c++) {
         bench_res_t dense = {0};
@@ -208,26 +263,34 @@ int main(int argc, char **argv)
             }
             double pr = dense.prefill_tps > 0 ? r.prefill_tps / dense.prefill_tps : 0;
             double dr = dense.decode_tps > 0 ? r.decode_tps / dense.decode_tps : 0;
+            const double bound = bw0 * 1e9 / wbytes;
             if (o.json)
                 printf("%s{\"format\":\"%s\",\"ctx\":%u,\"prefill_tokens_per_s\":%.2f,"
-                       "\"decode_tokens_per_s\":%.2f,\"dense_prefill_tokens_per_s\":%.2f,"
+                       "\"decode_tokens_per_s\":%.2f,\"decode_bound_tokens_per_s\":%.2f,"
+                       "\"decode_vs_bound\":%.3f,\"dense_prefill_tokens_per_s\":%.2f,"
                        "\"dense_decode_tokens_per_s\":%.2f,\"prefill_vs_dense\":%.3f,"
                        "\"decode_vs_dense\":%.3f,\"kv_bytes\":%llu,\"fp16_bytes\":%llu,"
                        "\"pages_used\":%llu}",
                        first ? "" : ",", formats[f].name, o.ctx[c], r.prefill_tps, r.decode_tps,
-                       dense.prefill_tps, dense.decode_tps, pr, dr,
+                       bound, r.decode_tps / bound, dense.prefill_tps, dense.decode_tps, pr, dr,
                        (unsigned long long)r.kv_bytes, (unsigned long long)r.fp16_bytes,
                        (unsigned long long)r.pages_used);
             else
-                printf("%-6s %6u %14.1f %14.1f %12.3f %12.3f %14llu\n", formats[f].name, o.ctx[c],
-                       r.prefill_tps, r.decode_tps, pr, dr, (unsigned long long)r.kv_bytes);
+                printf("%-6s %6u %14.1f %14.1f %12.3f %12.3f %14llu %12.3f\n", formats[f].name,
+                       o.ctx[c], r.prefill_tps, r.decode_tps, pr, dr,
+                       (unsigned long long)r.kv_bytes, r.decode_tps / bound);
             first = 0;
         }
     }
+    const double bw1 = read_bandwidth(bw_ws, (uint32_t)o.threads);
+    kv_workers_destroy(bw_ws);
     if (o.json)
-        printf("],\"loadavg\":[%.2f,%.2f]}\n", load0, loadavg());
+        printf("],\"read_gb_per_s\":[%.2f,%.2f],\"loadavg\":[%.2f,%.2f]}\n", bw0, bw1, load0,
+               loadavg());
     else
-        printf("(loadavg %.2f -> %.2f)\n", load0, loadavg());
+        printf("(weights %.1f MB per decode token; read bandwidth %.2f GB/s before, %.2f after: "
+               "bound %.1f tok/s; loadavg %.2f -> %.2f)\n", wbytes / 1e6, bw0, bw1,
+               bw0 * 1e9 / wbytes, load0, loadavg());
     free(prompt);
     kv_model_free(m);
     return ret;

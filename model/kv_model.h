@@ -61,6 +61,12 @@ int kv_model_load(const char *path, kv_model_t **out, char *err, size_t err_len)
 void kv_model_free(kv_model_t *m);
 const kv_model_hparams_t *kv_model_hparams(const kv_model_t *m);
 
+/* Bytes of weights one decode step of one sequence reads: every packed
+ * matrix (the output head included), the norms and one embedding row. A
+ * decode step cannot be faster than this over the machine's read bandwidth
+ * (kvbench-model reports that bound). 0 for NULL. */
+uint64_t kv_model_decode_weight_bytes(const kv_model_t *m);
+
 /* The underlying GGUF reader (for the tokenizer glue and tests). */
 struct kv_gguf;
 const struct kv_gguf *kv_model_gguf(const kv_model_t *m);

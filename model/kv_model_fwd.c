@@ -33,6 +33,7 @@ static int step_run(const kv_model_step_t *st, uint32_t out0, float *logits)
                          (const uint8_t *)m->embd.data + (size_t)st->tokens[r] * m->embd.row_bytes,
                          sc->x + (size_t)r * D, D);
     }
+    kv_model_rope_table(sc->pos, n, hd, m->inv_freq, sc->rope);
     int rc = 0;
     for (uint32_t l = 0; l < hp->n_layers && !rc; l++) {
         const kv_model_layer_w_t *w = &m->layers[l];
@@ -42,8 +43,8 @@ static int step_run(const kv_model_step_t *st, uint32_t out0, float *logits)
         const size_t qkv_ld[3] = {w->wq.rows, w->wk.rows, w->wv.rows};
         if ((rc = kv_q_matmul_many(qkv, qkv_out, qkv_ld, 3, sc->h, n, workers, nt)))
             break;
-        kv_model_rope(sc->q, n, hp->n_q_heads, hd, sc->pos, m->inv_freq, workers, nt);
-        kv_model_rope(sc->k, n, hp->n_kv_heads, hd, sc->pos, m->inv_freq, workers, nt);
+        kv_model_rope(sc->q, n, hp->n_q_heads, hd, sc->rope, workers, nt);
+        kv_model_rope(sc->k, n, hp->n_kv_heads, hd, sc->rope, workers, nt);
         if ((rc = kv_model_attn(st, sc, l)) ||
             (rc = kv_q_matmul(&w->wo, sc->att, n, sc->h, D, workers, nt)))
             break;

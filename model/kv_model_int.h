@@ -41,6 +41,8 @@ typedef struct kv_model_scratch {
     float *k, *v;  /* [chunk][n_kv * hd]                        */
     float *att;    /* [chunk][n_q * hd] attention output        */
     float *f1, *f2;/* [chunk][d_ff] gate, up                    */
+    float *rope;   /* [chunk][hd]: cos, then sin, of pos * inv_freq[i], */
+                   /* i < hd / 2 (kv_model_rope_table, once per step) */
     int32_t *pos;  /* [chunk] row positions                     */
     kv_seq_id_t *seqs; /* [chunk] store sequence of each row (decode) */
 } kv_model_scratch_t;
@@ -77,8 +79,10 @@ typedef struct kv_model_step {
 /* ---- ops (kv_model_ops.c): rows in parallel on the workers ------------- */
 void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint32_t d,
                       float eps, kv_workers_t *workers, uint32_t n_threads);
-void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_workers_t *workers, uint32_t n_threads);
+void kv_model_rope_table(const int32_t *pos, uint32_t n, uint32_t hd, const double *inv_freq,
+                         float *tab);
+void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const float *tab,
+                   kv_workers_t *workers, uint32_t n_threads);
 void kv_model_swiglu(float *gate, const float *up, uint32_t n, size_t d,
                      kv_workers_t *workers, uint32_t n_threads);
 void kv_model_add(float *x, const float *y, size_t n);

@@ -211,6 +211,22 @@ const kv_model_hparams_t *kv_model_hparams(const kv_model_t *m) { return m ? &m-
 
 const struct kv_gguf *kv_model_gguf(const kv_model_t *m) { return m ? m->g : NULL; }
 
+uint64_t kv_model_decode_weight_bytes(const kv_model_t *m)
+{
+    if (!m)
+        return 0;
+    const uint64_t D = m->hp.d_model;
+    uint64_t b = kv_q_mat_bytes(&m->out) + m->embd.row_bytes + D * 4; /* + out_norm */
+    for (uint32_t l = 0; l < m->hp.n_layers; l++) {
+        const kv_model_layer_w_t *w = &m->layers[l];
+        b += 2 * D * 4; /* attn_norm, ffn_norm */
+        b += kv_q_mat_bytes(&w->wq) + kv_q_mat_bytes(&w->wk) + kv_q_mat_bytes(&w->wv) +
+             kv_q_mat_bytes(&w->wo) + kv_q_mat_bytes(&w->gate) + kv_q_mat_bytes(&w->up) +
+             kv_q_mat_bytes(&w->down);
+    }
+    return b;
+}
+
 int kv_model_store_config(const kv_model_t *m, uint32_t max_tokens, uint32_t max_seqs,
                           uint32_t n_threads, kv_config_t *cfg)
 {

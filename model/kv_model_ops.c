@@ -36,22 +36,31 @@ void kv_model_rmsnorm(const float *x, const float *w, float *y, uint32_t n, uint
     kv_workers_run(workers, n_threads, n, rms_unit, &j);
 }
 
+/* The rotation of each row's position: cos then sin of pos * inv_freq[i]
+ * (computed in double, rounded once), i < hd / 2, for n rows; shared by q,
+ * k and every layer of a step. */
+void kv_model_rope_table(const int32_t *pos, uint32_t n, uint32_t hd, const double *inv_freq,
+                         float *tab)
+{
+    for (uint32_t t = 0; t < n; t++, tab += hd)
+        for (uint32_t i = 0; i < hd / 2; i++) {
+            double a = (double)pos[t] * inv_freq[i];
+            tab[i] = (float)cos(a);
+            tab[hd / 2 + i] = (float)sin(a);
+        }
+}
+
 typedef struct rope_job {
     float *x;
     uint32_t heads, hd;
-    const int32_t *pos;
-    const double *inv_freq;
+    const float *tab;
 } rope_job_t;
 
 static void rope_unit(void *arg, size_t t, uint32_t worker)
 {
+    (void)worker;
     const rope_job_t *j = arg;
-    float cs[512], sn[512]; /* hd / 2 <= 512 (head_dim <= 1024) */
-    for (uint32_t i = 0; i < j->hd / 2; i++) {
-        double a = (double)j->pos[t] * j->inv_freq[i];
-        cs[i] = (float)cos(a);
-        sn[i] = (float)sin(a);
-    }
+    const float *cs = j->tab + t * j->hd, *sn = cs + j->hd / 2;
     for (uint32_t h = 0; h < j->heads; h++) {
         float *v = j->x + (t * j->heads + h) * j->hd;
         for (uint32_t i = 0; i < j->hd / 2; i++) {
@@ -63,11 +72,12 @@ static void rope_unit(void *arg, size_t t, uint32_t worker)
 }
 
 /* RoPE as ggml applies it for llama ("normal" mode): within each head,
- * the pairs (2i, 2i+1) rotate by pos * theta^(-2i/hd). x: [n][heads][hd]. */
-void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const int32_t *pos,
-                   const double *inv_freq, kv_workers_t *workers, uint32_t n_threads)
+ * the pairs (2i, 2i+1) rotate by pos * theta^(-2i/hd). x: [n][heads][hd];
+ * tab: kv_model_rope_table of the rows' positions. */
+void kv_model_rope(float *x, uint32_t n, uint32_t heads, uint32_t hd, const float *tab,
+                   kv_workers_t *workers, uint32_t n_threads)
 {
-    rope_job_t j = {.x = x, .heads = heads, .hd = hd, .pos = pos, .inv_freq = inv_freq};
+    rope_job_t j = {.x = x, .heads = heads, .hd = hd, .tab = tab};
     kv_workers_run(workers, n_threads, n, rope_unit, &j);
 }
 

@@ -14,7 +14,7 @@ static int alloc_scratch(kv_model_session_t *s)
     const kv_model_hparams_t *hp = &s->m->hp;
     const size_t c = s->chunk, D = hp->d_model, QD = (size_t)hp->n_q_heads * hp->head_dim;
     const size_t KD = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->d_ff;
-    const size_t floats = c * (2 * D + 2 * QD + 2 * KD + 2 * F);
+    const size_t floats = c * (2 * D + 2 * QD + 2 * KD + 2 * F + hp->head_dim);
     const size_t bytes = floats * sizeof(float) + c * (sizeof(int32_t) + sizeof(kv_seq_id_t));
     float *p = malloc(bytes);
     if (!p)
@@ -28,7 +28,8 @@ static int alloc_scratch(kv_model_session_t *s)
     s->sc.v = s->sc.k + c * KD;
     s->sc.f1 = s->sc.v + c * KD;
     s->sc.f2 = s->sc.f1 + c * F;
-    s->sc.pos = (int32_t *)(s->sc.f2 + c * F);
+    s->sc.rope = s->sc.f2 + c * F;
+    s->sc.pos = (int32_t *)(s->sc.rope + c * hp->head_dim);
     s->sc.seqs = (kv_seq_id_t *)(s->sc.pos + c);
     return 0;
 }

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kv_qpack.c — packing weight matrices into the 8-row interleaved layout and
- * the matmul over it (layout and arithmetic in kv_quant.h).
+ * kv_qpack.c — packing weight matrices into packs of 8 rows and the matmul
+ * over them (layout and arithmetic in kv_quant.h): Q4_1 / Q8_0 weights take
+ * integer dot products against activations quantized once per call
+ * (kv_q_xblk_t), F16 / F32 weights FP32 FMAs.
  *
  * The work is split into units of KV_Q_GROUP packs (32 rows) run on the
  * model's workers (kv_workers_run, kvpage.h); the split depends on
  * the matrices only, and each output is computed entirely within one unit in
  * the order fixed by kv_quant.h, so the thread count never changes a result.
- * The scalar path (no AVX2) is the same loop nest written plainly; it is also
- * the readable definition of the packed layout.
+ * The scalar path (no AVX2) is the same arithmetic written plainly; it is
+ * also the readable definition of the packed layouts. The quantized copy of
+ * x is owned by the call (on its stack when small, else malloc'd).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,17 +39,13 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int i)
 {
     switch (type) {
     case KV_GGML_Q4_1:
-        memcpy(dst + 2 * i, src, 2);      /* d */
+        memcpy(dst + 2 * i, src, 2);          /* d */
         memcpy(dst + 16 + 2 * i, src + 2, 2); /* m */
-        for (int k = 0; k < 32; k++) {
-            uint8_t q = k < 16 ? src[4 + k] & 15 : src[4 + k - 16] >> 4;
-            dst[32 + 4 * k + i / 2] |= (uint8_t)(q << (4 * (i % 2)));
-        }
+        memcpy(dst + 32 + 16 * i, src + 4, 16);
         break;
     case KV_GGML_Q8_0:
         memcpy(dst + 2 * i, src, 2);
-        for (int k = 0; k < 32; k++)
-            dst[16 + 8 * k + i] = src[2 + k];
+        memcpy(dst + 16 + 32 * i, src + 2, 32);
         break;
     case KV_GGML_F16:
         for (int k = 0; k < 32; k++)
@@ -91,35 +91,26 @@ void kv_q_mat_release(kv_q_mat_t *m)
     m->pack_stride = 0;
 }
 
-/* Weight of row i (0..7) at column k of a pack block, as kv_quant.h defines. */
-static float unpack1(uint32_t type, const uint8_t *blk, int k, int i)
+static int is_int_type(uint32_t type)
 {
-    uint16_t h;
-    switch (type) {
-    case KV_GGML_Q4_1: {
-        memcpy(&h, blk + 2 * i, 2);
-        float d = kv_q_half_to_float(h);
-        memcpy(&h, blk + 16 + 2 * i, 2);
-        float mn = kv_q_half_to_float(h);
-        uint8_t q = (uint8_t)(blk[32 + 4 * k + i / 2] >> (4 * (i % 2))) & 15;
-        return (float)q * d + mn;
-    }
-    case KV_GGML_Q8_0:
-        memcpy(&h, blk + 2 * i, 2);
-        return (float)(int8_t)blk[16 + 8 * k + i] * kv_q_half_to_float(h);
-    case KV_GGML_F16:
-        memcpy(&h, blk + 16 * k + 2 * i, 2);
-        return kv_q_half_to_float(h);
-    default: {
-        float f;
-        memcpy(&f, blk + 32 * k + 4 * i, 4);
-        return f;
-    }
-    }
+    return type == KV_GGML_Q4_1 || type == KV_GGML_Q8_0;
 }
 
-static void packed_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1, const float *x,
-                          uint32_t n, float *y, size_t ldy)
+/* F16 / F32: weight of row i (0..7) at column k of a pack block. */
+static float unpack1(uint32_t type, const uint8_t *blk, int k, int i)
+{
+    if (type == KV_GGML_F16) {
+        uint16_t h;
+        memcpy(&h, blk + 16 * k + 2 * i, 2);
+        return kv_q_half_to_float(h);
+    }
+    float f;
+    memcpy(&f, blk + 32 * k + 4 * i, 4);
+    return f;
+}
+
+static void packed_fp_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1, const float *x,
+                             uint32_t n, float *y, size_t ldy)
 {
     const size_t bb = kv_q_pack_block_bytes(w->type);
     for (uint32_t p = p0; p < p1; p++)
@@ -134,6 +125,66 @@ static void packed_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1, const f
             }
 }
 
+/* The block sum s of kv_q_xblk_t: 8 lanes, then the fixed tree. */
+static float block_sum(const float *x)
+{
+    float l[8] = {0};
+    for (int k = 0; k < 32; k += 8)
+        for (int j = 0; j < 8; j++)
+            l[j] += x[k + j];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+/* Scalar twin of kv_q_quant_x_avx2 (the definition in kv_quant_simd.h). */
+static void quant_x_scalar(const float *x, kv_q_xblk_t *xq, size_t n)
+{
+    for (size_t b = 0; b < n / 32; b++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 32767.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        xq[b].d = d;
+        xq[b].s = block_sum(x);
+        for (int j = 0; j < 32; j++) {
+            float v = nearbyintf(x[j] * id); /* NaN input: code 0 */
+            xq[b].q[j] = (int16_t)(v > 32767.0f ? 32767 : v < -32767.0f ? -32767 : v == v ? v : 0);
+        }
+    }
+}
+
+/* Scalar twin of kv_q_packed_int_avx2: the integer contract of kv_quant.h. */
+static void packed_int_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1,
+                              const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
+{
+    const size_t bb = kv_q_pack_block_bytes(w->type);
+    const uint32_t nb = w->cols / 32;
+    const int q41 = w->type == KV_GGML_Q4_1;
+    for (uint32_t p = p0; p < p1; p++)
+        for (uint32_t i = 0; i < 8 && 8 * p + i < w->rows; i++)
+            for (uint32_t t = 0; t < n; t++) {
+                const kv_q_xblk_t *xt = xq + (size_t)t * nb;
+                float acc = 0;
+                for (uint32_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = w->packed + p * w->pack_stride + b * bb;
+                    uint16_t h;
+                    memcpy(&h, blk + 2 * i, 2);
+                    const float dw = kv_q_half_to_float(h);
+                    int32_t isum = 0;
+                    for (int j = 0; j < 32; j++) {
+                        int q = q41 ? (blk[32 + 16 * i + j % 16] >> (4 * (j / 16))) & 15
+                                    : (int8_t)blk[16 + 32 * i + j];
+                        isum += q * xt[b].q[j];
+                    }
+                    acc = fmaf(dw * xt[b].d, (float)isum, acc);
+                    if (q41) {
+                        memcpy(&h, blk + 16 + 2 * i, 2);
+                        acc = fmaf(kv_q_half_to_float(h), xt[b].s, acc);
+                    }
+                }
+                y[(size_t)t * ldy + 8 * p + i] = acc;
+            }
+}
+
 #define KV_Q_MAX_MANY 8
 
 typedef struct mm_job {
@@ -142,13 +193,15 @@ typedef struct mm_job {
     const size_t *ldy;
     uint32_t count;
     uint32_t first[KV_Q_MAX_MANY + 1]; /* first work unit of each matrix */
-    const float *x;
+    const float *x;                    /* [n][cols] (F16 / F32 weights)  */
+    const kv_q_xblk_t *xq;             /* [n][cols / 32] (Q4_1 / Q8_0)   */
     uint32_t n;
     int simd;
 } mm_job_t;
 
 static void mm_unit(void *arg, size_t u, uint32_t worker)
 {
+    (void)worker;
     const mm_job_t *j = arg;
     uint32_t i = 0;
     while (u >= j->first[i + 1])
@@ -157,12 +210,22 @@ static void mm_unit(void *arg, size_t u, uint32_t worker)
     const uint32_t npk = (m->rows + 7) / 8;
     uint32_t p0 = ((uint32_t)u - j->first[i]) * KV_Q_GROUP;
     uint32_t p1 = p0 + KV_Q_GROUP < npk ? p0 + KV_Q_GROUP : npk;
-    if (j->simd)
+    if (is_int_type(m->type)) {
+        if (j->simd)
+            kv_q_packed_int_avx2(m->type, m->packed, m->pack_stride, m->cols, m->rows, p0, p1,
+                                 j->xq, j->n, j->y[i], j->ldy[i]);
+        else
+            packed_int_scalar(m, p0, p1, j->xq, j->n, j->y[i], j->ldy[i]);
+    } else if (j->simd) {
         kv_q_packed_avx2(m->type, m->packed, m->pack_stride, m->cols, m->rows, p0, p1, j->x,
                          j->n, j->y[i], j->ldy[i]);
-    else
-        packed_scalar(m, p0, p1, j->x, j->n, j->y[i], j->ldy[i]);
+    } else {
+        packed_fp_scalar(m, p0, p1, j->x, j->n, j->y[i], j->ldy[i]);
+    }
 }
+
+/* Quantized copies of x up to this size live on the stack (decode steps). */
+#define KV_Q_XQ_STACK 256
 
 int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
                      uint32_t count, const float *x, uint32_t n,
@@ -172,14 +235,32 @@ int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *
         return KV_EINVAL;
     mm_job_t j = {.w = w, .y = y, .ldy = ldy, .count = count, .x = x, .n = n,
                   .simd = kv_q_have_avx2()};
+    int any_int = 0;
     for (uint32_t i = 0; i < count; i++) {
         if (!w[i] || !w[i]->packed || !y[i] || ldy[i] < w[i]->rows || w[i]->cols != w[0]->cols)
             return KV_EINVAL;
         uint32_t npk = (w[i]->rows + 7) / 8;
         j.first[i + 1] = j.first[i] + (npk + KV_Q_GROUP - 1) / KV_Q_GROUP;
+        any_int |= is_int_type(w[i]->type);
     }
-    if (n)
-        kv_workers_run(workers, n_threads, j.first[count], mm_unit, &j);
+    if (!n)
+        return 0;
+    /* The activations quantized once, for every matrix and every unit. */
+    const size_t nblk = (size_t)n * (w[0]->cols / 32);
+    kv_q_xblk_t stack_xq[KV_Q_XQ_STACK], *xq = NULL;
+    if (any_int) {
+        xq = nblk <= KV_Q_XQ_STACK ? stack_xq : malloc(nblk * sizeof *xq);
+        if (!xq)
+            return KV_ENOMEM;
+        if (j.simd)
+            kv_q_quant_x_avx2(x, xq, nblk * 32);
+        else
+            quant_x_scalar(x, xq, nblk * 32);
+        j.xq = xq;
+    }
+    kv_workers_run(workers, n_threads, j.first[count], mm_unit, &j);
+    if (xq != stack_xq)
+        free(xq);
     return 0;
 }
 
@@ -187,6 +268,11 @@ int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_
                 kv_workers_t *workers, uint32_t n_threads)
 {
     return kv_q_matmul_many(&w, &y, &ldy, 1, x, n, workers, n_threads);
+}
+
+size_t kv_q_mat_bytes(const kv_q_mat_t *m)
+{
+    return m ? (size_t)(m->rows + 7) / 8 * (m->cols / 32) * kv_q_pack_block_bytes(m->type) : 0;
 }
 
 /* Scalar twin of kv_q_dot_avx2: 8 lanes over k, the same reduction tree. */

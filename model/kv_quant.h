@@ -12,23 +12,38 @@
  * data + r * row_bytes (ggml's ne[0] = cols, ne[1] = rows).
  *
  * For kv_q_matmul a matrix is repacked once (kv_q_pack), still quantized
- * (same bytes per weight), with 8 rows interleaved so that one SIMD register
- * holds the 8 rows' weights at one column. Packed layout: ceil(rows/8)
+ * (same bytes per weight), in packs of 8 rows. Packed layout: ceil(rows/8)
  * packs (rows past `rows` are zero), each cols/32 pack blocks of:
- *   Q4_1 (160 B): f16 d[8], f16 m[8], then for k = 0..31 a u32 whose bits
- *                 4i..4i+3 hold row i's 4-bit code at column k;
- *   Q8_0 (272 B): f16 d[8], then for k = 0..31 int8 q[8] (row i at byte i);
- *   F16  (512 B): for k = 0..31 f16 w[8];   F32 (1 KiB): for k f32 w[8].
+ *   Q4_1 (160 B): f16 d[8], f16 m[8], then row i's 16 code bytes (the file's
+ *                 qs: column j in the low nibble of byte j, column j + 16 in
+ *                 its high nibble) for i = 0..7;
+ *   Q8_0 (272 B): f16 d[8], then row i's 32 int8 codes for i = 0..7;
+ *   F16  (512 B): for k = 0..31 f16 w[8];   F32 (1 KiB): for k f32 w[8]
+ *                 (8 rows interleaved: one SIMD register per column).
  *
- * Arithmetic (the contract the tests check): every output is
- *   y[t][r] = sum over k = 0..cols-1, in increasing k, of fma(x[t][k], w[r][k], acc)
- * starting from 0, with w[r][k] = d*q + m (Q4_1: q*d is exact, so one
- * rounding), d*q (Q8_0, exact), or the value (F16/F32). The order does not
- * depend on the batch size n, on which other rows are computed, or on the
- * thread count, so results are bit-identical across all of those: a token's
- * logits are the same whether it is prefilled in a chunk or decoded alone.
- * AVX2+FMA+F16C is used when the CPU has it (checked at run time); the
- * scalar fallback computes the same sum with separate multiply and add.
+ * Arithmetic (the contract the tests check).
+ * Q4_1 and Q8_0 weights: integer dot products. Each activation row is
+ * quantized once per call, per block of 32 columns, to int16 codes qx with a
+ * scale dx (kv_q_xblk_t in kv_quant_simd.h: dx = max|x| / 32767,
+ * qx = round-to-even(x / dx)), keeping sx, the block's exact FP32 sum. Then,
+ * over blocks b in increasing order, starting from 0:
+ *   a = dw_b * dx_b;  acc = fma(a, (float)isum_b, acc)
+ *   Q4_1 only:        acc = fma(m_b, sx_b, acc)
+ * where isum_b = sum_j q_j * qx_j is an exact int32. The activation rounding
+ * is the only approximation: |y - exact| <= sum_b |dw_b| * dx_b / 2 *
+ * sum_j |q_j|, at most 1/65534 of sum |w x| (~1e-5 seen). llama.cpp rounds
+ * activations to int8 instead (1/254): on SmolLM2-135M, whose activations
+ * have large outliers within a block, that moved the perplexity of
+ * GPL-3 (1000 + 128 tokens) from 30.7671 to 31.5826, int16 to 30.7760.
+ * F16 and F32 weights: y[t][r] = sum over k in increasing k of
+ *   fma(x[t][k], w[r][k], acc) from 0, in FP32.
+ * Neither depends on the batch size n, on which other rows are computed, or
+ * on the thread count, so results are bit-identical across all of those: a
+ * token's logits are the same whether it is prefilled in a chunk or decoded
+ * alone. AVX2 (+FMA, F16C) is used when the CPU has it (checked at run time);
+ * the scalar fallback computes the same integer sums and the same fmaf
+ * sequence, so for Q4_1 / Q8_0 its results are the same bits (F16 / F32:
+ * separate multiply and add, within rounding).
  */
 #ifndef KV_QUANT_H
 #define KV_QUANT_H
@@ -79,8 +94,10 @@ int kv_q_matmul(const kv_q_mat_t *w, const float *x, uint32_t n, float *y, size_
                 kv_workers_t *workers, uint32_t n_threads);
 
 /* Several matrices of the same cols applied to the same x in one parallel
- * region (fewer thread wake-ups): y[i] = x w[i]^T with ldy[i], i < count.
- * Same results as count separate kv_q_matmul calls. count <= 8. */
+ * region (fewer thread wake-ups; x quantized once for all of them):
+ * y[i] = x w[i]^T with ldy[i], i < count. Same results as count separate
+ * kv_q_matmul calls. count <= 8. KV_ENOMEM when the quantized copy of a
+ * large x cannot be allocated. */
 int kv_q_matmul_many(const kv_q_mat_t *const *w, float *const *y, const size_t *ldy,
                      uint32_t count, const float *x, uint32_t n,
                      kv_workers_t *workers, uint32_t n_threads);
@@ -96,5 +113,9 @@ float kv_q_dot_f32(const float *a, const float *b, size_t n);
 
 /* Bytes of one pack block (8 rows x 32 columns) of a type; 0 if unsupported. */
 size_t kv_q_pack_block_bytes(uint32_t type);
+
+/* Bytes of weights one kv_q_matmul of a single activation row reads (the
+ * packed matrix): what a decode step streams from memory per matrix. */
+size_t kv_q_mat_bytes(const kv_q_mat_t *m);
 
 #endif /* KV_QUANT_H */

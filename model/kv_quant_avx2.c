@@ -5,9 +5,12 @@
  * Compiled with per-function target attributes so the rest of the build
  * stays baseline x86-64; called only after kv_q_have_avx2() said yes.
  * Row dequantization of the file layout (the embedding lookup, norms), the
- * fixed-order FP32 dot of the dense attention path, and the packed matmul
- * kernels (layout and arithmetic contract in kv_quant.h). Type numbers are
- * the ggml ones (0 F32, 1 F16, 3 Q4_1, 8 Q8_0).
+ * fixed-order FP32 dot of the dense attention path, the activation
+ * quantizer and the packed matmul kernels: integer (vpmaddwd) for Q4_1 /
+ * Q8_0, FP32 FMA for F16 / F32 (layouts and arithmetic contract in
+ * kv_quant.h). Type numbers are the ggml ones (0 F32, 1 F16, 3 Q4_1, 8 Q8_0).
+ * There is no AVX-512 variant yet: the machines this was measured on had
+ * none to check it against (docs/results/benchmarks.md, issue 32).
  */
 #include "kv_quant_simd.h"
 
@@ -112,35 +115,9 @@ AVX2 float kv_q_dot_avx2(const float *a, const float *b, size_t n)
 
 #define KINLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-typedef struct kscale {
-    __m256 d, m;
-} kscale_t;
-
-KINLINE kscale_t kscales(uint32_t type, const uint8_t *blk)
+/* F16 / F32: the 8 rows' weights at column k of a pack block. */
+KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k)
 {
-    kscale_t s = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    if (type == 3 /* Q4_1 */ || type == 8 /* Q8_0 */)
-        s.d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-    if (type == 3)
-        s.m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-    return s;
-}
-
-/* The 8 rows' weights at column k of a pack block. */
-KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k, kscale_t s)
-{
-    if (type == 3) { /* Q4_1 */
-        int32_t word;
-        memcpy(&word, blk + 32 + 4 * k, 4);
-        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh),
-                                     _mm256_set1_epi32(15));
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), s.d, s.m);
-    }
-    if (type == 8) { /* Q8_0 */
-        __m128i q8 = _mm_loadl_epi64((const __m128i *)(blk + 16 + 8 * k));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), s.d);
-    }
     if (type == 1) /* F16 */
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * k)));
     return _mm256_loadu_ps((const float *)(blk + 32 * k)); /* F32 */
@@ -148,7 +125,7 @@ KINLINE __m256 kdeq(uint32_t type, const uint8_t *blk, int k, kscale_t s)
 
 KINLINE size_t kblock_bytes(uint32_t type)
 {
-    return type == 3 ? 160 : type == 8 ? 272 : type == 1 ? 512 : 1024;
+    return type == 1 ? 512 : 1024;
 }
 
 /* P packs starting at pk (stride apart) x T rows of x; results into
@@ -164,16 +141,12 @@ KINLINE void kern(uint32_t type, const uint8_t *pk, size_t stride, int P, const 
         for (int t = 0; t < T; t++)
             acc[p][t] = _mm256_setzero_ps();
     for (uint32_t b = 0; b < cols / 32; b++) {
-        kscale_t sc[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < P; p++)
-            sc[p] = kscales(type, pk + p * stride + b * bb);
         const float *xb = x + (size_t)b * 32;
         for (int k = 0; k < 32; k++) {
             __m256 w[4];
 #pragma GCC unroll 4
             for (int p = 0; p < P; p++)
-                w[p] = kdeq(type, pk + p * stride + b * bb, k, sc[p]);
+                w[p] = kdeq(type, pk + p * stride + b * bb, k);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m256 bx = _mm256_broadcast_ss(xb + t * ldx + k);
@@ -246,12 +219,158 @@ AVX2 void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, 
                            uint32_t rows, uint32_t p0, uint32_t p1, const float *x, uint32_t n,
                            float *y, size_t ldy)
 {
-    switch (type) {
-    case 3: packed_typed(3, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    case 8: packed_typed(8, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    case 1: packed_typed(1, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
-    default: packed_typed(0, packed, stride, cols, rows, p0, p1, x, n, y, ldy); break;
+    if (type == 1)
+        packed_typed(1, packed, stride, cols, rows, p0, p1, x, n, y, ldy);
+    else
+        packed_typed(0, packed, stride, cols, rows, p0, p1, x, n, y, ldy);
+}
+
+/* ---- integer matmul (Q4_1 / Q8_0 weights, quantized activations) -------
+ * Per pack block and activation row: each of the 8 rows' 32 codes widened
+ * to int16 times the row's 32 int16 activations with vpmaddwd into 8 int32
+ * lanes (exact), the 8 rows' lanes summed into one vector (one int32 per
+ * row), then two FMAs per block in FP32 with the rows in the lanes
+ * (kv_quant.h's order). */
+
+AVX2 void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n / 32; b++, x += 32) {
+        __m256 v[4], mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[j]));
+            sum = _mm256_add_ps(sum, v[j]);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float d = _mm_cvtss_f32(m4) / 32767.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        xq[b].d = d;
+        xq[b].s = hsum(sum);
+        const __m256 iv = _mm256_set1_ps(id);
+        for (int j = 0; j < 4; j += 2) { /* round to nearest even (MXCSR default) */
+            __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], iv));
+            __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], iv));
+            __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
+            _mm256_storeu_si256((__m256i *)(xq[b].q + 8 * j), q16);
+        }
     }
+}
+
+/* Row i's 32 codes of a pack block widened to int16: w[0] columns 0-15,
+ * w[1] columns 16-31. */
+KINLINE void kwiden(uint32_t type, const uint8_t *blk, int i, __m256i *w)
+{
+    if (type == 3) { /* Q4_1: low nibbles are columns 0-15, high 16-31 */
+        __m256i b16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * i)));
+        w[0] = _mm256_and_si256(b16, _mm256_set1_epi16(15));
+        w[1] = _mm256_srli_epi16(b16, 4);
+    } else { /* Q8_0 */
+        const uint8_t *q = blk + 16 + 32 * i;
+        w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+        w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+    }
+}
+
+#define KV_Q_PREFETCH 2048 /* bytes ahead of the block being multiplied */
+
+/* One pack (8 rows) against T activation rows (xb: the first row's nb
+ * blocks, the next rows nb blocks apart): y[t * ldy + i] for rows i < nr.
+ * Each row's codes are widened once per block for the T rows; per output
+ * the operations are the same for every T (the batch invariance). */
+KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk_t *xb, int T,
+                  float *y, size_t ldy, uint32_t nr)
+{
+    const size_t bb = type == 3 ? 160 : 272;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++, pk += bb) {
+        /* The weights stream from memory: ask for them ~2 KiB ahead (past the
+         * pack's end too: the next pack follows; prefetches never fault). */
+#pragma GCC unroll 5
+        for (size_t o = 0; o < bb; o += 64)
+            _mm_prefetch((const char *)pk + KV_Q_PREFETCH + o, _MM_HINT_T0);
+        __m256i x[4][2], half[4][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            x[t][0] = _mm256_loadu_si256((const __m256i *)xb[(size_t)t * nb + b].q);
+            x[t][1] = _mm256_loadu_si256((const __m256i *)(xb[(size_t)t * nb + b].q + 16));
+        }
+        /* Rows 4h..4h+3: 8 int32 lanes each, summed pairwise with vphaddd
+         * into one vector (lane-half j of row 4h+i at lane 4j+i). */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256i w[2];
+                kwiden(type, pk, 4 * h + i, w);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    q[t][i] = _mm256_add_epi32(_mm256_madd_epi16(w[0], x[t][0]),
+                                               _mm256_madd_epi16(w[1], x[t][1]));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                half[t][h] = _mm256_hadd_epi32(_mm256_hadd_epi32(q[t][0], q[t][1]),
+                                               _mm256_hadd_epi32(q[t][2], q[t][3]));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pk));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const kv_q_xblk_t *xt = xb + (size_t)t * nb + b;
+            __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(half[t][0], half[t][1], 0x20),
+                                            _mm256_permute2x128_si256(half[t][0], half[t][1], 0x31));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt->d)),
+                                     _mm256_cvtepi32_ps(isum), acc[t]);
+            if (type == 3)
+                acc[t] = _mm256_fmadd_ps(
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk + 16))),
+                    _mm256_set1_ps(xt->s), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, acc[t]);
+        for (uint32_t i = 0; i < 8 && i < nr; i++)
+            y[t * ldy + i] = tmp[i];
+    }
+}
+
+/* Packs [p0, p1) one at a time (its weights stay in L1 across the activation
+ * rows), activation rows 4, then 2, then 1 at a time. */
+KINLINE void packed_int_typed(uint32_t type, const uint8_t *packed, size_t stride,
+                              uint32_t cols, uint32_t rows, uint32_t p0, uint32_t p1,
+                              const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
+{
+    const uint32_t nb = cols / 32;
+    for (uint32_t p = p0; p < p1; p++) {
+        const uint8_t *pk = packed + p * stride;
+        const uint32_t nr = rows - 8 * p;
+        uint32_t t = 0;
+        for (; t + 4 <= n; t += 4)
+            kint(type, pk, nb, xq + (size_t)t * nb, 4, y + t * ldy + 8 * p, ldy, nr);
+        if (t + 2 <= n) {
+            kint(type, pk, nb, xq + (size_t)t * nb, 2, y + t * ldy + 8 * p, ldy, nr);
+            t += 2;
+        }
+        if (t < n)
+            kint(type, pk, nb, xq + (size_t)t * nb, 1, y + t * ldy + 8 * p, ldy, nr);
+    }
+}
+
+AVX2 void kv_q_packed_int_avx2(uint32_t type, const uint8_t *packed, size_t stride,
+                               uint32_t cols, uint32_t rows, uint32_t p0, uint32_t p1,
+                               const kv_q_xblk_t *xq, uint32_t n, float *y, size_t ldy)
+{
+    if (type == 3)
+        packed_int_typed(3, packed, stride, cols, rows, p0, p1, xq, n, y, ldy);
+    else
+        packed_int_typed(8, packed, stride, cols, rows, p0, p1, xq, n, y, ldy);
 }
 
 #else /* not x86-64 GCC/Clang: no SIMD path */
@@ -271,6 +390,14 @@ void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint3
 {
     (void)type, (void)packed, (void)stride, (void)cols, (void)rows, (void)p0, (void)p1;
     (void)x, (void)n, (void)y, (void)ldy;
+}
+void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n) { (void)x, (void)xq, (void)n; }
+void kv_q_packed_int_avx2(uint32_t type, const uint8_t *packed, size_t stride, uint32_t cols,
+                          uint32_t rows, uint32_t p0, uint32_t p1, const kv_q_xblk_t *xq,
+                          uint32_t n, float *y, size_t ldy)
+{
+    (void)type, (void)packed, (void)stride, (void)cols, (void)rows, (void)p0, (void)p1;
+    (void)xq, (void)n, (void)y, (void)ldy;
 }
 
 #endif
