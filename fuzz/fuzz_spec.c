@@ -13,8 +13,10 @@
  * accepted spec's canonical form (kv_policy_describe) parses again and
  * describes to itself (a fixed point); attached to a fresh sequence of a
  * small store (2 layers x 2 kv heads, head_dim 16) it runs a prefill of 40
- * tokens with attention, prefill end, and 3 decode steps, each call
- * returning 0 or a documented error (KV_ENOTSUP at attach, KV_ENOMEM later),
+ * tokens with attention (under KVzip then one scoring pass: a fork marked
+ * by kv_seq_score_begin attends over 4 more tokens), prefill end, and 3
+ * decode steps, each call returning 0 or a documented error (KV_ENOTSUP at
+ * attach, KV_ENOMEM later),
  * and the store passes kv_store_check. Pressure: kv_store_create returns 0
  * or KV_EINVAL / KV_ERANGE / KV_ENOTSUP; a created store reports a ladder
  * in kv_store_config and is destroyed cleanly.
@@ -55,6 +57,30 @@ static int ok_or(int rc, int a, int b)
     return rc == 0 || rc == a || rc == b;
 }
 
+/* KVzip: one scoring pass of s over its first N tokens, through a fork
+ * that attends over 4 tokens of its own (k, v, q: the caller's rows). */
+static int score_pass(kv_seq_id_t s, const float *k, const float *v, const float *q,
+                      float *out)
+{
+    kv_seq_id_t pass;
+    int rc = kv_seq_fork(g_st, s, &pass);
+    fz_check(ok_or(rc, KV_ENOMEM, KV_ENOMEM), T, "fork for the scoring pass");
+    if (rc)
+        return rc;
+    rc = kv_seq_score_begin(g_st, pass, s, 0, N);
+    fz_check(ok_or(rc, KV_ENOMEM, KV_ENOMEM), T, "score begin");
+    for (uint32_t l = 0; rc == 0 && l < L; l++) {
+        rc = kv_append(g_st, pass, l, 4, KV_DTYPE_F32, k, v, NULL);
+        fz_check(ok_or(rc, KV_ENOMEM, KV_ENOMEM), T, "scoring pass append");
+        kv_prefill_t pf = {.layer = l, .seq = pass, .n_new = 4, .q = q, .out = out};
+        if (rc == 0)
+            fz_check(ok_or(rc = kv_attn_prefill(g_st, &pf), KV_ENOMEM, KV_ENOMEM), T,
+                     "scoring pass attention");
+    }
+    fz_check(kv_seq_free(g_st, pass) == 0, T, "free the scoring pass");
+    return rc;
+}
+
 /* Prefill and a few decode steps under policy p. */
 static void run_policy(const kv_policy_t *p)
 {
@@ -76,6 +102,9 @@ static void run_policy(const kv_policy_t *p)
             fz_check(ok_or(rc = kv_attn_prefill(g_st, &pf), KV_ENOMEM, KV_ENOMEM), T,
                      "prefill attention");
     }
+    kv_policy_info_t in;
+    if (rc == 0 && !kv_policy_info(p, L, N, &in) && (in.methods & KV_POLICY_KVZIP))
+        rc = score_pass(s, k, v, q, out);
     if (rc == 0)
         fz_check(ok_or(rc = kv_seq_prefill_end(g_st, s), KV_ENOMEM, KV_ENOMEM), T, "prefill end");
     for (uint32_t step = 0; rc == 0 && step < 3; step++) {
