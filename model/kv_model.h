@@ -233,6 +233,13 @@ struct kv_tok;
 int kv_model_kvzip_score(kv_model_session_t *s, const struct kv_tok *tok, const int32_t *ids,
                          uint32_t n, uint32_t from, uint32_t chunk);
 
+#define KV_MODEL_KVZIP_CHUNK 2048u /* prompt tokens per pass, as KVzip's */
+
+/* Most tokens one reconstruction pass of a chunk of `chunk` tokens adds
+ * beside the prompt (its instruction, quote, turn change and the chunk):
+ * the room a store needs for a pass. */
+uint32_t kv_model_kvzip_room(uint32_t chunk);
+
 /* ---- finding the model file ------------------------------------------- */
 
 /* The model path, in order: flag (if not NULL), env KVPAGE_MODEL (a file),

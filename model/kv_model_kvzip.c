@@ -22,6 +22,12 @@
 #include "kv_tok.h"
 
 #define KVZIP_QUOTE 8u /* tokens of the previous chunk a later pass quotes */
+#define KVZIP_PROMPT 56u /* instruction + turn change: under 40 ids */
+
+uint32_t kv_model_kvzip_room(uint32_t chunk)
+{
+    return chunk + KVZIP_QUOTE + KVZIP_PROMPT;
+}
 
 static const char kvzip_first[] = "\n\nRepeat the previous context exactly.";
 static const char kvzip_next[] = "\n\nRepeat the part of the previous context exactly, "
@@ -36,18 +42,13 @@ static int put_text(const kv_tok_t *tok, const char *text, int32_t *b, size_t ca
     return rc;
 }
 
-/* The turn change: <|im_end|> "\n" <|im_start|> "assistant\n". */
+/* The chat template's turn change (kv_tok_chat_reply) appended. */
 static int put_turn(const kv_tok_t *tok, int32_t *b, size_t cap, size_t *n)
 {
-    int32_t end, start;
-    if (kv_tok_find(tok, "<|im_end|>", 10, &end) || kv_tok_find(tok, "<|im_start|>", 12, &start))
-        return KV_ENOTSUP;
-    int rc = 0;
-    if (*n < cap)
-        b[(*n)++] = end;
-    if (!(rc = put_text(tok, "\n", b, cap, n)) && *n < cap)
-        b[(*n)++] = start;
-    return rc ? rc : put_text(tok, "assistant\n", b, cap, n);
+    size_t k = 0;
+    int rc = kv_tok_chat_reply(tok, b + *n, cap - *n, &k);
+    *n += k;
+    return rc;
 }
 
 /* One pass over [c0, c1) with the reconstruction prompt rep[0..n_rep). */
@@ -81,7 +82,7 @@ int kv_model_kvzip_score(kv_model_session_t *s, const kv_tok_t *tok, const int32
     if (s->broken)
         return KV_ESTATE;
     uint32_t c = chunk < n - from ? chunk : n - from;
-    const size_t cap = (size_t)c + KVZIP_QUOTE + 64; /* instruction + turn: < 40 ids */
+    const size_t cap = kv_model_kvzip_room(c);
     int32_t *rep = malloc(cap * sizeof *rep);
     if (!rep)
         return KV_ENOMEM;

@@ -150,6 +150,13 @@ int kv_tok_chat(const kv_tok_t *tok, const char *system, const char *user,
 int kv_tok_chat_split(const kv_tok_t *tok, const char *system, const char *head,
                       const char *tail, int32_t *ids, size_t cap, size_t *n, size_t *n_head);
 
+/* The part of kv_tok_chat's prompt after the user message, as it encodes
+ * it: <|im_end|> "\n" <|im_start|> "assistant\n" (the turn change before a
+ * reply the engine writes itself, e.g. KVzip's reconstruction). Output
+ * sizing as for encode. Errors: KV_EINVAL, KV_ENOTSUP (no markers),
+ * KV_ERANGE, KV_ENOMEM. */
+int kv_tok_chat_reply(const kv_tok_t *tok, int32_t *ids, size_t cap, size_t *n);
+
 /* ---- vocabulary queries --------------------------------------------------- */
 
 uint32_t kv_tok_n_vocab(const kv_tok_t *tok);

@@ -21,6 +21,16 @@
 
 #include "kv_tok_int.h"
 
+/* The ChatML markers' control ids, or KV_ENOTSUP. */
+static int markers(const kv_tok_t *t, int32_t *start, int32_t *end)
+{
+    if (kv_tok_find(t, "<|im_start|>", 12, start) != 0 ||
+        kv_tok_find(t, "<|im_end|>", 10, end) != 0 || t->types[*start] != KV_TOK_CONTROL ||
+        t->types[*end] != KV_TOK_CONTROL)
+        return KV_ENOTSUP;
+    return 0;
+}
+
 /* The ChatML prompt with the user stretch encoded as head, then tail (tail
  * NULL: one text); *n_head = the ids through head. */
 static int chat_encode(const kv_tok_t *t, const char *system, const char *head,
@@ -32,10 +42,8 @@ static int chat_encode(const kv_tok_t *t, const char *system, const char *head,
 
     if (!t || !head || !n || (!ids && cap))
         return KV_EINVAL;
-    if (kv_tok_find(t, "<|im_start|>", 12, &start) != 0 ||
-        kv_tok_find(t, "<|im_end|>", 10, &end) != 0 ||
-        t->types[start] != KV_TOK_CONTROL || t->types[end] != KV_TOK_CONTROL)
-        return KV_ENOTSUP;
+    if ((rc = markers(t, &start, &end)))
+        return rc;
     if (!system)
         system = KV_TOK_DEFAULT_SYSTEM;
 
@@ -93,4 +101,29 @@ int kv_tok_chat_split(const kv_tok_t *t, const char *system, const char *head,
     if (!tail || !n_head)
         return KV_EINVAL;
     return chat_encode(t, system, head, tail, ids, cap, n, n_head);
+}
+
+int kv_tok_chat_reply(const kv_tok_t *t, int32_t *ids, size_t cap, size_t *n)
+{
+    int32_t start, end;
+    int rc;
+    if (!t || !n || (!ids && cap))
+        return KV_EINVAL;
+    if ((rc = markers(t, &start, &end)))
+        return rc;
+    kv_tok_scratch_t sc;
+    kv_tok_sink_t out = {.ids = ids, .cap = cap, .n = 0};
+    kv_tok_scratch_init(&sc);
+    kv_tok_emit(&out, end);
+    rc = kv_tok_encode_sink(t, (const uint8_t *)"\n", 1, 0, &sc, &out);
+    kv_tok_emit(&out, start);
+    if (rc == 0)
+        rc = kv_tok_encode_sink(t, (const uint8_t *)"assistant\n", 10, 0, &sc, &out);
+    kv_tok_scratch_fini(t, &sc);
+    if (rc != 0)
+        return rc;
+    *n = out.n;
+    if (!ids)
+        return 0;
+    return out.n > cap ? KV_ERANGE : 0;
 }

@@ -237,6 +237,12 @@ static void test_chat(const kv_tok_t *t)
         }
         CHECK_EQ(starts, 3);
         CHECK_EQ(ends, 2);
+        /* the reply turn change is the prompt's tail, as encoded there */
+        int32_t reply[16];
+        size_t nr = 0;
+        CHECK_OK(kv_tok_chat_reply(t, reply, 16, &nr));
+        CHECK(nr >= 4 && nr < n && !memcmp(reply, ids + n - nr, nr * sizeof *reply));
+        CHECK_EQ(kv_tok_chat_reply(t, reply, nr - 1, &need), KV_ERANGE);
         CHECK_EQ(kv_tok_chat(t, f->system, f->user, ids, n - 1, &need), KV_ERANGE);
         CHECK_EQ(need, n);
         CHECK_OK(kv_tok_chat(t, f->system, f->user, ids, 256, &n));

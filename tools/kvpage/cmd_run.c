@@ -118,7 +118,6 @@ typedef struct run_stream {
     uint32_t n_prompt;
 } run_stream_t;
 
-#define RUN_KVZIP_CHUNK 2048u /* prompt tokens per KVzip reconstruction pass */
 
 /* Tell the policy where generation stands (the first token comes from the
  * prompt's logits; each later one from a decode step); stop at any control
@@ -138,7 +137,7 @@ static int run_on_token(void *user, int32_t id)
     }
     if (rs->n_seen == 0 && rs->prompt) /* KVzip: score the prompt first */
         rs->rc = kv_model_kvzip_score(rs->sess, rs->tok, rs->prompt, rs->n_prompt, 0,
-                                      RUN_KVZIP_CHUNK);
+                                      KV_MODEL_KVZIP_CHUNK);
     if (rs->rc)
         return 1;
     rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
@@ -339,7 +338,8 @@ int kv_cmd_run(int argc, char **argv)
     char fp[65];
     /* room for the cache's copy of a prompt beside the running sequence,
      * and for KVzip's reconstruction pass (a chunk and its instruction) */
-    if ((rc = kv_model_store_config(m, max_tokens + (kvzip ? RUN_KVZIP_CHUNK + 64 : 0),
+    if ((rc = kv_model_store_config(m, max_tokens + (kvzip ? kv_model_kvzip_room(
+                                                             KV_MODEL_KVZIP_CHUNK) : 0),
                                     1 + (o.prefix_cache != 0) + kvzip, (uint32_t)o.threads,
                                     &cfg))) {
         run_fail("creating the store", rc, NULL);

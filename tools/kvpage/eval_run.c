@@ -194,7 +194,8 @@ int eval_run_start(const eval_env_t *e, const eval_policy_t *p, const int32_t *i
         return KV_EINVAL;
     kv_config_t cfg;
     /* KVzip: a reconstruction pass beside the sequence, one chunk long */
-    const uint32_t zip = p->kvzip ? (n < EVAL_KVZIP_CHUNK ? n : EVAL_KVZIP_CHUNK) + 64 : 0;
+    const uint32_t zip =
+        p->kvzip ? kv_model_kvzip_room(n < KV_MODEL_KVZIP_CHUNK ? n : KV_MODEL_KVZIP_CHUNK) : 0;
     int rc = kv_model_store_config(e->m, max_tokens + zip, 1 + e->forks + (zip > 0), e->threads,
                                    &cfg);
     if (rc)
@@ -241,7 +242,7 @@ int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p)
 {
     int rc = 0;
     if (p->kvzip && r->n)
-        rc = kv_model_kvzip_score(r->s, r->tok, r->ids, r->n, 0, EVAL_KVZIP_CHUNK);
+        rc = kv_model_kvzip_score(r->s, r->tok, r->ids, r->n, 0, KV_MODEL_KVZIP_CHUNK);
     return rc ? rc : eval_policy_prefill_end(p, r->st, r->seq);
 }
 

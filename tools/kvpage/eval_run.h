@@ -62,7 +62,6 @@ typedef struct eval_run {
     uint32_t n;           /* eval_run_prefill_end), n tokens               */
 } eval_run_t;
 
-#define EVAL_KVZIP_CHUNK 2048u /* prompt tokens per KVzip reconstruction pass */
 
 /* The reference's prompt pass, for replays. */
 typedef struct eval_prompt {
@@ -105,7 +104,7 @@ void eval_run_close_fork(eval_run_t *child);
 
 /* After the prompt (or context): kv_seq_prefill_end under p; under KVzip
  * first its reconstruction passes over the whole prompt, chat template
- * included (kv_model_kvzip_score, EVAL_KVZIP_CHUNK tokens a pass). */
+ * included (kv_model_kvzip_score, KV_MODEL_KVZIP_CHUNK tokens a pass). */
 int eval_run_prefill_end(eval_run_t *r, const eval_policy_t *p);
 
 /* Decode steps, each followed by kv_seq_step_end. */
