@@ -41,9 +41,26 @@
  *         prefills the rest; the store is destroyed again (the nodes keep
  *         their copies: nothing rewritten). ttft median; max |logit diff|
  *         against the host hit's logits (the same pages: 0 expected).
+ *   ctx-cold, ctx-host
+ *         compressed contexts (docs/prefix.md), policy --compressed (default
+ *         kvzip:c=0.2,ada=1+int4; "none" skips them), in a store of their
+ *         own: the first --cached tokens are the context, the rest the
+ *         question. ctx-cold: a fresh session forwards the context (chunks
+ *         of 256), runs KVzip's scoring pass (kv_model_kvzip_score), ends
+ *         the prefill, publishes the compressed context, forwards the rest
+ *         (the last row's logits) and calls kv_seq_step_end: its ttft. Once.
+ *         ctx-host, --reps times: a fresh session installs the context
+ *         (kv_model_session_context), forwards the rest, step end; ttft
+ *         median; logits_equal_cold: memcmp of the last row's logits
+ *         against ctx-cold's (a hit must equal the cold run bit for bit).
+ *         Bytes per cached prefix: the FP16 blocks' pool pages (the host
+ *         tier's nodes of the first --cached tokens) against the context
+ *         node's pool pages plus its host metadata (node block and policy
+ *         state: the meta_bytes the publish added).
  *
  * Usage: kvbench-prefix [--json] [--threads N] [--tokens N] [--cached N]
  *                       [--reps N] [--model FILE] [--no-redis] [--dir DIR]
+ *                       [--compressed SPEC|none]
  */
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +70,7 @@
 
 #include "kv_bench_util.h"
 #include "kv_model.h"
+#include "kv_tok.h"
 #include "tests/kv_test_redis.h"
 #include "kvpage/kvpage.h"
 #include "offload/kv_offload.h"
@@ -65,6 +83,7 @@ typedef struct opts {
     int json, threads, no_redis;
     uint32_t tokens, cached, reps;
     const char *model, *dir;
+    const char *compressed; /* policy of the compressed-context rows, NULL: none */
 } opts_t;
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -79,7 +98,8 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5, .dir = "."};
+    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5, .dir = ".",
+                  .compressed = "kvzip:c=0.2,ada=1+int4"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint32_t u;
@@ -99,10 +119,12 @@ static int parse(int argc, char **argv, opts_t *o)
             o->model = v, i++;
         } else if (!strcmp(a, "--dir") && v) {
             o->dir = v, i++;
+        } else if (!strcmp(a, "--compressed") && v) {
+            o->compressed = strcmp(v, "none") ? v : NULL, i++;
         } else {
             fprintf(stderr, "usage: kvbench-prefix [--json] [--threads N] [--tokens N] "
                             "[--cached N] [--reps N] [--model FILE] [--no-redis] "
-                            "[--dir DIR]\n");
+                            "[--dir DIR] [--compressed SPEC|none]\n");
             return -1;
         }
     }
@@ -303,6 +325,99 @@ static int tier_reps(const kv_model_t *m, const kv_config_t *cfg, const char *re
     return rc;
 }
 
+/* The compressed-context rows (file comment). */
+typedef struct ctx_res {
+    double cold_s, hit_s;        /* ttft: cold (once), hit (median)          */
+    uint64_t page_bytes, meta;   /* the context node's pool pages, metadata  */
+    uint32_t kept;               /* tokens the context keeps, all lists      */
+    int same;                    /* every hit's logits == the cold run's     */
+} ctx_res_t;
+
+static int ctx_session(const kv_model_t *m, kv_store_t *st, const opts_t *o,
+                       const kv_policy_t *pol, kv_model_session_t **s, kv_seq_id_t *seq)
+{
+    kv_model_session_opts_t so = {.store = st, .max_ctx = o->tokens, .chunk = 256,
+                                  .n_threads = o->threads};
+    int rc = kv_model_session_create(m, &so, s);
+    if (!rc && ((rc = kv_model_session_seq(*s, seq)) || (rc = kv_seq_set_policy(st, *seq, pol))))
+        kv_model_session_free(*s);
+    return rc;
+}
+
+static int ctx_rows(const kv_model_t *m, const kv_config_t *cfg0, const opts_t *o,
+                    const int32_t *ids, ctx_res_t *res)
+{
+    const uint32_t V = kv_model_hparams(m)->vocab;
+    kv_tok_t *tok = NULL;
+    kv_policy_t *pol = NULL;
+    kv_store_t *st = NULL;
+    kv_model_session_t *s = NULL;
+    kv_seq_id_t seq;
+    char err[256] = "";
+    float *lc = malloc((size_t)V * 4), *lh = malloc((size_t)V * 4);
+    double *hv = calloc(o->reps, sizeof *hv);
+    kv_config_t c;
+    int rc = lc && lh && hv ? 0 : KV_ENOMEM;
+    if (!rc && (rc = kv_policy_parse(o->compressed, &pol, err, sizeof err)))
+        fprintf(stderr, "kvbench-prefix: --compressed: %s\n", err);
+    if (!rc)
+        rc = kv_tok_from_gguf(kv_model_gguf(m), &tok, err, sizeof err);
+    if (!rc && !(rc = kv_model_store_config(m, o->tokens + kv_model_kvzip_room(
+                                                               KV_MODEL_KVZIP_CHUNK),
+                                            3, (uint32_t)o->threads, &c))) {
+        c.prefix_cache = 1;
+        c.prefix_model = cfg0->prefix_model;
+        c.prefix_model_len = cfg0->prefix_model_len;
+        if (!(rc = kv_store_create(&c, &st)))
+            rc = kv_store_config(st, &c); /* the page size chosen */
+    }
+    kv_policy_info_t pin;
+    const int kvzip = pol && !kv_policy_info(pol, 1, 0, &pin) && (pin.methods & KV_POLICY_KVZIP);
+    fprintf(stderr, "kvbench-prefix: compressed context (%s): cold run...\n", o->compressed);
+    double t0 = kv_bench_now();
+    if (!rc && !(rc = ctx_session(m, st, o, pol, &s, &seq))) {
+        kv_stats_t a, b;
+        if (!(rc = kv_model_forward(s, ids, o->cached, NULL, 0)) && kvzip)
+            rc = kv_model_kvzip_score(s, tok, ids, o->cached, 0, KV_MODEL_KVZIP_CHUNK);
+        if (!rc && !(rc = kv_seq_prefill_end(st, seq))) {
+            kv_store_stats(st, &a);
+            rc = kv_seq_prefix_publish_compressed(st, seq, ids, o->cached, NULL, 0);
+            kv_store_stats(st, &b);
+            res->page_bytes = b.prefix_pages * c.page_bytes;
+            res->meta = b.meta_bytes - a.meta_bytes;
+            res->kept = (uint32_t)b.tokens;
+        }
+        if (!rc && !(rc = kv_model_forward(s, ids + o->cached, o->tokens - o->cached, lc, 1)))
+            rc = kv_seq_step_end(st, seq);
+        res->cold_s = kv_bench_now() - t0;
+        kv_model_session_free(s);
+    }
+    res->same = 1;
+    for (uint32_t r = 0; !rc && r < o->reps; r++) {
+        uint32_t got = 0;
+        t0 = kv_bench_now();
+        if ((rc = ctx_session(m, st, o, pol, &s, &seq)))
+            break;
+        if (!(rc = kv_model_session_context(s, ids, o->cached, NULL, 0, &got)) &&
+            got != o->cached)
+            rc = KV_ESTATE; /* a miss: the context was published above */
+        if (!rc && !(rc = kv_model_forward(s, ids + o->cached, o->tokens - o->cached, lh, 1)))
+            rc = kv_seq_step_end(st, seq);
+        hv[r] = kv_bench_now() - t0;
+        res->same &= !rc && memcmp(lc, lh, (size_t)V * 4) == 0;
+        kv_model_session_free(s);
+        fprintf(stderr, "kvbench-prefix: compressed context hit %u/%u: %.3f s\n", r + 1,
+                o->reps, hv[r]);
+    }
+    if (!rc)
+        res->hit_s = kv_bench_median(hv, o->reps);
+    kv_store_destroy(st);
+    kv_policy_destroy(pol);
+    kv_tok_destroy(tok);
+    free(lc), free(lh), free(hv);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts_t o;
@@ -439,6 +554,15 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    ctx_res_t cr = {0};
+    if (o.compressed && (rc = ctx_rows(m, &cfg0, &o, ids, &cr))) {
+        fprintf(stderr, "kvbench-prefix: compressed context: %s\n", kv_strerror(rc));
+        return 1;
+    }
+    const uint64_t fp16_bytes = sts.prefix_pages * cfg.page_bytes;
+    const double ctx_ratio = cr.page_bytes + cr.meta
+                                 ? (double)fp16_bytes / (double)(cr.page_bytes + cr.meta)
+                                 : 0;
     if (o.json) {
         printf("{\"bench\":\"prefix\",\"model\":\"SmolLM2-135M\",\"prompt_tokens\":%u,"
                "\"cached_tokens\":%u,\"hash_ns_per_token\":%.2f,\"redis_get_gbps\":%.4f,"
@@ -465,8 +589,25 @@ int main(int argc, char **argv)
                    names[i], tr[i]->ttft_s, cold_s / tr[i]->ttft_s, tr[i]->matched,
                    tr[i]->fetch_gbps, get_gbps > 0 ? tr[i]->fetch_gbps / get_gbps : 0,
                    (unsigned long long)tr[i]->bad, (unsigned long long)tr[i]->errors);
-        printf("],\"prefix_nodes\":%llu,\"prefix_pages\":%llu}\n",
-               (unsigned long long)sts.prefix_nodes, (unsigned long long)sts.prefix_pages);
+        if (o.compressed)
+            printf(",{\"tier\":\"ctx-cold\",\"policy\":\"%s\",\"ttft_s\":%.4f,"
+                   "\"speedup_vs_cold\":%.2f,\"tokens_prefilled\":%u},"
+                   "{\"tier\":\"ctx-host\",\"policy\":\"%s\",\"ttft_s\":%.4f,"
+                   "\"speedup_vs_cold\":%.2f,\"speedup_vs_ctx_cold\":%.2f,"
+                   "\"vs_host_fp16_hit\":%.3f,\"tokens_matched\":%u,"
+                   "\"tokens_prefilled\":%u,\"logits_equal_ctx_cold\":%s}",
+                   o.compressed, cr.cold_s, cold_s / cr.cold_s, o.tokens, o.compressed,
+                   cr.hit_s, cold_s / cr.hit_s, cr.cold_s / cr.hit_s, cr.hit_s / host_s,
+                   o.cached, o.tokens - o.cached, cr.same ? "true" : "false");
+        printf("],\"prefix_nodes\":%llu,\"prefix_pages\":%llu", (unsigned long long)sts.prefix_nodes,
+               (unsigned long long)sts.prefix_pages);
+        if (o.compressed)
+            printf(",\"bytes_per_prefix\":{\"fp16_blocks_page_bytes\":%llu,"
+                   "\"ctx_page_bytes\":%llu,\"ctx_meta_bytes\":%llu,\"ctx_tokens_kept\":%u,"
+                   "\"fp16_over_ctx\":%.2f}",
+                   (unsigned long long)fp16_bytes, (unsigned long long)cr.page_bytes,
+                   (unsigned long long)cr.meta, cr.kept, ctx_ratio);
+        printf("}\n");
     } else {
         printf("kvbench-prefix: %u-token prompt, %d tokens cached, %u threads\n", o.tokens,
                pub, cfg.n_threads);
@@ -485,6 +626,16 @@ int main(int argc, char **argv)
             printf("  redis-cluster ttft      %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
                    rc2.ttft_s, cold_s / rc2.ttft_s, rc2.fetch_gbps);
         }
+    }
+    if (o.compressed && !o.json) {
+        printf("  ctx-cold ttft           %8.3f s   %s: context prefill, scoring, prefill end, "
+               "publish, rest\n", cr.cold_s, o.compressed);
+        printf("  ctx-host ttft (median)  %8.3f s   %.1fx faster than cold, %.2fx the FP16 host "
+               "hit; logits == ctx-cold: %s\n", cr.hit_s, cold_s / cr.hit_s, cr.hit_s / host_s,
+               cr.same ? "yes" : "NO");
+        printf("  bytes per cached prefix FP16 blocks %llu, compressed %llu pages + %llu meta: "
+               "%.2fx smaller\n", (unsigned long long)fp16_bytes,
+               (unsigned long long)cr.page_bytes, (unsigned long long)cr.meta, ctx_ratio);
     }
     free(hv);
     free(ids);

@@ -146,6 +146,11 @@ int kv_model_session_adopt(const kv_model_t *m, const kv_model_session_opts_t *o
  * KV_ESTATE when the session is not empty. */
 int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
                             const void *salt, size_t salt_len, uint32_t *matched);
+/* The same for a compressed context (kv_seq_prefix_match_compressed): on a
+ * hit *matched = n and the session is past its prefill end at position n
+ * (forward the rest, then kv_seq_step_end); 0 on a miss. */
+int kv_model_session_context(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                             const void *salt, size_t salt_len, uint32_t *matched);
 
 /* Tokens the session has processed (= the next position). */
 uint32_t kv_model_session_pos(const kv_model_session_t *s);

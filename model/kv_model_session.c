@@ -203,8 +203,9 @@ void kv_model_session_set_hook(kv_model_session_t *s, const kv_model_hook_t *hoo
         s->hook = *hook;
 }
 
-int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
-                            const void *salt, size_t salt_len, uint32_t *matched)
+/* kv_model_session_prefix and _context: a match into an empty session. */
+static int session_match(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                         const void *salt, size_t salt_len, uint32_t *matched, int ctx)
 {
     if (!s || !matched)
         return KV_EINVAL;
@@ -217,8 +218,22 @@ int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32
     for (uint32_t i = 0; i < n && tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->hp.vocab)
             return KV_ERANGE;
-    int rc = kv_seq_prefix_match(s->store, s->seq, tokens, n, salt, salt_len, matched);
+    int rc = ctx ? kv_seq_prefix_match_compressed(s->store, s->seq, tokens, n, salt, salt_len,
+                                                  matched)
+                 : kv_seq_prefix_match(s->store, s->seq, tokens, n, salt, salt_len, matched);
     if (rc == 0)
         s->pos = *matched;
     return rc;
+}
+
+int kv_model_session_prefix(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                            const void *salt, size_t salt_len, uint32_t *matched)
+{
+    return session_match(s, tokens, n, salt, salt_len, matched, 0);
+}
+
+int kv_model_session_context(kv_model_session_t *s, const int32_t *tokens, uint32_t n,
+                             const void *salt, size_t salt_len, uint32_t *matched)
+{
+    return session_match(s, tokens, n, salt, salt_len, matched, 1);
 }

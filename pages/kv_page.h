@@ -292,12 +292,14 @@ void kv_page_ref_take(kv_page_table_t *pt, kv_page_id_t id);
 void kv_page_ref_drop(kv_page_table_t *pt, kv_page_id_t id, uint32_t fmt);
 /* Install ents (list-major: n_ents[li] entries for list li, li = layer *
  * n_kv_heads + head, [n_lists]) as the whole contents of the lists of live
- * seq, which must all be empty (KV_ESTATE): each entry takes one reference,
- * positions are the identity. Entries must hold pages, unflagged, not
- * MERGED, within their format's capacity (KV_EINVAL). Targets stay. All or
- * nothing: KV_ENOMEM. */
+ * seq, which must all be empty (KV_ESTATE): each entry takes one reference.
+ * pos: the tokens' positions, list-major (list li's n_tokens = its entries'
+ * tokens, in token order), copied; NULL: the identity. Entries must hold
+ * pages, unflagged, not MERGED, within their format's capacity (KV_EINVAL).
+ * targets: each list's target format ([n_lists], as kv_page_list_t.target,
+ * not checked), or NULL: the targets stay. All or nothing: KV_ENOMEM. */
 int kv_page_seq_attach(kv_page_table_t *pt, uint32_t seq, const kv_page_ent_t *ents,
-                       const uint32_t *n_ents);
+                       const uint32_t *n_ents, const int32_t *pos, const uint32_t *targets);
 
 /* Overwrite the VALUE rows of tokens [t0, t0+n) of one list (v: [n][head_dim]
  * FP32, finite and within FP16 range) — CaM (kv_page_update.c). Every token

@@ -10,7 +10,9 @@
  *           4 len(salt)  salt
  *   block = "KVPB" version kind parent[32] X[32] n_tokens token[0] .. token[n-1]
  *           kind 0: the first block of a sequence, parent all zero;
- *           kind 1: chained on parent.
+ *           kind 1: chained on parent;
+ *           kind 2: the end of a compressed context (its last 0 .. B-1
+ *           tokens, after the full block `parent` or, all zero, none).
  * Every variable-length part carries its length and the field order is
  * fixed, so each encoding is injective; the block's variable part (the
  * tokens) is last and counted.
@@ -93,18 +95,20 @@ int kv_prefix_hash_encode_extra(const kv_prefix_fp_t *fp, uint8_t *buf, size_t c
     return 0;
 }
 
-/* The block encoding's fixed part. */
+/* The block encoding's fixed part: kind 0/1 (by parent) for n_tok = B, or
+ * kind 2 (end) for 0 .. B-1 tokens. */
 static void kv_block_header(const kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
-                            uint8_t hdr[KV_PREFIX_BLOCK_HDR])
+                            int end, uint32_t n_tok, uint8_t hdr[KV_PREFIX_BLOCK_HDR])
 {
     memcpy(hdr, "KVPB", 4);
-    uint8_t *p = kv_put32(kv_put32(hdr + 4, KV_PREFIX_HASH_VERSION), parent ? 1u : 0u);
+    uint8_t *p = kv_put32(kv_put32(hdr + 4, KV_PREFIX_HASH_VERSION),
+                          end ? 2u : parent ? 1u : 0u);
     if (parent)
         memcpy(p, parent->b, KV_PREFIX_HASH_BYTES);
     else
         memset(p, 0, KV_PREFIX_HASH_BYTES);
     memcpy(p + 32, h->extra.b, KV_PREFIX_HASH_BYTES);
-    kv_put32(p + 64, h->block_tokens);
+    kv_put32(p + 64, n_tok);
 }
 
 /* Token ids as little-endian u32 into dst (n tokens). */
@@ -128,7 +132,7 @@ int kv_prefix_hash_encode_block(const kv_prefix_hasher_t *h, const kv_prefix_has
     *len = n;
     if (!buf || cap < n)
         return KV_ERANGE;
-    kv_block_header(h, parent, buf);
+    kv_block_header(h, parent, 0, h->block_tokens, buf);
     kv_put_tokens(buf + KV_PREFIX_BLOCK_HDR, tokens, h->block_tokens);
     return 0;
 }
@@ -225,11 +229,21 @@ int kv_prefix_hash_blocks(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
     uint8_t hdr[KV_PREFIX_BLOCK_HDR];
     kv_prefix_hash_t prev;
     for (size_t i = 0; i < nb; i++) {
-        kv_block_header(h, i ? &prev : parent, hdr);
+        kv_block_header(h, i ? &prev : parent, 0, (uint32_t)B, hdr);
         int rc = kv_digest(h, hdr, sizeof hdr, tokens + i * B, B, &prev);
         if (rc)
             return rc;
         out[i] = prev;
     }
     return (int)nb;
+}
+
+int kv_prefix_hash_end(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
+                       const uint32_t *tokens, size_t n_tokens, kv_prefix_hash_t *out)
+{
+    if (!h || !out || (n_tokens && !tokens) || n_tokens >= h->block_tokens)
+        return KV_EINVAL;
+    uint8_t hdr[KV_PREFIX_BLOCK_HDR];
+    kv_block_header(h, parent, 1, (uint32_t)n_tokens, hdr);
+    return kv_digest(h, hdr, sizeof hdr, tokens, n_tokens, out);
 }

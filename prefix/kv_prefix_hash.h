@@ -79,6 +79,13 @@ int kv_prefix_hash_blocks(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
                           const uint32_t *tokens, size_t n_tokens,
                           kv_prefix_hash_t *out, size_t cap);
 
+/* The key of a compressed context of nb * B + n_tokens tokens: the end
+ * block (kind 2) of its last n_tokens (0 .. B-1) tokens after parent, the
+ * hash of its last full block (NULL: none, the context is shorter than a
+ * block). Distinct from every block hash by its kind. Errors: KV_EINVAL
+ * (NULL h or out, tokens NULL with n_tokens, n_tokens >= B), KV_EIO. */
+int kv_prefix_hash_end(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
+                       const uint32_t *tokens, size_t n_tokens, kv_prefix_hash_t *out);
 /* The encodings, for tests and for anyone re-implementing the rule. Each
  * writes the bytes into buf when they fit in cap, sets *len to their count,
  * and returns 0, or KV_ERANGE when cap is too small (*len still set; buf may

@@ -160,6 +160,9 @@ typedef struct kv_pol_seq {
     uint8_t *lazy;           /* [n_layers] 1: lazy layer                     */
     uint32_t sim_decided;    /* 1: lazy layers decided                       */
     uint32_t *hh_layer;      /* [n_layers] resolved heavy budget per layer   */
+    uint8_t *target0;        /* [n_layers] each layer's target format when   */
+                             /* the prefill end began (a compressed context's */
+                             /* key names the state before it)               */
     uint32_t recent;         /* resolved recent / window tokens              */
     uint64_t rng;            /* CaM xorshift64 state, never 0                */
     /* KVzip: the owner's scores are win; a pass (a fork marked by          */
@@ -187,6 +190,13 @@ uint32_t kv_pol_wants(const kv_pol_seq_t *ps);
 /* Store hooks (kv_store.c): free/fork a sequence's state, destroy all. */
 void kv_pol_seq_drop(kv_store_t *s, kv_seq_id_t seq);
 int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child);
+/* A copy of a state (a fork's: scores, statistics, decode counters; not a
+ * scoring pass's marks), counted in the table's bytes; NULL without memory.
+ * Free one that no sequence holds with kv_pol_state_free; kv_pol_state_put
+ * gives one to seq (live), freeing the state seq had. The table exists. */
+kv_pol_seq_t *kv_pol_state_dup(kv_store_t *s, const kv_pol_seq_t *src);
+void kv_pol_state_free(kv_store_t *s, kv_pol_seq_t *ps);
+void kv_pol_state_put(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps);
 void kv_pol_table_destroy(kv_store_t *s);
 uint64_t kv_pol_meta_bytes(const kv_store_t *s);
 /* Attention with statistics collection for sequences with a policy. */

@@ -142,6 +142,8 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
     if (T == 0) { /* first attempt (a retry keeps the budgets) */
         T = kv_page_list_get(s->pt, seq, 0, 0)->n_tokens;
         ps->prompt_len = T;
+        for (uint32_t l = 0; l < s->cfg.n_layers; l++)
+            ps->target0[l] = (uint8_t)kv_page_list_get(s->pt, seq, l, 0)->target;
         uint32_t hh;
         kv_pol_budgets(p, T, &hh, &ps->recent);
         for (uint32_t l = 0; l < s->cfg.n_layers; l++)

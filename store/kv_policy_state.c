@@ -76,6 +76,7 @@ static void state_free(kv_store_t *s, kv_pol_seq_t *ps)
     pol_free(s, ps->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
     pol_free(s, ps->lazy, ps->n_layers);
     pol_free(s, ps->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
+    pol_free(s, ps->target0, ps->n_layers);
     pol_free(s, ps, sizeof *ps);
 }
 
@@ -96,7 +97,8 @@ static kv_pol_seq_t *state_new(kv_store_t *s, const kv_policy_t *p)
     ps->n_lists = s->cfg.n_layers * s->cfg.n_kv_heads;
     ps->rng = p->cam_seed ? p->cam_seed : 0x9e3779b97f4a7c15ull;
     int need_acc = p->sel == KV_POL_SEL_H2O || p->sel == KV_POL_SEL_MINIKV || p->cam;
-    int ok = (ps->hh_layer = pol_alloc(s, ps->n_layers * sizeof *ps->hh_layer)) != NULL;
+    int ok = (ps->hh_layer = pol_alloc(s, ps->n_layers * sizeof *ps->hh_layer)) &&
+             (ps->target0 = pol_alloc(s, ps->n_layers));
     if (ok && need_acc)
         ok = (ps->acc = pol_alloc(s, ps->n_lists * sizeof *ps->acc)) != NULL;
     if (ok && kv_pol_sel_scored(p->sel))
@@ -165,26 +167,23 @@ void kv_pol_seq_drop(kv_store_t *s, kv_seq_id_t seq)
     s->pol->seqs[seq] = NULL;
 }
 
-int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
+kv_pol_seq_t *kv_pol_state_dup(kv_store_t *s, const kv_pol_seq_t *src)
 {
-    kv_pol_seq_t *src = kv_pol_get(s, parent);
-    if (!src)
-        return 0;
     kv_pol_seq_t *ps = state_new(s, &src->pol);
     if (!ps)
-        return KV_ENOMEM;
+        return NULL;
     int rc = 0;
     if (src->acc)
         rc = vecs_copy(s, src->acc, ps->acc, ps->n_lists);
     if (!rc && src->win)
         rc = vecs_copy(s, src->win, ps->win, ps->n_lists);
-    if (!src->qmom) /* scored: the child needs no moments */
+    if (!src->qmom) /* scored: the copy needs no moments */
         kv_pol_qmom_free(s, ps);
     else
         memcpy(ps->qmom, src->qmom, ps->n_layers * kv_pol_eattn_mom_len(s) * sizeof *ps->qmom);
     if (rc) {
         state_free(s, ps);
-        return rc;
+        return NULL;
     }
     ps->decoding = src->decoding;
     ps->prompt_len = src->prompt_len;
@@ -193,14 +192,37 @@ int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
     ps->recent = src->recent;
     ps->rng = src->rng;
     ps->ea_scored = src->ea_scored;
-    ps->zip_scored = src->zip_scored; /* a fork of a pass is not a pass */
+    ps->zip_scored = src->zip_scored; /* a copy of a pass is not a pass */
     ps->ea_scale = src->ea_scale;
     memcpy(ps->hh_layer, src->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
+    memcpy(ps->target0, src->target0, ps->n_layers);
     if (src->sim_mass) {
         memcpy(ps->sim_mass, src->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
         memcpy(ps->lazy, src->lazy, ps->n_layers);
     }
-    s->pol->seqs[child] = ps;
+    return ps;
+}
+
+void kv_pol_state_free(kv_store_t *s, kv_pol_seq_t *ps)
+{
+    state_free(s, ps);
+}
+
+void kv_pol_state_put(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
+{
+    kv_pol_seq_drop(s, seq);
+    s->pol->seqs[seq] = ps;
+}
+
+int kv_pol_seq_fork(kv_store_t *s, kv_seq_id_t parent, kv_seq_id_t child)
+{
+    const kv_pol_seq_t *src = kv_pol_get(s, parent);
+    if (!src)
+        return 0;
+    kv_pol_seq_t *ps = kv_pol_state_dup(s, src);
+    if (!ps)
+        return KV_ENOMEM;
+    kv_pol_state_put(s, child, ps);
     return 0;
 }
 

@@ -115,6 +115,8 @@ static void node_release(kv_store_t *s, kv_pfx_node_t *n)
     s->pfx->n_refs -= n->on_file ? 0 : n->n_ents;
     kv_pfx_file_release(s, n); /* its copy on the page file, if any */
     s->pfx->bytes -= n->bytes + n->acc_bytes;
+    if (n->pol) /* a compressed context's policy state (kv_store_prefix_ctx.c) */
+        kv_pfx_ctx_release(s, n);
     if (n->acc) { /* its statistics snapshot (kv_store_prefix_acc.c) */
         s->pfx->n_acc--;
         s->pfx->acc_bytes -= n->acc_bytes;
@@ -211,7 +213,7 @@ static void lru_push_hot(kv_pfx_t *p, kv_pfx_node_t *n)
 }
 
 /* Touch a chain root first, so its end is the hottest. */
-static void lru_touch(kv_pfx_t *p, kv_pfx_node_t *n)
+void kv_pfx_touch(kv_pfx_t *p, kv_pfx_node_t *n)
 {
     lru_unlink(p, n);
     lru_push_hot(p, n);
@@ -249,10 +251,11 @@ void kv_pfx_drop(kv_store_t *s, kv_pfx_node_t *x)
     node_evict(s, x);
 }
 
-kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents)
+kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents, uint32_t n_pos)
 {
-    size_t head = (sizeof(kv_pfx_node_t) + (n_lists + 1) * sizeof(uint32_t) + 7) & ~(size_t)7;
-    size_t bytes = head + (size_t)n_ents * sizeof(kv_page_ent_t);
+    const uint32_t n_off = n_lists + 1 + (n_pos ? n_lists : 0); /* off, target */
+    size_t head = (sizeof(kv_pfx_node_t) + n_off * sizeof(uint32_t) + 7) & ~(size_t)7;
+    size_t bytes = head + (size_t)n_ents * sizeof(kv_page_ent_t) + (size_t)n_pos * sizeof(int32_t);
     kv_pfx_node_t *x = kv_mem_calloc(1, bytes);
     if (!x)
         return NULL;
@@ -260,6 +263,9 @@ kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents)
     x->n_ents = n_ents;
     x->off = (uint32_t *)(x + 1);
     x->ents = (kv_page_ent_t *)((char *)x + head);
+    x->pos = n_pos ? (int32_t *)(x->ents + n_ents) : NULL;
+    x->target = n_pos ? x->off + n_lists + 1 : NULL;
+    x->n_pos = n_pos;
     return x;
 }
 
@@ -365,6 +371,10 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_published = p->published;
     out->prefix_evicted = p->evicted;
     out->prefix_evicted_pages = p->evicted_pages;
+    out->prefix_ctx_nodes = p->ctx_nodes;
+    out->prefix_ctx_published = p->ctx_published;
+    out->prefix_ctx_hits = p->ctx_hits;
+    out->prefix_ctx_misses = p->ctx_misses;
     out->prefix_snapshots = p->n_acc;
     out->prefix_snapshot_bytes = p->acc_bytes;
     out->prefix_remote_hits = p->r_hits;
@@ -398,7 +408,7 @@ int kv_store_prefix_check(const kv_store_t *s)
     int rc = 0;
     uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len + p->url_bytes +
                                           (uint64_t)p->n_buckets * sizeof *p->buckets;
-    uint64_t acc_n = 0, acc_b = 0;
+    uint64_t acc_n = 0, acc_b = 0, ctx = 0;
     for (const kv_pfx_node_t *n = p->cold; n; n = n->next, nodes++) {
         if (nodes >= p->n_nodes || (n->next ? n->next->prev != n : p->hot != n))
             PFX_FAIL("LRU list broken at node %llu", (unsigned long long)nodes);
@@ -407,6 +417,9 @@ int kv_store_prefix_check(const kv_store_t *s)
         if (n->start >= n->end || (n->parent ? n->parent->end != n->start : n->start != 0))
             PFX_FAIL("node [%u, %u): parent ends at %u", n->start, n->end,
                      n->parent ? n->parent->end : 0);
+        if (n->pol && (n->parent || n->children || n->on_file || n->copy || n->acc))
+            PFX_FAIL("context node [0, %u): a parent, children, a copy or a snapshot", n->end);
+        ctx += n->pol != NULL;
         uint32_t kids = 0, fkids = 0;
         for (const kv_pfx_node_t *c = p->cold; c; c = c->next) {
             kids += c->parent == n;
@@ -417,14 +430,19 @@ int kv_store_prefix_check(const kv_store_t *s)
                      n->end, kids, fkids, n->children, n->file_kids);
         if (n->off[0] != 0 || n->off[L] != n->n_ents)
             PFX_FAIL("node [%u, %u): entry offsets", n->start, n->end);
+        uint64_t all = 0; /* a context node's lists: as compressed, n_pos in all */
         for (uint32_t li = 0; li < L; li++) {
             uint64_t t = 0;
             for (uint32_t e = n->off[li]; e < n->off[li + 1]; e++)
                 t += n->ents[e].n_tokens;
-            if (n->off[li + 1] < n->off[li] || t != n->end - n->start)
+            all += t;
+            if (n->off[li + 1] < n->off[li] || (!n->pol && t != n->end - n->start))
                 PFX_FAIL("node [%u, %u) list %u: %llu tokens", n->start, n->end, li,
                          (unsigned long long)t);
         }
+        if (n->pol && all != n->n_pos)
+            PFX_FAIL("context node [0, %u): %llu tokens, %u positions", n->end,
+                     (unsigned long long)all, n->n_pos);
         if (kv_pfx_acc_check(s, n))
             PFX_FAIL("node [%u, %u): statistics snapshot of %zu bytes", n->start, n->end,
                      n->acc_bytes);
@@ -444,6 +462,9 @@ int kv_store_prefix_check(const kv_store_t *s)
                  (unsigned long long)nodes, (unsigned long long)p->n_nodes,
                  (unsigned long long)refs, (unsigned long long)p->n_refs,
                  (unsigned long long)bytes, (unsigned long long)p->bytes);
+    if (ctx != p->ctx_nodes)
+        PFX_FAIL("context nodes %llu/%llu", (unsigned long long)ctx,
+                 (unsigned long long)p->ctx_nodes);
     if (acc_n != p->n_acc || acc_b != p->acc_bytes)
         PFX_FAIL("snapshots %llu/%llu, %llu/%llu bytes", (unsigned long long)acc_n,
                  (unsigned long long)p->n_acc, (unsigned long long)acc_b,
@@ -458,15 +479,6 @@ out:
 
 /* ---- fingerprint and hashing ------------------------------------------------------ */
 
-/* What a sequence's rule is (see the file comment and kvpage.h). */
-typedef struct pfx_rule {
-    int off;          /* 1: eattn w=0 (query moments of every prompt  */
-                      /* row, no snapshot): neither match nor publish */
-    int acc;          /* 1: H2O/MiniKV/CaM: a match ends at a node    */
-                      /* with a statistics snapshot, no remote tier   */
-    uint32_t window;  /* rows a match must leave to the engine        */
-    uint32_t step;    /* node boundaries are multiples of this        */
-} pfx_rule_t;
 
 static uint32_t gcd_u32(uint32_t a, uint32_t b)
 {
@@ -484,11 +496,9 @@ static uint32_t lcm_u32(uint32_t a, uint32_t b)
     return l > (1u << 30) ? (1u << 30) : (uint32_t)l;
 }
 
-/* The hasher for seq under salt: the fingerprint's state bytes are the
- * format of the store ("kvpage-prefix/1", query heads, R), every layer's
- * target format and the policy's canonical spec. Also fills *rule. */
-static int seq_hasher(kv_store_t *s, kv_seq_id_t seq, const void *salt, size_t salt_len,
-                      kv_prefix_hasher_t **out, pfx_rule_t *rule)
+/* kv_store_prefix_int.h */
+int kv_pfx_hasher(kv_store_t *s, kv_seq_id_t seq, const uint8_t *targets, const void *salt,
+                  size_t salt_len, kv_prefix_hasher_t **out, pfx_rule_t *rule)
 {
     const uint32_t NL = s->cfg.n_layers, B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
     const size_t cap = 96 + NL + 4096;
@@ -500,7 +510,7 @@ static int seq_hasher(kv_store_t *s, kv_seq_id_t seq, const void *salt, size_t s
     memset(rule, 0, sizeof *rule);
     rule->step = B;
     for (uint32_t l = 0; l < NL; l++) {
-        uint32_t t = kv_page_list_get(s->pt, seq, l, 0)->target;
+        uint32_t t = targets ? targets[l] : kv_page_list_get(s->pt, seq, l, 0)->target;
         st[at++] = (char)('0' + t);
         if (t != KV_FMT_FP16) /* KIVI: multiples of R, full INT pages */
             rule->step = lcm_u32(lcm_u32(rule->step, s->cfg.residual),
@@ -557,7 +567,7 @@ static int call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uin
     if (!kv_page_seq_live(s->pt, seq))
         return KV_ENOENT;
     kv_prefix_hasher_t *hs;
-    int rc = seq_hasher(s, seq, salt, salt_len, &hs, rule);
+    int rc = kv_pfx_hasher(s, seq, NULL, salt, salt_len, &hs, rule);
     if (rc)
         return rc;
     const uint32_t B = kv_prefix_hash_block_tokens(hs);
@@ -680,14 +690,14 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
         kv_mem_free(mem, bytes);
         return rc;
     }
-    rc = kv_page_seq_attach(s->pt, seq, flat, cnt);
+    rc = kv_page_seq_attach(s->pt, seq, flat, cnt, NULL, NULL);
     if (rc == 0 && staged)
         kv_pfx_acc_commit(s, seq, staged, got);
     else if (staged)
         kv_pfx_acc_unstage(s, seq, staged, got);
     if (rc == 0) {
         for (uint32_t c = 0; c < n_chain; c++)
-            lru_touch(p, chain[c]);
+            kv_pfx_touch(p, chain[c]);
         p->hits++;
         p->reused += got;
         *matched = got;
@@ -742,7 +752,7 @@ static kv_pfx_node_t *node_new(const kv_store_t *s, kv_seq_id_t seq, uint32_t a,
         const uint32_t tpp = l->ents[0].n_tokens; /* full pages */
         n_ents += b / tpp - a / tpp;
     }
-    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents);
+    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents, 0);
     if (!x)
         return NULL;
     x->start = a;

@@ -263,7 +263,7 @@ int kv_pfx_file_demote(kv_store_t *s, kv_pfx_node_t *x)
 {
     kv_store_off_t *o = s->off;
     kv_pfx_t *p = s->pfx;
-    if (!o || !o->file)
+    if (!o || !o->file || x->pol) /* compressed contexts stay in the pool */
         return 0;
     if (!x->copy) {
         pf_pending_t pd;
@@ -299,7 +299,7 @@ void kv_pfx_file_sync(kv_store_t *s)
     pf_pending_t win[PF_WINDOW];
     uint32_t head = 0, used = 0;
     for (kv_pfx_node_t *x = p->hot; x; x = x->prev) { /* hottest first */
-        if (x->copy)
+        if (x->copy || x->pol) /* compressed contexts: pool only */
             continue;
         if (used == PF_WINDOW) {
             (void)copy_finish(s, &win[head]);
@@ -562,7 +562,7 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
     kv_pfx_node_t *x = NULL;
     kv_pfx_copy_t *c = NULL;
     if (rc == 0) {
-        x = kv_pfx_node_alloc(L, (uint32_t)n_ents);
+        x = kv_pfx_node_alloc(L, (uint32_t)n_ents, 0);
         c = copy_alloc((uint32_t)n_ents + chunks);
         if (!x || !c)
             rc = KV_ENOMEM;

@@ -41,6 +41,16 @@ typedef struct kv_pfx_node {
     uint32_t file_kids;          /* of children, those on the file            */
     struct kv_pfx_copy *copy;    /* its pages and record on the page file;    */
                                  /* NULL: none (kept until the node goes)     */
+
+    /* compressed context (kv_store_prefix_ctx.c): a node of [0, end) made    */
+    /* after the publisher's prefill end; NULL/0 for a block node            */
+    struct kv_pol_seq *pol;      /* the policy state after that prefill end,  */
+                                 /* owned (counted in the policy table)       */
+    int32_t *pos;                /* [n_pos] the lists' positions, list-major, */
+                                 /* in this block (NULL for a block node)     */
+    uint32_t n_pos;              /* tokens over all lists                     */
+    uint32_t *target;            /* [n_lists] the lists' target formats, in   */
+                                 /* this block (NULL for a block node)        */
 } kv_pfx_node_t;
 
 typedef struct kv_pfx {
@@ -54,6 +64,8 @@ typedef struct kv_pfx {
     uint64_t hits, misses, reused, published, evicted, evicted_pages;
     uint64_t n_acc, acc_bytes;   /* nodes with a snapshot, their bytes (in   */
                                  /* bytes too)                               */
+    /* compressed contexts (kv_store_prefix_ctx.c): nodes among n_nodes     */
+    uint64_t ctx_nodes, ctx_published, ctx_hits, ctx_misses;
     /* remote tier (kv_store_prefix_remote.c); NULL/0 without prefix_remote */
     struct kv_remote *remote;     /* fetches, on the caller's thread        */
     struct kv_remote_pub *pub;    /* publishes, on its own thread           */
@@ -68,11 +80,31 @@ typedef struct kv_pfx {
         f_bad, f_restored;
 } kv_pfx_t;
 
+/* What a sequence's rule is (see the file comment and kvpage.h). */
+typedef struct pfx_rule {
+    int off;          /* 1: eattn w=0 (query moments of every prompt  */
+                      /* row, no snapshot): neither match nor publish */
+    int acc;          /* 1: H2O/MiniKV/CaM: a match ends at a node    */
+                      /* with a statistics snapshot, no remote tier   */
+    uint32_t window;  /* rows a match must leave to the engine        */
+    uint32_t step;    /* node boundaries are multiples of this        */
+} pfx_rule_t;
+
 /* kv_store_prefix.c */
+/* The hasher for seq under salt: the fingerprint's state bytes are the
+ * format of the store ("kvpage-prefix/1", query heads, R), every layer's
+ * target format (targets[n_layers], or NULL: seq's now) and the policy's
+ * canonical spec. Also fills *rule. */
+int kv_pfx_hasher(kv_store_t *s, kv_seq_id_t seq, const uint8_t *targets, const void *salt,
+                  size_t salt_len, kv_prefix_hasher_t **out, pfx_rule_t *rule);
 kv_pfx_node_t *kv_pfx_lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k);
-/* A zeroed node block for n_lists lists and n_ents entries (bytes, off and
- * ents set), NULL without memory. An unlinked one: kv_mem_free(x, x->bytes). */
-kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents);
+/* A zeroed node block for n_lists lists, n_ents entries and n_pos
+ * positions (bytes, off, ents; with n_pos, pos and target set), NULL
+ * without memory. An unlinked
+ * one: kv_mem_free(x, x->bytes). */
+kv_pfx_node_t *kv_pfx_node_alloc(uint32_t n_lists, uint32_t n_ents, uint32_t n_pos);
+/* Move a node to the hot end of the LRU. */
+void kv_pfx_touch(kv_pfx_t *p, kv_pfx_node_t *n);
 /* Room in the table for `more` nodes: 0 or KV_ENOMEM (nothing changed). */
 int kv_pfx_reserve(kv_pfx_t *p, uint64_t more);
 /* Link a filled node (after kv_pfx_reserve): table, parent's children, LRU
@@ -125,6 +157,11 @@ void kv_pfx_file_release(kv_store_t *s, kv_pfx_node_t *x);
 void kv_pfx_file_stats(const kv_store_t *s, kv_stats_t *out);
 /* The copies' slots on the file and the tier's invariants: 0, KV_ECORRUPT. */
 int kv_pfx_file_check(const kv_store_t *s);
+
+/* kv_store_prefix_ctx.c: compressed contexts */
+/* Free a context node's policy state (its block and references: the
+ * caller, as for any node). */
+void kv_pfx_ctx_release(kv_store_t *s, kv_pfx_node_t *x);
 
 /* kv_store_prefix_remote.c */
 /* Validate the remote fields of a config: 0, KV_EINVAL, KV_ERANGE. */

@@ -244,7 +244,7 @@ static int install(kv_store_t *s, const uint8_t *v, size_t len, uint32_t got, ui
                 !page_ok(s, fmt, pages + (size_t)i * PB, nt))
                 return 0;
         }
-    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents);
+    kv_pfx_node_t *x = kv_pfx_node_alloc(L, n_ents, 0);
     if (!x || kv_pfx_reserve(p, 1)) {
         kv_mem_free(x, x ? x->bytes : 0);
         return -1;

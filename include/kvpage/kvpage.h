@@ -243,7 +243,8 @@ typedef struct kv_stats {
                                 /* what eviction frees                             */
     uint64_t prefix_hits;       /* kv_seq_prefix_match calls that matched tokens   */
     uint64_t prefix_misses;     /* ... that matched none                           */
-    uint64_t prefix_tokens_reused; /* tokens matched, summed over calls            */
+    uint64_t prefix_tokens_reused; /* tokens matched, summed over calls (blocks    */
+                                   /* and compressed contexts)                     */
     uint64_t prefix_published;  /* nodes created by kv_seq_prefix_publish          */
     uint64_t prefix_evicted;    /* nodes evicted from the pool (memory pressure):  */
                                 /* dropped, or demoted to the page file            */
@@ -279,6 +280,11 @@ typedef struct kv_stats {
                                    /* I/O error), dropped with their descendants;  */
                                    /* records that failed restore's checks         */
     uint64_t prefix_file_restored; /* nodes found on the file at KV_OFFLOAD_OPEN   */
+    /* compressed contexts (kv_seq_prefix_publish_compressed)                 */
+    uint64_t prefix_ctx_nodes;     /* context nodes cached (in prefix_nodes)       */
+    uint64_t prefix_ctx_published; /* context nodes created                        */
+    uint64_t prefix_ctx_hits;      /* kv_seq_prefix_match_compressed hits          */
+    uint64_t prefix_ctx_misses;    /* ... misses                                   */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -721,6 +727,47 @@ KV_API int kv_seq_prefix_match(kv_store_t *store, kv_seq_id_t seq, const int32_t
  * a list), KV_ENOMEM, KV_EIO. */
 KV_API int kv_seq_prefix_publish(kv_store_t *store, kv_seq_id_t seq, const int32_t *tokens,
                                  uint32_t n, const void *salt, size_t salt_len);
+
+/* Compressed contexts. A context is the first n tokens of a request that
+ * later requests share (a document, a system prompt, a conversation so
+ * far), compressed by seq's policy at kv_seq_prefill_end before anything
+ * that follows it exists; the rest of a request (a question, the next
+ * turn) is appended after the prefill end and decoded with kv_seq_step_end.
+ * Publishing the compressed cache lets a later request with the same
+ * context, salt and policy spec skip its prefill, its scoring pass and its
+ * compression: the match installs the publisher's state after its prefill
+ * end (the same pages, shared copy-on-write, positions and policy state, as
+ * kv_seq_fork gives a fork), so everything after it computes exactly what
+ * it computes on the publisher; a hit equals a cold run of the request bit
+ * for bit. The context's key is its n token ids (any n >= 1), the same
+ * fingerprint and salt as blocks, and a distinct kind; a context node
+ * lives in the pool only (evicted like a node, never written to the page
+ * file or the remote tier) and counts in kv_stats_t.prefix_nodes,
+ * prefix_pages and prefix_ctx_*.
+ *
+ * Publish seq's compressed context tokens[0..n): after kv_seq_prefill_end
+ * of exactly n prompt tokens and before any kv_seq_step_end or append.
+ * Idempotent (an existing node is kept). Errors (nothing published):
+ * KV_EINVAL (NULL, n 0, salt_len > 65536), KV_ENOTSUP (cache off; a list
+ * holds merged pages, e.g. MiniCache), KV_ENOENT, KV_ESTATE (no policy, no
+ * prefill end yet, a step end or an append since, n not the prompt length,
+ * a KVzip scoring pass), KV_ENOMEM, KV_EIO, and kv_seq_fork's residency
+ * errors. */
+KV_API int kv_seq_prefix_publish_compressed(kv_store_t *store, kv_seq_id_t seq,
+                                            const int32_t *tokens, uint32_t n,
+                                            const void *salt, size_t salt_len);
+
+/* Install the compressed context tokens[0..n) into seq: empty, its policy
+ * set and not prefill-ended. *matched = n on a hit (seq is then as the
+ * publisher was after kv_seq_prefill_end: do not call it again; append the
+ * rest and call kv_seq_step_end), 0 on a miss (nothing changed: prefill
+ * the context, kv_seq_prefill_end, publish). Errors (nothing changed):
+ * KV_EINVAL, KV_ENOTSUP, KV_ENOENT, KV_ESTATE (seq not empty, no policy,
+ * prefill ended, a scoring pass), KV_ENOMEM, KV_EIO. */
+KV_API int kv_seq_prefix_match_compressed(kv_store_t *store, kv_seq_id_t seq,
+                                          const int32_t *tokens, uint32_t n,
+                                          const void *salt, size_t salt_len,
+                                          uint32_t *matched);
 
 /* ---- memory pressure --------------------------------------------------- */
 

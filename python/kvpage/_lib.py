@@ -76,7 +76,8 @@ class kv_stats_t(Structure):
         "prefix_file_nodes", "prefix_file_slots",
         "prefix_file_hits", "prefix_file_tokens", "prefix_file_bytes_in",
         "prefix_file_bytes_out", "prefix_file_demoted", "prefix_file_dropped",
-        "prefix_file_bad", "prefix_file_restored")]
+        "prefix_file_bad", "prefix_file_restored", "prefix_ctx_nodes",
+        "prefix_ctx_published", "prefix_ctx_hits", "prefix_ctx_misses")]
 
 
 class kv_estimate_t(Structure):
@@ -175,6 +176,10 @@ _PROTOTYPES = {
                                     c_uint32_p]),
     "kv_seq_prefix_publish": (c_int, [_store, c_uint32, c_int32_p, c_uint32, c_void_p,
                                       c_size_t]),
+    "kv_seq_prefix_publish_compressed": (c_int, [_store, c_uint32, c_int32_p, c_uint32,
+                                                 c_void_p, c_size_t]),
+    "kv_seq_prefix_match_compressed": (c_int, [_store, c_uint32, c_int32_p, c_uint32,
+                                               c_void_p, c_size_t, c_uint32_p]),
 }
 
 

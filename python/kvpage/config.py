@@ -207,6 +207,10 @@ class Stats:
     prefix_file_dropped: int
     prefix_file_bad: int
     prefix_file_restored: int
+    prefix_ctx_nodes: int
+    prefix_ctx_published: int
+    prefix_ctx_hits: int
+    prefix_ctx_misses: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

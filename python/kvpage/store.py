@@ -437,6 +437,29 @@ class Seq:
         return self._call(lib.kv_seq_prefix_publish, t.ctypes.data_as(c_int32_p), t.shape[0],
                           s or None, len(s))
 
+    def prefix_publish_compressed(self, tokens: Any, salt: Union[bytes, str] = b"") -> None:
+        """Publish this sequence's compressed context tokens (all of its
+        prompt) after prefill_end and before any step_end or append
+        (kv_seq_prefix_publish_compressed): a later sequence of the same
+        policy and salt installs it with prefix_match_compressed. KvError:
+        KV_ESTATE (no policy, not prefill-ended, stepped, len(tokens) not the
+        prompt length), KV_ENOTSUP (cache off; merged pages), KV_ENOMEM."""
+        t, s = _tokens(tokens), _salt(salt)
+        self._call(lib.kv_seq_prefix_publish_compressed, t.ctypes.data_as(c_int32_p),
+                   t.shape[0], s or None, len(s))
+
+    def prefix_match_compressed(self, tokens: Any, salt: Union[bytes, str] = b"") -> int:
+        """Install the compressed context tokens into this empty sequence
+        (policy set, not prefill-ended; kv_seq_prefix_match_compressed).
+        Returns len(tokens) on a hit (the sequence is then past its prefill
+        end: append the rest and step_end), 0 on a miss (nothing changed).
+        KvError: KV_ESTATE, KV_ENOTSUP, KV_EINVAL, KV_ENOMEM."""
+        t, s = _tokens(tokens), _salt(salt)
+        matched = ctypes.c_uint32()
+        self._call(lib.kv_seq_prefix_match_compressed, t.ctypes.data_as(c_int32_p),
+                   t.shape[0], s or None, len(s), ctypes.byref(matched))
+        return matched.value
+
     def compact(self, layer: int, kv_head: int, keep: Any) -> None:
         """Keep only the tokens keep (strictly increasing indices into the
         current list) of (layer, kv_head), in order (kv_compact). Empty keep

@@ -140,3 +140,38 @@ def test_bad_input(pstore, rng):
     assert e.value.code == kvpage.KV_ENOENT
     assert pstore.stats().prefix_nodes == 0  # nothing published by the failures
     pstore.check()
+
+
+def test_compressed_context(pstore, rng):
+    """A context compressed at its prefill end, published whole and installed
+    into a second sequence of the same policy: the same rows and positions
+    (StreamingLLM keeps the sinks and the recent tokens), no page copied; the
+    first misses, another policy misses, a sequence not prefill-ended cannot
+    publish."""
+    spec = "streamingllm:sink=4,recent=0.25"
+    tokens = np.arange(2000, 2100, dtype=np.int32)
+    a = pstore.create_seq()
+    a.set_policy(spec)
+    for layer in range(SHAPE["n_layers"]):
+        a.append(layer, *kv(rng, len(tokens)))
+    with pytest.raises(kvpage.KvError):
+        a.prefix_publish_compressed(tokens)  # before the prefill end
+    a.prefill_end()
+    a.prefix_publish_compressed(tokens)
+    used = pstore.stats().pages_used
+    b = pstore.create_seq()
+    b.set_policy(spec)
+    assert b.prefix_match_compressed(tokens[:-1]) == 0
+    assert b.prefix_match_compressed(tokens) == len(tokens)
+    st = pstore.stats()
+    assert (st.prefix_ctx_hits, st.prefix_ctx_misses, st.prefix_ctx_nodes) == (1, 1, 1)
+    assert st.pages_used == used
+    for layer in range(SHAPE["n_layers"]):
+        for h in range(SHAPE["n_kv_heads"]):
+            ka, va, pa = a.read(layer, h)
+            kb, vb, pb = b.read(layer, h)
+            assert len(pa) < len(tokens) and np.array_equal(pa, pb)
+            assert np.array_equal(ka, kb) and np.array_equal(va, vb)
+    c = pstore.create_seq()
+    c.set_policy("streamingllm:sink=4,recent=0.5")
+    assert c.prefix_match_compressed(tokens) == 0

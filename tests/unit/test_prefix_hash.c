@@ -82,6 +82,23 @@ static void test_known_answers(void)
     CHECK(hash_is(&out[0], "d6a4868794d3d9eec0fabd76c39acf852af9f5cea969b689ed024d189402aa4f"));
     CHECK(hash_is(&out[1], "81a734e700339edcb483faa300b2671543beb5e02628b8cbb4cbd5ef991f142f"));
     CHECK(hash_is(&out[2], "3de4f830598aced1c62937155f371cdfae029585089c66a43e9cb181afc92b9a"));
+    /* compressed-context end blocks (kind 2): tokens 33..40 after h_1, and
+     * 1..5 with no full block (hashlib over the documented bytes) */
+    kv_prefix_hash_t end, end2;
+    CHECK_OK(kv_prefix_hash_end(h, &out[1], toks + 32, 8, &end));
+    CHECK(hash_is(&end, "a6faed18d9033af5c0a16043bd6eabc0d417e19543e54d590395974bd03bd9f1"));
+    CHECK_OK(kv_prefix_hash_end(h, NULL, toks, 5, &end));
+    CHECK(hash_is(&end, "051ed6ed85dfa9c734051d02778c9170e46d400bf75d3c824a49c209b1f47b58"));
+    /* an end of 0 tokens after a block is not that block, nor the end of
+     * the same tokens as a first block */
+    CHECK_OK(kv_prefix_hash_end(h, &out[0], NULL, 0, &end));
+    CHECK(memcmp(&end, &out[0], sizeof end) != 0);
+    CHECK_OK(kv_prefix_hash_end(h, NULL, NULL, 0, &end2));
+    CHECK(memcmp(&end, &end2, sizeof end) != 0);
+    CHECK_EQ(kv_prefix_hash_end(h, NULL, toks, 16, &end), KV_EINVAL); /* a full block */
+    CHECK_EQ(kv_prefix_hash_end(h, NULL, NULL, 3, &end), KV_EINVAL);
+    CHECK_EQ(kv_prefix_hash_end(h, NULL, toks, 3, NULL), KV_EINVAL);
+    CHECK_EQ(kv_prefix_hash_end(NULL, NULL, toks, 3, &end), KV_EINVAL);
     kv_prefix_hash_destroy(h);
 
     fp.salt_len = 0; /* the same without a salt */

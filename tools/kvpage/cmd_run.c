@@ -37,6 +37,7 @@ typedef struct run_opts {
     double temp;
     kv_cli_outs_t out; /* --json, --md */
     int prefix_cache;
+    int prefix_compressed; /* the context published compressed */
 } run_opts_t;
 
 static const kv_cli_opt_t run_opts[] = {
@@ -62,6 +63,13 @@ static const kv_cli_opt_t run_opts[] = {
     {"--prefix-cache", KV_CLI_FLAG, offsetof(run_opts_t, prefix_cache), 0, 0, 0, 0, NULL,
      "publish the prompt's blocks and match them in later runs\n"
      "(docs/prefix.md; with --runs 2 the second run skips them)"},
+    {"--prefix-compressed", KV_CLI_FLAG, offsetof(run_opts_t, prefix_compressed), 0, 0, 0, 0,
+     NULL,
+     "with --prefix-cache: the context (the chat template through\n"
+     "the system message, up to the user message) is compressed by\n"
+     "the policy at its end and published compressed; later runs\n"
+     "with the same system message skip its prefill, scoring and\n"
+     "compression (docs/prefix.md, \"Compressed contexts\")"},
     {"--remote", KV_CLI_STR, offsetof(run_opts_t, remote), 0, 0, 0, 0, "URL",
      "prefix cache shared through Redis/Valkey: redis://host:port,\n"
      "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache)"},
@@ -86,8 +94,9 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
                           run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
     if (rc)
         return rc;
-    if ((o->salt || o->remote) && !o->prefix_cache) {
-        fprintf(stderr, "kvpage run: --salt and --remote need --prefix-cache\n");
+    if ((o->salt || o->remote || o->prefix_compressed) && !o->prefix_cache) {
+        fprintf(stderr, "kvpage run: --salt, --remote and --prefix-compressed need "
+                        "--prefix-cache\n");
         return 2;
     }
     kv_policy_t *pol = NULL;
@@ -116,6 +125,8 @@ typedef struct run_stream {
     kv_model_session_t *sess; /* KVzip: its reconstruction passes run on  */
     const int32_t *prompt;    /* the whole prompt [n_prompt] (KVzip only) */
     uint32_t n_prompt;
+    int ctx;            /* the context was prefill-ended (--prefix-      */
+                        /* compressed): the prompt's end is a step end    */
 } run_stream_t;
 
 
@@ -140,8 +151,8 @@ static int run_on_token(void *user, int32_t id)
                                       KV_MODEL_KVZIP_CHUNK);
     if (rs->rc)
         return 1;
-    rs->rc = rs->n_seen++ ? kv_seq_step_end(rs->store, rs->seq)
-                          : kv_seq_prefill_end(rs->store, rs->seq);
+    rs->rc = rs->n_seen++ || rs->ctx ? kv_seq_step_end(rs->store, rs->seq)
+                                     : kv_seq_prefill_end(rs->store, rs->seq);
     if (rs->rc)
         return 1;
     if (kv_tok_type(rs->tok, id) == KV_TOK_CONTROL)
@@ -153,6 +164,24 @@ static int run_on_token(void *user, int32_t id)
         fflush(stdout);
     }
     return 0;
+}
+
+/* --prefix-compressed: the context ids[0, n) from the cache, or computed
+ * (forward, KVzip's scoring pass, prefill end) and published compressed.
+ * *matched: n on a hit, else 0. */
+static int run_context(kv_model_session_t *s, kv_store_t *store, kv_seq_id_t seq,
+                       const kv_tok_t *tok, const int32_t *ids, uint32_t n, int kvzip,
+                       const char *salt, uint32_t *matched)
+{
+    const size_t sl = salt ? strlen(salt) : 0;
+    int rc = kv_model_session_context(s, ids, n, salt, sl, matched);
+    if (rc || *matched)
+        return rc;
+    if (!(rc = kv_model_forward(s, ids, n, NULL, 0)) && kvzip)
+        rc = kv_model_kvzip_score(s, tok, ids, n, 0, KV_MODEL_KVZIP_CHUNK);
+    if (!rc)
+        rc = kv_seq_prefill_end(store, seq);
+    return rc ? rc : kv_seq_prefix_publish_compressed(store, seq, ids, n, salt, sl);
 }
 
 static int run_fail(const char *what, int rc, const char *err)
@@ -177,6 +206,7 @@ typedef struct run_out {
     uint32_t head_dim;
     double ttft;               /* seconds from the request to its first token */
     uint32_t matched;          /* prompt tokens the prefix cache gave (last run) */
+    uint32_t n_prompt;         /* prompt tokens (cached or computed)             */
 } run_out_t;
 
 /* The table on stdout; then --json and --md (the same figures): 0, or 1
@@ -189,7 +219,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     double dc = g->decode_s > 0 ? g->n_decoded / g->decode_s : 0;
     /* every token whose K/V went into the store: the prompt and each token
      * fed back by a decode step; K and V, FP16, of every list */
-    uint64_t seen = (uint64_t)g->n_prompt + r->matched + g->n_decoded;
+    uint64_t seen = (uint64_t)r->n_prompt + g->n_decoded;
     uint64_t fp16_seen = seen * r->n_lists * 2u * r->head_dim * 2u;
     double ratio = st->kv_bytes ? (double)fp16_seen / (double)st->kv_bytes : 0;
     double ratio_held = st->kv_bytes ? (double)st->fp16_bytes / (double)st->kv_bytes : 0;
@@ -201,7 +231,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "threads", r->threads);
     kv_cli_rep_d(&rep, "temp", r->o->temp, -1);
     kv_cli_rep_u(&rep, "seed", r->o->seed);
-    kv_cli_rep_u(&rep, "prompt_tokens", g->n_prompt + r->matched);
+    kv_cli_rep_u(&rep, "prompt_tokens", r->n_prompt);
     kv_cli_rep_u(&rep, "generated_tokens", g->n_new - (r->stopped_control ? 1u : 0u));
     kv_cli_rep_s(&rep, "stop", stop);
     kv_cli_rep_sn(&rep, "text", r->text, r->text_len);
@@ -227,6 +257,9 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "prefix_misses", st->prefix_misses);
     kv_cli_rep_u(&rep, "prefix_tokens_reused", st->prefix_tokens_reused);
     kv_cli_rep_u(&rep, "prefix_nodes", st->prefix_nodes);
+    kv_cli_rep_b(&rep, "prefix_compressed", r->o->prefix_compressed);
+    kv_cli_rep_u(&rep, "prefix_ctx_hits", st->prefix_ctx_hits);
+    kv_cli_rep_u(&rep, "prefix_ctx_misses", st->prefix_ctx_misses);
     kv_cli_rep_u(&rep, "prefix_remote_tokens", st->prefix_remote_tokens);
     kv_cli_rep_u(&rep, "prefix_remote_bad", st->prefix_remote_bad);
     kv_cli_rep_u(&rep, "prefix_remote_errors", st->prefix_remote_errors);
@@ -237,7 +270,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     if (r->o->out.plain) {
         printf("\n\nkvpage run: %u prompt + %u generated tokens (stopped at %s), policy %s, "
                "%u threads, CPU backend\n\n",
-               g->n_prompt + r->matched, g->n_new - (r->stopped_control ? 1u : 0u), stop,
+               r->n_prompt, g->n_new - (r->stopped_control ? 1u : 0u), stop,
                r->o->policy, r->threads);
         printf("  %-36s %16s\n", "metric", "value");
         printf("  %-36s %16llu\n", "KV bytes held (pages)", (unsigned long long)st->kv_bytes);
@@ -254,11 +287,15 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
         printf("  %-36s %16.3f\n", "time to first token (s)", r->ttft);
         if (r->o->prefix_cache) {
             printf("  %-36s %9u / %u\n", "prompt tokens from the prefix cache", r->matched,
-                   r->matched + g->n_prompt);
+                   r->n_prompt);
             printf("  %-36s %9llu / %llu\n", "prefix hits / misses (all runs)",
                    (unsigned long long)st->prefix_hits, (unsigned long long)st->prefix_misses);
             printf("  %-36s %16llu\n", "prefix cache nodes",
                    (unsigned long long)st->prefix_nodes);
+            if (r->o->prefix_compressed)
+                printf("  %-36s %9llu / %llu\n", "compressed context hits / misses",
+                       (unsigned long long)st->prefix_ctx_hits,
+                       (unsigned long long)st->prefix_ctx_misses);
             if (st->prefix_file_nodes || st->prefix_file_hits || st->prefix_file_demoted)
                 printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
                        "tokens from the page file (all runs)",
@@ -313,10 +350,11 @@ int kv_cmd_run(int argc, char **argv)
         run_fail("building the tokenizer", rc, err);
         goto done;
     }
-    size_t n_prompt = 0;
-    if ((rc = kv_tok_chat(tok, o.system, o.prompt, NULL, 0, &n_prompt)) ||
+    size_t n_prompt = 0, n_ctx = 0; /* n_ctx: the ids before the user message */
+    if ((rc = kv_tok_chat_split(tok, o.system, "", o.prompt, NULL, 0, &n_prompt, &n_ctx)) ||
         !(ids = malloc(n_prompt * sizeof *ids)) ||
-        (rc = kv_tok_chat(tok, o.system, o.prompt, ids, n_prompt, &n_prompt))) {
+        (rc = kv_tok_chat_split(tok, o.system, "", o.prompt, ids, n_prompt, &n_prompt,
+                                &n_ctx))) {
         run_fail("tokenizing the prompt", rc ? rc : KV_ENOMEM, NULL);
         goto done;
     }
@@ -385,7 +423,15 @@ int kv_cmd_run(int argc, char **argv)
                             .salt = o.salt, .t0 = kv_cli_now(), .sess = s,
                             .prompt = kvzip ? ids : NULL, .n_prompt = (uint32_t)n_prompt};
         matched = 0;
-        if (o.prefix_cache) {
+        if (o.prefix_compressed) {
+            rs.prompt = NULL; /* scored with the context */
+            rs.ctx = 1;
+            if ((rc = run_context(s, store, seq, tok, ids, (uint32_t)n_ctx, kvzip, o.salt,
+                                  &matched))) {
+                run_fail("the compressed context", rc, NULL);
+                break;
+            }
+        } else if (o.prefix_cache) {
             rs.ids = ids;
             rs.n_ids = (uint32_t)n_prompt;
             if ((rc = kv_model_session_prefix(s, ids, (uint32_t)n_prompt, o.salt,
@@ -394,11 +440,13 @@ int kv_cmd_run(int argc, char **argv)
                 break;
             }
         }
-        fprintf(stderr, "kvpage run: %zu prompt tokens (%u from the prefix cache), "
-                "prefilling %zu...\n", n_prompt, matched, n_prompt - matched);
+        const size_t from = o.prefix_compressed ? n_ctx : matched;
+        fprintf(stderr, "kvpage run: %zu prompt tokens (%u from the prefix cache%s), "
+                "prefilling %zu...\n", n_prompt, matched,
+                o.prefix_compressed ? ", compressed" : "", n_prompt - from);
         kv_model_gen_opts_t go = {.max_new = (uint32_t)o.max_new, .temp = (float)o.temp,
                                   .seed = o.seed, .on_token = run_on_token, .user = &rs};
-        if ((rc = kv_model_generate(s, ids + matched, (uint32_t)(n_prompt - matched), &go, out,
+        if ((rc = kv_model_generate(s, ids + from, (uint32_t)(n_prompt - from), &go, out,
                                     &gr)) ||
             (rc = rs.rc)) {
             run_fail("generation", rc, NULL);
@@ -429,7 +477,8 @@ int kv_cmd_run(int argc, char **argv)
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,
                     .n_lists = hp->n_layers * hp->n_kv_heads, .head_dim = cfg.head_dim,
-                    .ttft = rs.ttft, .matched = matched};
+                    .ttft = rs.ttft, .matched = matched,
+                    .n_prompt = (uint32_t)n_prompt};
     ret = run_report(&ro, &o.out);
 done:
     kv_cli_outs_finish("run", &o.out, NULL); /* a failure: close what was opened */
