@@ -10,7 +10,11 @@
 #     F x prompt rounded down to a 16-token block, and more sequences fit;
 #   - h2o (the snapshot rule): the publisher's shared part is one chunk, so its
 #     last node carries the statistics snapshot and the hit is FP16's;
-#   - more groups never fit more sequences.
+#   - more groups never fit more sequences;
+#   - --prefix-compressed (the shared prefix a compressed context): every
+#     policy's hit is exactly F x prompt (a context is any length), and an
+#     evicting policy (h2o) caches fewer shared pages than the same prefix
+#     shared as appended blocks.
 # usage: check_plan_prefix.sh KVPAGE
 set -euo pipefail
 kv=$1
@@ -22,9 +26,10 @@ base=(plan --model llama-2-7b --gpu H100-80G --weights-gb 13.5 --workload fixed:
 "$kv" "${base[@]}" >plain.json
 "$kv" "${base[@]}" --prefix-hit 0.6 >p1.json
 "$kv" "${base[@]}" --prefix-hit 0.6 --prefix-groups 40 --rate 2 >p40.json
-python3 - plain.json p1.json p40.json <<'EOF'
+"$kv" "${base[@]}" --prefix-hit 0.6 --prefix-compressed >p1c.json
+python3 - plain.json p1.json p40.json p1c.json <<'EOF'
 import json, math, sys
-plain, p1, p40 = (json.load(open(f)) for f in sys.argv[1:4])
+plain, p1, p40, p1c = (json.load(open(f)) for f in sys.argv[1:5])
 bad = []
 def check(ok, what):
     if not ok:
@@ -55,6 +60,15 @@ for run, groups in ((p1, 1), (p40, 40)):
 for a, b in zip(p1["results"], p40["results"]):
     check(b["prefix"]["max_seqs"] <= a["prefix"]["max_seqs"],
           f"{a['policy']}: 40 groups fit more than 1")
+check(p1c["prefix_compressed"] is True and p1["prefix_compressed"] is False,
+      "--prefix-compressed echoed")
+for a, b in zip(p1["results"], p1c["results"]):
+    name, x = a["policy"], b["prefix"]
+    check(x["hit"] == int(0.6 * prompt) / prompt, f"{name}: compressed hit {x['hit']}")
+    if name.startswith("h2o"):
+        check(0 < x["shared_pages"] < a["prefix"]["shared_pages"],
+              f"h2o: compressed context {x['shared_pages']} pages, blocks "
+              f"{a['prefix']['shared_pages']}")
 if bad:
     print("\n".join(bad))
     sys.exit(1)

@@ -34,6 +34,7 @@ typedef struct plan_opts {
     double gpu_gib, weights_gb, params_b, reserve, lazy_frac, retain_frac, rate, decode_tps;
     double prefix_hit;      /* --prefix-hit F (0: off)                         */
     uint64_t prefix_groups; /* --prefix-groups N                               */
+    int prefix_compressed;  /* --prefix-compressed                             */
     int plain; /* stdout gets the table: neither --json nor --md is - */
 } plan_opts_t;
 
@@ -89,6 +90,10 @@ static const kv_cli_opt_t plan_opts[] = {
            "once; docs/plan.md)"),
     PLAN_U("--prefix-groups", prefix_groups, 1, 1u << 20, "N",
            "distinct shared prefixes in the pool at once (default 1)"),
+    {"--prefix-compressed", KV_CLI_FLAG, offsetof(plan_opts_t, prefix_compressed), 0, 0, 0, 0,
+     NULL, "with --prefix-hit: the shared prefixes are compressed\n"
+           "contexts (compressed by the policy at their end and cached\n"
+           "that way; docs/prefix.md, \"Compressed contexts\")"},
     PLAN_U("--chunk", chunk, 1, 1u << 16, "N", "prompt tokens per append (default 512)"),
     PLAN_U("--ctx-base", ctx_base, 64, 1u << 20, "N",
            "max-context probe prompt (default 2048; see docs)"),
@@ -117,6 +122,10 @@ static int plan_parse(int argc, char **argv, plan_opts_t *o)
                           argc, argv, o);
     if (rc)
         return rc;
+    if (o->prefix_compressed && !(o->prefix_hit > 0)) {
+        fprintf(stderr, "kvpage plan: --prefix-compressed needs --prefix-hit\n");
+        return 2;
+    }
     return kv_cli_outs_check("plan", o->json, o->md, &o->plain);
 }
 
@@ -221,6 +230,7 @@ int kv_cmd_plan(int argc, char **argv)
                     .decode_tps = o.decode_tps, .concurrency = o.concurrency,
                     .reserve = o.reserve, .curves = o.html != NULL,
                     .prefix_hit = o.prefix_hit, .prefix_groups = (uint32_t)o.prefix_groups,
+                    .prefix_ctx = o.prefix_compressed,
                     .eval_dir = eval_dir[0] ? eval_dir : NULL};
     if (plan_setup(&o, &in, name, sizeof name))
         return 2;

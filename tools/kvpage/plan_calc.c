@@ -119,6 +119,7 @@ static int calc_prefix(const plan_t *p, const plan_sim_cfg_t *c0, plan_result_t 
     const double H = p->in->model.kv_heads;
     plan_sim_cfg_t c = *c0;
     c.prefix_hit = p->in->prefix_hit;
+    c.prefix_ctx = p->in->prefix_ctx;
     double own = 0, matched = 0, prompt = 0, shared = 0;
     for (uint32_t i = 0; i < p->n_samples; i++) {
         plan_foot_t f;

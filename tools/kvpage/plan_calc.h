@@ -104,6 +104,8 @@ typedef struct plan_in {
     double prefix_hit;          /* fraction of each prompt found in the    */
                                 /* prefix cache (0: no prefix figures)     */
     uint32_t prefix_groups;     /* distinct shared prefixes in the pool    */
+    int prefix_ctx;             /* the shared prefixes are compressed      */
+                                /* contexts (docs/prefix.md)               */
 } plan_in_t;
 
 typedef struct plan_curve_pt {

@@ -98,6 +98,9 @@ void plan_report_setup(FILE *f, const plan_t *p, const char *prefix)
                 "per request (%.1f without the cache)", prefix, in->prefix_hit,
                 in->prefix_groups, in->prefix_groups == 1 ? "" : "es", in->prefix_groups,
                 p->mean_prompt);
+        if (in->prefix_ctx)
+            fprintf(f, "; the shared prefixes are compressed contexts (--prefix-compressed): "
+                    "cached as the policy compressed them at their end");
         if (in->rate > 0)
             fprintf(f, "; at --rate %g: %.0f prompt tokens/s to prefill without the cache",
                     in->rate, in->rate * p->mean_prompt);
@@ -296,10 +299,11 @@ int plan_report_json(FILE *f, const plan_t *p, const plan_result_t *r, uint32_t 
     fprintf(f, ",\"samples\":%u,\"seed\":%llu,\"mean_prompt\":%.2f,\"mean_output\":%.2f,"
             "\"ctx_output\":%u,\"trained_ctx\":%u,\"target_seqs\":%.2f,\"lazy_frac\":%.4f,"
             "\"retain_frac\":%.4f,\"chunk\":%u,\"prefix_hit\":%.4f,\"prefix_groups\":%u,"
-            "\"results\":[", p->n_samples,
+            "\"prefix_compressed\":%s,\"results\":[", p->n_samples,
             (unsigned long long)in->seed, p->mean_prompt, p->mean_out, p->ctx_out,
             m->ctx_len, p->target, in->lazy_frac,
-            in->retain_frac, in->chunk, in->prefix_hit, in->prefix_groups);
+            in->retain_frac, in->chunk, in->prefix_hit, in->prefix_groups,
+            in->prefix_ctx ? "true" : "false");
     for (uint32_t i = 0; i < n; i++) {
         if (i)
             fputc(',', f);

@@ -110,15 +110,19 @@ static int prefix_publisher(sim_t *S, uint32_t prompt, uint32_t shared, uint64_t
     if (!rc)
         rc = kv_seq_set_policy(S->st, S->seq, S->c->policy);
     /* the shared part as its own chunk, published at its end: a node there
-     * also carries H2O/MiniKV/CaM's statistics snapshot (docs/prefix.md) */
+     * also carries H2O/MiniKV/CaM's statistics snapshot (docs/prefix.md);
+     * a compressed context after its prefill end (the rest never comes) */
+    const int ctx = S->c->prefix_ctx && shared;
     if (!rc)
-        rc = prefill(S, 0, shared, 0);
+        rc = prefill(S, 0, shared, ctx);
     prefix_ids(S->ids, prompt, shared, 1);
-    if (!rc && shared) {
+    if (!rc && ctx) {
+        rc = kv_seq_prefix_publish_compressed(S->st, S->seq, S->ids, shared, NULL, 0);
+    } else if (!rc && shared) {
         int got = kv_seq_prefix_publish(S->st, S->seq, S->ids, shared, NULL, 0);
         rc = got < 0 ? got : 0;
     }
-    if (!rc)
+    if (!rc && !ctx)
         rc = prefill(S, shared, prompt, 0);
     if (!rc)
         rc = kv_seq_free(S->st, S->seq);
@@ -177,21 +181,31 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
         rc = kv_seq_free(S->st, seq);
     uint64_t shared_pages = 0;
     uint32_t matched = 0;
-    uint32_t shared = 0; /* whole blocks: the cache's node unit */
+    uint32_t shared = 0; /* whole blocks: the cache's node unit (a context: any) */
     if (!rc && S->ids && !(rc = kv_store_stats(S->st, &base)))
-        shared = (uint32_t)floor(c->prefix_hit * prompt) / base.fp16_tokens_per_page *
-                 base.fp16_tokens_per_page;
+        shared = c->prefix_ctx ? (uint32_t)floor(c->prefix_hit * prompt)
+                               : (uint32_t)floor(c->prefix_hit * prompt) /
+                                     base.fp16_tokens_per_page * base.fp16_tokens_per_page;
+    if (shared >= prompt) /* the engine computes at least one prompt token */
+        shared = prompt - 1;
     if (!rc && S->ids)
         rc = prefix_publisher(S, prompt, shared, &shared_pages);
     if (!rc)
         rc = kv_store_stats(S->st, &base);
     if (!rc && !(rc = kv_seq_create(S->st, &S->seq)))
         rc = kv_seq_set_policy(S->st, S->seq, c->policy);
+    const int ctx = S->ids && c->prefix_ctx && shared;
     if (!rc && S->ids) {
         prefix_ids(S->ids, prompt, shared, 2);
-        rc = kv_seq_prefix_match(S->st, S->seq, S->ids, prompt, NULL, 0, &matched);
+        rc = ctx ? kv_seq_prefix_match_compressed(S->st, S->seq, S->ids, shared, NULL, 0,
+                                                  &matched)
+                 : kv_seq_prefix_match(S->st, S->seq, S->ids, prompt, NULL, 0, &matched);
     }
-    if (!rc)
+    if (!rc && ctx && matched) /* past the context's prefill end: the rest, a step end */
+        rc = prefill(S, matched, prompt, 0);
+    if (!rc && ctx && matched)
+        rc = kv_seq_step_end(S->st, S->seq);
+    else if (!rc)
         rc = prefill(S, matched, prompt, 1);
     if (!rc)
         rc = decode(S, prompt, out);

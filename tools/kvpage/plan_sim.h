@@ -55,6 +55,8 @@ typedef struct plan_sim_cfg {
     double prefix_hit;     /* 0: one sequence alone; > 0: the prefix run   */
                            /* (plan_sim_run_prefix): this fraction of the  */
                            /* prompt is another sequence's prefix, 0..1    */
+    int prefix_ctx;        /* prefix run: 1 = the prefix is a compressed   */
+                           /* context (published after its prefill end)    */
 } plan_sim_cfg_t;
 
 /* One sequence's footprint in the simulated store. */
@@ -88,7 +90,12 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
  * prefills the rest and decodes `out` tokens like plan_sim_run. f->pages =
  * pages in use then minus shared_pages (its own; what its selection dropped
  * from the shared prefix stays with the cache); peak_pages is the store's
- * high-water mark (both sequences); meta_bytes its own. */
+ * high-water mark (both sequences); meta_bytes its own. With c->prefix_ctx
+ * the first S = floor(prefix_hit x prompt) tokens (any S >= 1) are a
+ * compressed context: the first sequence ends its prefill after them and
+ * publishes the compressed cache (kv_seq_prefix_publish_compressed); the
+ * measured one installs it (kv_seq_prefix_match_compressed: matched = S),
+ * appends the rest after the prefill end, kv_seq_step_end, and decodes. */
 
 int plan_sim_pick(uint64_t i, uint64_t n, double frac);
 
