@@ -14,9 +14,10 @@
  * chain's following keys (the boundaries where nodes can end: multiples of
  * the rule's step) in pipelined batches (kv_remote_get, bounded by the
  * configured timeout). Values are taken in chain order while each one
- * checks (remote/'s frame: crc32c, echoed key, namespace; then here: the
- * record's magic, version, geometry, start = the tokens matched so far, end
- * = the key's boundary, parent = the last node's key, every entry full, of
+ * checks (remote/'s frame: crc32c, or with a key the MAC, echoed key,
+ * namespace; then here: the record's magic, version, geometry, start = the
+ * tokens matched so far, end = the key's boundary, parent = the last node's
+ * key, every entry full, of
  * its list's target format, unflagged, the length exact, and every page's
  * FP16 values (FP16 rows; INT scales and minimums) finite) and its pages
  * can be had from the pool (no eviction for a fetch): each becomes a host
