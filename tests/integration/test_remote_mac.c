@@ -222,6 +222,7 @@ static void test_client(const kv_tredis_t *t)
     redisReply *v = raw_get(t, "cm", &k);
     CHECK(v && v->type == REDIS_REPLY_STRING && v->len == 4000 + KV_REMOTE_HDR_SIGNED_BYTES);
     CHECK(v && v->str[4] == 2); /* layout version 2 */
+    freeReplyObject(v);
     /* readers without the key / with another key refuse it; the previous key reads it */
     memset(g_out, 0, sizeof g_out);
     CHECK_EQ(get1(plain, &k, NULL), KV_ENOENT);
