@@ -48,7 +48,7 @@
  * kv_remote_stats may be called from any thread. The publisher has a client
  * and a thread of its own. Memory: the client's own allocations go through
  * kv_mem (fault injection applies); hiredis's parser allocates its replies
- * itself. Errors: 0 or a negative KV_E* code, or -errno (-ETIMEDOUT).
+ * itself, and libcrypto its HMAC contexts (a keyed client's). Errors: 0 or a negative KV_E* code, or -errno (-ETIMEDOUT).
  */
 #ifndef KV_REMOTE_H
 #define KV_REMOTE_H

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_frame.c — what the remote tier writes into a server: the key
- * string of a hash, its cluster hash slot, and the 64-byte value header
- * (see kv_remote.h). Pure functions, no state.
+ * string of a hash, its cluster hash slot, and the value header (64 bytes,
+ * or 96 when signed; see kv_remote.h). Pure functions: the only state, a
+ * client's MAC keys, is passed in.
  *
  * Header bytes (little-endian), layout version 1 (unsigned):
  *   0 "KVRM" | 4 u16 version (1) | 6 u16 header bytes (64) | 8 u32 format
