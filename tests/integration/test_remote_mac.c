@@ -25,7 +25,8 @@
  *     signed with the new key, and once the previous key is removed the old
  *     values are refused (counted) while the new ones hit;
  *   - key prefixes: two deployments on one server see only their own keys
- *     ("<ns>:*"), the same prefix shares;
+ *     ("<ns>:*"), the same prefix shares; an ACL limiting the user to one
+ *     prefix (and the client's commands) serves that prefix only;
  *   - allocation failures: every kv_mem allocation of a keyed client's create
  *     and of a keyed store's create (KV_ENOMEM, nothing leaked), and of a
  *     keyed fetching match (KV_ENOMEM, or a match whose every token is right).
@@ -591,6 +592,24 @@ static void test_store(const kv_tredis_t *t)
     }
     printf("keyed fetch: %u allocations failed in turn\n", n - 1);
     CHECK(n > 10);
+    /* a Redis ACL limiting the connection's user (the default user: the
+     * client does not authenticate) to one key prefix and the commands the
+     * client sends (docs/prefix.md, "Deployments"): that prefix's stores
+     * share; another prefix's store gets nothing (its GETs are refused:
+     * errors, never values). Last: the test's own commands are limited too. */
+    redisReply *acl = kv_tredis_cmd(t, 0, "ACL SETUSER default resetkeys ~depACL:* -@all "
+                                          "+get +set +exists +cluster|slots +asking");
+    CHECK(acl && acl->type == REDIS_REPLY_STATUS);
+    freeReplyObject(acl);
+    a = mk(t->url, "depACL", g_k1, NULL);
+    publish(a, p);
+    CHECK_EQ(kvt_pfx_stats(a).prefix_remote_put, 8);
+    kv_store_destroy(a);
+    CHECK_EQ(fetch(t->url, "depACL", g_k1, NULL, p, &st), 112);
+    CHECK_EQ(st.prefix_remote_errors, 0);
+    CHECK_EQ(fetch(t->url, "depR", g_k2, NULL, q, &st), 0); /* 112 before the ACL */
+    CHECK(st.prefix_remote_errors >= 1);
+    CHECK_EQ(st.prefix_remote_bad, 0);
 }
 
 int main(void)
