@@ -25,6 +25,13 @@
  *         remote matches (fetch + validation + install of --cached tokens'
  *         nodes), prefills the rest; ttft median; fetch_gbps = value bytes
  *         installed / the match's time.
+ *   redis-mac
+ *         the same values signed (docs/prefix.md, "Deployments"): copied on
+ *         the same server from the key prefix --remote-ns (default kvp,
+ *         unsigned) to "<ns>-mac", signed with the MAC key --remote-mac SRC
+ *         (file:PATH or env:NAME; default: a random key made for the run);
+ *         then as redis, with a store that has that prefix and key: the
+ *         signing's cost beside the unsigned row of the same run.
  * redis_get_gbps: Redis's own GET throughput for the same values: every
  * stored value fetched with pipelined GETs on one plain hiredis connection
  * (no check, no copy), bytes / time, median of 3, in the same run.
@@ -60,6 +67,7 @@
  *
  * Usage: kvbench-prefix [--json] [--threads N] [--tokens N] [--cached N]
  *                       [--reps N] [--model FILE] [--no-redis] [--dir DIR]
+ *                       [--remote-ns NS] [--remote-mac SRC]
  *                       [--compressed SPEC|none]
  */
 #include <math.h>
@@ -84,6 +92,7 @@ typedef struct opts {
     uint32_t tokens, cached, reps;
     const char *model, *dir;
     const char *compressed; /* policy of the compressed-context rows, NULL: none */
+    const char *ns, *mac; /* --remote-ns (default "kvp"), --remote-mac (NULL: a random key) */
 } opts_t;
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -98,7 +107,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5, .dir = ".",
+    *o = (opts_t){.tokens = 4096, .cached = 3968, .reps = 5, .dir = ".", .ns = "kvp",
                   .compressed = "kvzip:c=0.2,ada=1+int4"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -121,10 +130,21 @@ static int parse(int argc, char **argv, opts_t *o)
             o->dir = v, i++;
         } else if (!strcmp(a, "--compressed") && v) {
             o->compressed = strcmp(v, "none") ? v : NULL, i++;
+        } else if (!strcmp(a, "--remote-ns") && v && v[0] && strlen(v) <= 60) {
+            o->ns = v, i++;
+        } else if (!strcmp(a, "--remote-mac") && v && !kv_remote_secret_check(v)) {
+            o->mac = v, i++;
         } else {
             fprintf(stderr, "usage: kvbench-prefix [--json] [--threads N] [--tokens N] "
                             "[--cached N] [--reps N] [--model FILE] [--no-redis] "
-                            "[--dir DIR] [--compressed SPEC|none]\n");
+                            "[--dir DIR] [--remote-ns NS] [--remote-mac file:PATH|env:NAME]\n"
+                            "                      [--compressed SPEC|none]\n"
+                            "  --remote-ns: key prefix of the remote rows (1..60 bytes; "
+                            "default kvp;\n    the signed row uses NS-mac)\n"
+                            "  --remote-mac: the signed row's MAC key source (64..128 hex "
+                            "digits;\n    default: a random key made for the run)\n"
+                            "  --compressed: the compressed-context rows' policy (default "
+                            "kvzip:c=0.2,ada=1+int4;\n    none: no such rows)\n");
             return -1;
         }
     }
@@ -190,16 +210,17 @@ static double hash_ns_per_token(const kv_config_t *c, const int32_t *ids, uint32
     return kv_bench_median(v, 15);
 }
 
-/* Every kvp:* key of node 0 of t: n keys as kv_remote_key_t (malloc'd). */
-static kv_remote_key_t *all_keys(const kv_tredis_t *t, size_t *n)
+/* Every ns:* key of node 0 of t: n keys as kv_remote_key_t (malloc'd). */
+static kv_remote_key_t *all_keys(const kv_tredis_t *t, const char *ns, size_t *n)
 {
-    redisReply *r = kv_tredis_cmd(t, 0, "KEYS kvp:*");
+    redisReply *r = kv_tredis_cmd(t, 0, "KEYS %s:*", ns);
+    const size_t nl = strlen(ns);
     *n = 0;
     kv_remote_key_t *k = r && r->type == REDIS_REPLY_ARRAY
                              ? malloc((r->elements + 1) * sizeof *k) : NULL;
     for (size_t i = 0; k && i < r->elements; i++) {
-        const char *h = r->element[i]->str + 4;
-        if (r->element[i]->len != 4 + 64)
+        const char *h = r->element[i]->str + nl + 1;
+        if (r->element[i]->len != nl + 1 + 64)
             continue;
         for (int j = 0; j < 32; j++) {
             unsigned v;
@@ -212,12 +233,13 @@ static kv_remote_key_t *all_keys(const kv_tredis_t *t, size_t *n)
     return k;
 }
 
-/* Copy keys from one server set to another through the remote client (the
- * same frames): the number copied. */
-static size_t copy_keys(const char *from, const char *to, const kv_remote_key_t *k, size_t n)
+/* Copy keys from one server set (and key prefix) to another through the
+ * remote client (the same payloads; framed, or signed when ct has a MAC
+ * key): the number copied. */
+static size_t copy_keys(kv_remote_config_t cf, kv_remote_config_t ct, const kv_remote_key_t *k,
+                        size_t n)
 {
-    kv_remote_config_t cf = {.url = from, .timeout_ms = 10000}, ct = {.url = to,
-                                                                      .timeout_ms = 10000};
+    cf.timeout_ms = ct.timeout_ms = 10000;
     kv_remote_t *a = NULL, *b = NULL;
     size_t done = 0, cap = 8u << 20;
     uint8_t *buf = malloc(cap);
@@ -238,7 +260,8 @@ static size_t copy_keys(const char *from, const char *to, const kv_remote_key_t 
 
 /* Redis's own GET throughput (GB/s) for the values under keys on node 0 of
  * t: pipelined GETs on one plain hiredis connection, median of 3. */
-static double raw_get_gbps(const kv_tredis_t *t, const kv_remote_key_t *k, size_t n)
+static double raw_get_gbps(const kv_tredis_t *t, const char *ns, const kv_remote_key_t *k,
+                           size_t n)
 {
     redisContext *c = kv_tredis_connect(t, 0);
     double v[3] = {0, 0, 0};
@@ -246,8 +269,8 @@ static double raw_get_gbps(const kv_tredis_t *t, const kv_remote_key_t *k, size_
         double t0 = kv_bench_now();
         size_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
-            char key[80];
-            kv_remote_key_string("kvp", &k[i], key, sizeof key);
+            char key[160];
+            kv_remote_key_string(ns, &k[i], key, sizeof key);
             redisAppendCommand(c, "GET %s", key);
         }
         for (size_t i = 0; i < n; i++) {
@@ -455,7 +478,7 @@ int main(int argc, char **argv)
     cfg.prefix_cache = 1;
     cfg.prefix_model = fp;
     cfg.prefix_model_len = 64;
-    const kv_config_t cfg0 = cfg; /* without a remote or a page file */
+    kv_config_t cfg0 = cfg; /* without a remote or a page file */
     /* the page file: room for the cached nodes' pages and records */
     char dir[4096], pfile[4200];
     snprintf(dir, sizeof dir, "%s/kvbench-prefix-XXXXXX", o.dir);
@@ -478,6 +501,7 @@ int main(int argc, char **argv)
         kv_tredis_start(&cluster, "cluster");
         cfg.prefix_remote = single.url;
         cfg.prefix_remote_timeout_ms = 10000;
+        cfg.prefix_remote_ns = o.ns;
     }
     if ((rc = kv_store_create(&cfg, &st)) || (rc = kv_store_config(st, &cfg))) {
         fprintf(stderr, "kvbench-prefix: kv_store_create: %s\n", kv_strerror(rc));
@@ -538,17 +562,50 @@ int main(int argc, char **argv)
     kv_offload_unlink(pfile);
     rmdir(dir);
     /* the remote tiers */
-    tier_res_t rr = {0}, rc2 = {0};
+    tier_res_t rr = {0}, rc2 = {0}, rm = {0};
     double get_gbps = 0;
-    size_t n_keys = 0, copied = 0;
+    size_t n_keys = 0, copied = 0, signed_n = 0;
     if (!o.no_redis) {
-        kv_remote_key_t *keys = all_keys(&single, &n_keys);
-        copied = keys ? copy_keys(single.url, cluster.url, keys, n_keys) : 0;
-        get_gbps = keys ? raw_get_gbps(&single, keys, n_keys) : 0;
+        /* the signed row's key: --remote-mac, or a random one for this run */
+        char hex[2 * KV_REMOTE_MAC_KEY_MIN + 1], ns_mac[80];
+        uint8_t key[KV_REMOTE_MAC_KEY_MAX];
+        size_t kl = 0;
+        if (!o.mac) {
+            FILE *ur = fopen("/dev/urandom", "rb");
+            int got = ur && fread(key, 1, KV_REMOTE_MAC_KEY_MIN, ur) == KV_REMOTE_MAC_KEY_MIN;
+            if (ur)
+                fclose(ur);
+            for (unsigned i = 0; got && i < KV_REMOTE_MAC_KEY_MIN; i++)
+                snprintf(hex + 2 * i, 3, "%02x", key[i]);
+            if (!got || setenv("KVBENCH_PREFIX_MAC", hex, 1)) {
+                fprintf(stderr, "kvbench-prefix: no random MAC key\n");
+                return 1;
+            }
+            o.mac = "env:KVBENCH_PREFIX_MAC";
+        }
+        if ((rc = kv_remote_secret_load(o.mac, key, &kl))) {
+            fprintf(stderr, "kvbench-prefix: --remote-mac %s: %s\n", o.mac, kv_strerror(rc));
+            return 1;
+        }
+        snprintf(ns_mac, sizeof ns_mac, "%s-mac", o.ns);
+        kv_remote_key_t *keys = all_keys(&single, o.ns, &n_keys);
+        kv_remote_config_t from = {.url = single.url, .ns = o.ns};
+        kv_remote_config_t to_cluster = {.url = cluster.url, .ns = o.ns};
+        kv_remote_config_t to_signed = {.url = single.url, .ns = ns_mac, .mac_key = key,
+                                        .mac_key_len = (uint32_t)kl};
+        copied = keys ? copy_keys(from, to_cluster, keys, n_keys) : 0;
+        signed_n = keys ? copy_keys(from, to_signed, keys, n_keys) : 0;
+        memset(key, 0, sizeof key);
+        get_gbps = keys ? raw_get_gbps(&single, o.ns, keys, n_keys) : 0;
         free(keys);
         fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
-                "raw GET %.3f GB/s\n", n_keys, copied, get_gbps);
+                "%zu signed, raw GET %.3f GB/s\n", n_keys, copied, signed_n, get_gbps);
+        kv_config_t cfg_mac = cfg0;
+        cfg_mac.prefix_remote_ns = ns_mac;
+        cfg_mac.prefix_remote_mac = o.mac;
+        cfg0.prefix_remote_ns = o.ns;
         if ((rc = tier_reps(m, &cfg0, single.url, &o, ids, lh, &rr, NULL)) ||
+            (rc = tier_reps(m, &cfg_mac, single.url, &o, ids, lh, &rm, NULL)) ||
             (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL))) {
             fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
             return 1;
@@ -580,13 +637,15 @@ int main(int argc, char **argv)
                "\"max_abs_logit_diff_vs_host\":%.6g}",
                fr.ttft_s, cold_s / fr.ttft_s, fr.matched, fr.fetch_gbps, open_s,
                (unsigned long long)fr.bad, (unsigned long long)fr.errors, maxdf);
-        const tier_res_t *tr[2] = {&rr, &rc2};
-        static const char *const names[2] = {"redis", "redis-cluster"};
-        for (int i = 0; i < 2 && !o.no_redis; i++)
-            printf(",{\"tier\":\"%s\",\"ttft_s\":%.4f,\"speedup_vs_cold\":%.2f,"
+        const tier_res_t *tr[3] = {&rr, &rm, &rc2};
+        static const char *const names[3] = {"redis", "redis-mac", "redis-cluster"};
+        for (int i = 0; i < 3 && !o.no_redis; i++)
+            printf(",{\"tier\":\"%s\",\"signed\":%s,\"ttft_s\":%.4f,"
+                   "\"speedup_vs_cold\":%.2f,"
                    "\"tokens_matched\":%u,\"fetch_gbps\":%.4f,\"fetch_vs_raw_get\":%.3f,"
                    "\"remote_bad\":%llu,\"remote_errors\":%llu}",
-                   names[i], tr[i]->ttft_s, cold_s / tr[i]->ttft_s, tr[i]->matched,
+                   names[i], i == 1 ? "true" : "false", tr[i]->ttft_s,
+                   cold_s / tr[i]->ttft_s, tr[i]->matched,
                    tr[i]->fetch_gbps, get_gbps > 0 ? tr[i]->fetch_gbps / get_gbps : 0,
                    (unsigned long long)tr[i]->bad, (unsigned long long)tr[i]->errors);
         if (o.compressed)
@@ -623,6 +682,8 @@ int main(int argc, char **argv)
             printf("  redis ttft              %8.3f s   %.1fx faster, fetch %.3f GB/s "
                    "(raw GET %.3f GB/s)\n", rr.ttft_s, cold_s / rr.ttft_s, rr.fetch_gbps,
                    get_gbps);
+            printf("  redis-mac ttft          %8.3f s   %.1fx faster, fetch %.3f GB/s "
+                   "(signed values)\n", rm.ttft_s, cold_s / rm.ttft_s, rm.fetch_gbps);
             printf("  redis-cluster ttft      %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
                    rc2.ttft_s, cold_s / rc2.ttft_s, rc2.fetch_gbps);
         }

@@ -90,8 +90,9 @@ sources_for() {
         fi ;;
     fuzz_remote) # the value frame and url parser of the remote tier (docs/prefix.md)
         echo "-DKV_MEM_SYSTEM=1 $root/remote/kv_remote_frame.c $root/remote/kv_remote_url.c" \
+             "$root/remote/kv_remote_mac.c" \
              "$root/offload/kv_crc32c.c $root/alloc/kv_mem.c $root/alloc/kv_fault.c" \
-             "$root/store/kv_error.c -lpthread" ;;
+             "$root/store/kv_error.c -lcrypto -lpthread" ;;
     *) echo "unknown target $1" >&2; exit 2 ;;
     esac
 }
@@ -147,6 +148,8 @@ seed_remote() {
     printf '\x00KVRM\x01\x00\x40\x00' >"$d/value"
     printf '\x02\x00\x00\x00payload' >"$d/framed"       # intact
     printf '\x02\x10\x00\x04payload' >"$d/framed-bit"   # header byte 16 ^ 4
+    printf '\x83\x00\x00\x00payload' >"$d/signed"       # signed, intact
+    printf '\x83\x50\x00\x01payload' >"$d/signed-mac"   # signed, MAC byte 80 ^ 1
 }
 
 # fuzz/corpus/<target>/ (kept in the tree; fuzz/README.md says how it was made)

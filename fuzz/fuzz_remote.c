@@ -16,6 +16,9 @@
  *      rest = a payload: a valid value is framed around it and the byte at
  *      the position (if inside) is xored; property: the check accepts it
  *      exactly when nothing changed (every single-byte change is caught).
+ * With byte 0 >= 128, modes 0 and 2 use signed values (layout 2) under a
+ * fixed MAC key, checked by a keyed reader (kv_remote_frame_open): the same
+ * properties, and a value is never accepted by the other kind of reader.
  * Build and run: fuzz/build.sh (see fuzz/README.md).
  */
 #include <stdint.h>
@@ -27,12 +30,71 @@
 #include "remote/kv_remote.h"
 #include "remote/kv_remote_int.h"
 
+/* The keyed reader's MAC state (a fixed key), made once. */
+static kv_remote_mac_t *fuzz_mac(void)
+{
+    static kv_remote_mac_t *m;
+    static const uint8_t key[32] = "kvpage fuzz_remote fixed mac key";
+    if (!m && kv_remote_mac_create(key, sizeof key, NULL, 0, &m))
+        abort();
+    return m;
+}
+
+/* Signed values: modes 0 and 2 of the header comment, for a keyed reader. */
+static void fuzz_signed(int mode, const uint8_t *p, size_t n)
+{
+    const size_t H = KV_REMOTE_HDR_SIGNED_BYTES;
+    kv_remote_mac_t *mac = fuzz_mac();
+    kv_remote_key_t key;
+    const uint8_t *payload;
+    size_t plen;
+    uint32_t format;
+    if (mode == 2) {
+        if (n < 3)
+            return;
+        size_t pos = (size_t)p[0] | (size_t)p[1] << 8, len = n - 3, vlen = H + len;
+        uint8_t mask = p[2], *v = malloc(vlen);
+        memset(&key, 0x4B, sizeof key);
+        struct iovec io = {(void *)(p + 3), len};
+        memcpy(v + H, p + 3, len);
+        if (kv_remote_frame_header_signed(mac, "kvp", &key, 7, &io, 1, len, v) != 0)
+            abort();
+        int changed = pos < vlen && mask != 0;
+        if (pos < vlen)
+            v[pos] ^= mask;
+        int rc = kv_remote_frame_open(mac, "kvp", &key, v, vlen, &payload, &plen, &format);
+        if ((rc == 0) == changed || (rc == 0 && (plen != len || format != 7)) ||
+            kv_remote_frame_check("kvp", &key, v, vlen, &payload, &plen, &format) == 0)
+            abort();
+        free(v);
+        return;
+    }
+    memset(&key, 0, sizeof key);
+    memcpy(key.hash, p, n < 32 ? n : 32);
+    uint8_t *v = malloc(n ? n : 1); /* exact size: ASan sees any overread */
+    memcpy(v, p, n);
+    if (kv_remote_frame_open(mac, "kvp", &key, v, n, &payload, &plen, &format) == 0) {
+        uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES];
+        struct iovec io = {(void *)payload, plen};
+        if (plen + H != n || payload != v + H ||
+            kv_remote_frame_header_signed(mac, "kvp", &key, format, &io, 1, plen, hdr) != 0 ||
+            memcmp(hdr, v, H) != 0 ||
+            kv_remote_frame_check("kvp", &key, v, n, &payload, &plen, &format) == 0)
+            abort();
+    }
+    free(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
     const uint8_t *p = data + 1;
     size_t n = size - 1;
+    if (data[0] >= 128 && data[0] % 3 != 1) {
+        fuzz_signed(data[0] % 3, p, n);
+        return 0;
+    }
     if (data[0] % 3 == 2) {
         if (n < 3)
             return 0;

@@ -148,12 +148,17 @@ static int kv_get_reply(struct kv_remote *r, kv_remote_get_t *g, const redisRepl
     const uint8_t *payload;
     size_t len;
     uint32_t format;
-    if (rep->type != REDIS_REPLY_STRING || /* WRONGTYPE and the like: not ours */
-        kv_remote_frame_check(r->ns, &g->key, rep->str, rep->len, &payload, &len, &format)) {
+    int bad = rep->type != REDIS_REPLY_STRING /* WRONGTYPE and the like: not ours */
+                  ? KV_ECORRUPT
+                  : kv_remote_frame_open(r->mac, r->ns, &g->key, rep->str, rep->len, &payload,
+                                         &len, &format);
+    if (bad) {
         int server_error = rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "WRONGTYPE", 9);
         if (server_error)
             return KV_EIO;
         kv_remote_count(r, KV_RC_CORRUPT, 1);
+        if (bad == KV_REMOTE_UNAUTH)
+            kv_remote_count(r, KV_RC_UNAUTH, 1);
         return KV_ENOENT;
     }
     g->len = len;
@@ -234,17 +239,21 @@ static int kv_write_op(struct kv_remote *r, kv_call_t *c, size_t i, kv_remote_no
         kv_remote_node_cmd(nd, 2, argv, lens);
     } else {
         const kv_remote_set_t *s = &c->sets[i];
-        size_t len = 0;
-        uint8_t hdr[KV_REMOTE_HDR_BYTES];
+        size_t len = 0, hb = r->mac ? KV_REMOTE_HDR_SIGNED_BYTES : KV_REMOTE_HDR_BYTES;
+        uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES];
         kv_remote_iov_len(s->iov, s->iovcnt, &len); /* checked at the call */
-        kv_remote_frame_header(r->ns, &s->key, s->format, s->iov, s->iovcnt, len, hdr);
+        if (!r->mac)
+            kv_remote_frame_header(r->ns, &s->key, s->format, s->iov, s->iovcnt, len, hdr);
+        else if (kv_remote_frame_header_signed(r->mac, r->ns, &s->key, s->format, s->iov,
+                                               s->iovcnt, len, hdr))
+            return KV_EIO; /* libcrypto failed: not stored */
         char head[160], tail[64];
         int hl = snprintf(head, sizeof head, "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
-                          r->cfg.ttl_ms ? 5 : 3, klen, key, len + KV_REMOTE_HDR_BYTES);
+                          r->cfg.ttl_ms ? 5 : 3, klen, key, len + hb);
         int tl = r->cfg.ttl_ms ? snprintf(tail, sizeof tail, "\r\n$2\r\nPX\r\n$%d\r\n%u\r\n",
                                           snprintf(NULL, 0, "%u", r->cfg.ttl_ms), r->cfg.ttl_ms)
                                : snprintf(tail, sizeof tail, "\r\n");
-        need += (size_t)hl + KV_REMOTE_HDR_BYTES + len + (size_t)tl;
+        need += (size_t)hl + hb + len + (size_t)tl;
         if (kv_remote_node_reserve(nd, need, 2u))
             return KV_ENOMEM;
         if (op->ask) {
@@ -252,7 +261,7 @@ static int kv_write_op(struct kv_remote *r, kv_call_t *c, size_t i, kv_remote_no
             kv_remote_node_cmd(nd, 1, asking, asking_len);
         }
         kv_remote_node_append(nd, head, (size_t)hl);
-        kv_remote_node_append(nd, hdr, sizeof hdr);
+        kv_remote_node_append(nd, hdr, hb);
         for (int v = 0; v < s->iovcnt; v++)
             kv_remote_node_append(nd, s->iov[v].iov_base, s->iov[v].iov_len);
         kv_remote_node_append(nd, tail, (size_t)tl);
@@ -378,7 +387,8 @@ int kv_remote_stats(const kv_remote_t *r, kv_remote_stats_t *o)
         .timeouts = v[KV_RC_TIMEOUTS], .sets = v[KV_RC_SETS], .stored = v[KV_RC_STORED],
         .bytes_in = v[KV_RC_BYTES_IN], .bytes_out = v[KV_RC_BYTES_OUT],
         .moved = v[KV_RC_MOVED], .asked = v[KV_RC_ASKED], .slot_maps = v[KV_RC_SLOT_MAPS],
-        .connects = v[KV_RC_CONNECTS], .connect_failures = v[KV_RC_CONNECT_FAILURES]};
+        .connects = v[KV_RC_CONNECTS], .connect_failures = v[KV_RC_CONNECT_FAILURES],
+        .unauth = v[KV_RC_UNAUTH]};
     return 0;
 }
 
@@ -411,7 +421,13 @@ static int kv_config_fill(const kv_remote_config_t *in, kv_remote_config_t *c)
         return KV_ERANGE;
     if (!c->max_redirects)
         c->max_redirects = 5;
-    return 0;
+    int rc = kv_remote_mac_check_key(c->mac_key, c->mac_key_len);
+    if (!rc)
+        rc = kv_remote_mac_check_key(c->mac_prev, c->mac_prev_len);
+    if (!rc && c->mac_prev && !c->mac_key)
+        rc = KV_EINVAL;
+    c->mac_key = c->mac_prev = NULL; /* the keys live in the client's mac only */
+    return rc;
 }
 
 void kv_remote_destroy(kv_remote_t *r)
@@ -428,6 +444,7 @@ void kv_remote_destroy(kv_remote_t *r)
     kv_mem_free(r->pfd, KV_REMOTE_MAX_NODES * sizeof *r->pfd);
     kv_mem_free(r->pwho, KV_REMOTE_MAX_NODES * sizeof *r->pwho);
     kv_mem_free(r->ops, r->ops_cap * sizeof *r->ops);
+    kv_remote_mac_destroy(r->mac);
     kv_mem_free(r, sizeof *r);
 }
 
@@ -462,6 +479,12 @@ int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out)
     if (!r->url || !r->nodes || !r->slot_node || !r->rbuf || !r->pfd || !r->pwho) {
         kv_remote_destroy(r);
         return KV_ENOMEM;
+    }
+    if (cfg->mac_key &&
+        (rc = kv_remote_mac_create(cfg->mac_key, cfg->mac_key_len, cfg->mac_prev,
+                                   cfg->mac_prev_len, &r->mac))) {
+        kv_remote_destroy(r);
+        return rc;
     }
     memcpy(r->url, cfg->url, ul);
     strcpy(r->ns, cfg->ns ? cfg->ns : "kvp");

@@ -13,6 +13,11 @@
  * A value that fails any check (too short, magic, version, sizes, hash,
  * namespace, reserved word, crc, or a non-string under the key) is counted
  * corrupt and reported as a miss: its bytes never reach the caller.
+ * With a MAC key (cfg.mac_key) values are signed instead (layout 2: a
+ * 96-byte header ending in HMAC-SHA-256 over header, namespace and
+ * payload, no crc), and a keyed client accepts only values signed with
+ * its key or its previous one; a client without a key accepts only
+ * unsigned ones. A value refused so is counted unauth (and corrupt).
  *
  * Servers: url "redis://host:port", or several comma-separated seeds for a
  * cluster ("redis://h1:p1,h2:p2" or "redis://h1:p1,redis://h2:p2"). Whether
@@ -43,7 +48,7 @@
  * kv_remote_stats may be called from any thread. The publisher has a client
  * and a thread of its own. Memory: the client's own allocations go through
  * kv_mem (fault injection applies); hiredis's parser allocates its replies
- * itself. Errors: 0 or a negative KV_E* code, or -errno (-ETIMEDOUT).
+ * itself, and libcrypto its HMAC contexts (a keyed client's). Errors: 0 or a negative KV_E* code, or -errno (-ETIMEDOUT).
  */
 #ifndef KV_REMOTE_H
 #define KV_REMOTE_H
@@ -54,6 +59,9 @@
 
 #define KV_REMOTE_HASH_BYTES 32u
 #define KV_REMOTE_HDR_BYTES 64u              /* value header                  */
+#define KV_REMOTE_HDR_SIGNED_BYTES 96u       /* header of a signed value      */
+#define KV_REMOTE_MAC_KEY_MIN 32u            /* bytes of a MAC key, at least  */
+#define KV_REMOTE_MAC_KEY_MAX 64u            /* ... at most                   */
 #define KV_REMOTE_MAX_PAYLOAD (256u << 20)   /* largest payload of one blob   */
 #define KV_REMOTE_MAX_NS 64u                 /* longest namespace             */
 #define KV_REMOTE_MAX_SEEDS 64u              /* seeds in a url                */
@@ -71,6 +79,15 @@ typedef struct kv_remote_config {
     uint32_t backoff_max_ms;     /* longest delay; 0 = 5000; >= backoff_ms      */
     uint32_t ttl_ms;             /* SET ... PX ttl_ms; 0 = no expiry            */
     uint32_t max_redirects;      /* MOVED/ASK per key and call; 0 = 5, <= 64    */
+    /* value authentication (HMAC-SHA-256; docs/prefix.md, "Signed values") */
+    const void *mac_key;         /* NULL: values unsigned (crc32c only); else   */
+                                 /* every value is signed with this key and    */
+                                 /* only signed values are accepted; copied    */
+    uint32_t mac_key_len;        /* KV_REMOTE_MAC_KEY_MIN..MAX bytes            */
+    uint32_t mac_prev_len;       /* bytes of mac_prev                           */
+    const void *mac_prev;        /* NULL, or the key before a rotation: values  */
+                                 /* it signed are still accepted; never signs;  */
+                                 /* needs mac_key; copied                       */
 } kv_remote_config_t;
 
 typedef struct kv_remote_key {
@@ -120,15 +137,20 @@ typedef struct kv_remote_stats {
     uint64_t slot_maps;   /* slot maps fetched (CLUSTER SLOTS)                 */
     uint64_t connects;    /* connections made                                  */
     uint64_t connect_failures;
+    uint64_t unauth;      /* of corrupt, values refused as unauthenticated:    */
+                          /* no valid MAC under the client's keys, or signed   */
+                          /* while the client has no key                       */
 } kv_remote_stats_t;
 
 typedef struct kv_remote kv_remote_t;
 
 /* A client. Nothing is contacted yet (a server that is down does not fail
  * create). Errors: KV_EINVAL (NULL, a url that does not parse: scheme, host,
- * port 1..65535, KV_REMOTE_MAX_SEEDS; a bad namespace), KV_ERANGE (a time
- * field or max_redirects out of range, backoff_max_ms < backoff_ms),
- * KV_ENOMEM. */
+ * port 1..65535, KV_REMOTE_MAX_SEEDS; a bad namespace; a MAC key NULL with
+ * a length or a length without a key, mac_prev without mac_key), KV_ERANGE
+ * (a time field or max_redirects out of range, backoff_max_ms <
+ * backoff_ms, a MAC key's length), KV_ENOMEM, KV_ENOTSUP (no HMAC in
+ * libcrypto). */
 int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out);
 /* Closes the connections. NULL is a no-op. */
 void kv_remote_destroy(kv_remote_t *r);
@@ -171,10 +193,21 @@ uint32_t kv_remote_slot(const void *key, size_t len);
 int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
                            const struct iovec *iov, int iovcnt, size_t len,
                            uint8_t hdr[KV_REMOTE_HDR_BYTES]);
-/* Check a whole value (header + payload, n bytes) against ns and key.
- * Returns 0 and sets *payload, *len, *format; or KV_ECORRUPT. */
+/* Check a whole unsigned value (layout 1: header + payload, n bytes) against
+ * ns and key, as a client without a MAC key does. Returns 0 and sets
+ * *payload, *len, *format; or KV_ECORRUPT (a signed value too). */
 int kv_remote_frame_check(const char *ns, const kv_remote_key_t *key, const void *value,
                           size_t n, const uint8_t **payload, size_t *len, uint32_t *format);
+
+/* ---- MAC keys from where a deployment keeps them (kv_remote_secret.c) --- */
+
+/* 0 if src is NULL, "file:PATH" or "env:NAME" (both non-empty; NAME without
+ * '='), else KV_EINVAL. Reads nothing. */
+int kv_remote_secret_check(const char *src);
+/* Read the key src names: the file's content or the variable's value, 64..128
+ * hex digits with whitespace around, into key (*len = 32..64 bytes).
+ * Errors: KV_EINVAL (src, an unset variable, not such hex), -errno (file). */
+int kv_remote_secret_load(const char *src, uint8_t key[KV_REMOTE_MAC_KEY_MAX], size_t *len);
 
 /* ---- the publisher: stores blobs in the background, never blocks -------- */
 

@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_remote_frame.c — what the remote tier writes into a server: the key
- * string of a hash, its cluster hash slot, and the 64-byte value header
- * (see kv_remote.h). Pure functions, no state.
+ * string of a hash, its cluster hash slot, and the value header (64 bytes,
+ * or 96 when signed; see kv_remote.h). Pure functions: the only state, a
+ * client's MAC keys, is passed in.
  *
- * Header bytes (little-endian):
+ * Header bytes (little-endian), layout version 1 (unsigned):
  *   0 "KVRM" | 4 u16 version (1) | 6 u16 header bytes (64) | 8 u32 format
  *   12 u32 crc32c(namespace) | 16 u64 payload length | 24 hash[32]
  *   56 u32 reserved (0) | 60 u32 crc32c(bytes 0..59, then the payload)
+ * Layout version 2 (signed, a client with a MAC key; kv_remote_mac.c):
+ *   the same bytes 0..55 with version 2 and header bytes 96, then
+ *   56 u32 key id | 60 u32 reserved (0) | 64 HMAC-SHA-256[32]
+ * A reader takes only the layout its configuration expects: a keyed one
+ * only version 2 under a key it holds, an unkeyed one only version 1; the
+ * other layout is refused as unauthenticated, an unknown one as corrupt.
  */
 #include <string.h>
 
@@ -17,6 +24,7 @@
 #include "remote/kv_remote_int.h"
 
 #define KV_FRAME_VERSION 1u
+#define KV_FRAME_SIGNED 2u
 
 int kv_remote_key_string(const char *ns, const kv_remote_key_t *key, char *buf, size_t cap)
 {
@@ -97,9 +105,23 @@ int kv_remote_iov_len(const struct iovec *iov, int iovcnt, size_t *len)
     return 0;
 }
 
-int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
-                           const struct iovec *iov, int iovcnt, size_t len,
-                           uint8_t hdr[KV_REMOTE_HDR_BYTES])
+/* Bytes 0..55 of a header of either layout. */
+static void kv_frame_common(uint8_t *hdr, unsigned version, unsigned hbytes, const char *ns,
+                            const kv_remote_key_t *key, uint32_t format, size_t len)
+{
+    memcpy(hdr, "KVRM", 4);
+    kv_le16(hdr + 4, (uint16_t)version);
+    kv_le16(hdr + 6, (uint16_t)hbytes);
+    kv_le32(hdr + 8, format);
+    kv_le32(hdr + 12, kv_crc32c(0, ns, strlen(ns)));
+    kv_le32(hdr + 16, (uint32_t)len);
+    kv_le32(hdr + 20, (uint32_t)((uint64_t)len >> 32));
+    memcpy(hdr + 24, key->hash, KV_REMOTE_HASH_BYTES);
+}
+
+/* The checks both layouts share on arguments and the iov. */
+static int kv_frame_args(const char *ns, const kv_remote_key_t *key, const void *hdr,
+                         const struct iovec *iov, int iovcnt, size_t len)
 {
     size_t have = 0;
     if (!ns || !key || !hdr)
@@ -107,16 +129,17 @@ int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t 
     int rc = kv_remote_iov_len(iov, iovcnt, &have);
     if (rc)
         return rc;
-    if (have != len)
-        return KV_ERANGE;
-    memcpy(hdr, "KVRM", 4);
-    kv_le16(hdr + 4, KV_FRAME_VERSION);
-    kv_le16(hdr + 6, KV_REMOTE_HDR_BYTES);
-    kv_le32(hdr + 8, format);
-    kv_le32(hdr + 12, kv_crc32c(0, ns, strlen(ns)));
-    kv_le32(hdr + 16, (uint32_t)len);
-    kv_le32(hdr + 20, (uint32_t)((uint64_t)len >> 32));
-    memcpy(hdr + 24, key->hash, KV_REMOTE_HASH_BYTES);
+    return have != len ? KV_ERANGE : 0;
+}
+
+int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
+                           const struct iovec *iov, int iovcnt, size_t len,
+                           uint8_t hdr[KV_REMOTE_HDR_BYTES])
+{
+    int rc = kv_frame_args(ns, key, hdr, iov, iovcnt, len);
+    if (rc)
+        return rc;
+    kv_frame_common(hdr, KV_FRAME_VERSION, KV_REMOTE_HDR_BYTES, ns, key, format, len);
     kv_le32(hdr + 56, 0);
     uint32_t crc = kv_crc32c(0, hdr, 60);
     for (int i = 0; i < iovcnt; i++)
@@ -126,21 +149,55 @@ int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t 
     return 0;
 }
 
-int kv_remote_frame_check(const char *ns, const kv_remote_key_t *key, const void *value,
-                          size_t n, const uint8_t **payload, size_t *len, uint32_t *format)
+int kv_remote_frame_header_signed(kv_remote_mac_t *mac, const char *ns,
+                                  const kv_remote_key_t *key, uint32_t format,
+                                  const struct iovec *iov, int iovcnt, size_t len,
+                                  uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES])
+{
+    int rc = mac ? kv_frame_args(ns, key, hdr, iov, iovcnt, len) : KV_EINVAL;
+    if (rc)
+        return rc;
+    kv_frame_common(hdr, KV_FRAME_SIGNED, KV_REMOTE_HDR_SIGNED_BYTES, ns, key, format, len);
+    kv_le32(hdr + 56, kv_remote_mac_id(mac));
+    kv_le32(hdr + 60, 0);
+    return kv_remote_mac_sign(mac, hdr, ns, iov, iovcnt, hdr + 64);
+}
+
+int kv_remote_frame_open(kv_remote_mac_t *mac, const char *ns, const kv_remote_key_t *key,
+                         const void *value, size_t n, const uint8_t **payload, size_t *len,
+                         uint32_t *format)
 {
     const uint8_t *v = value;
-    if (!ns || !key || !v || !payload || !len || !format || n < KV_REMOTE_HDR_BYTES)
+    if (!ns || !key || !v || !payload || !len || !format || n < 8 || memcmp(v, "KVRM", 4))
+        return KV_ECORRUPT;
+    const unsigned version = v[4] | v[5] << 8;
+    const size_t hb = version == KV_FRAME_SIGNED ? KV_REMOTE_HDR_SIGNED_BYTES
+                                                 : KV_REMOTE_HDR_BYTES;
+    if (version != KV_FRAME_VERSION && version != KV_FRAME_SIGNED)
+        return KV_ECORRUPT; /* a layout this reader does not know */
+    if ((version == KV_FRAME_SIGNED) != (mac != NULL))
+        return KV_REMOTE_UNAUTH; /* signed for a keyed reader only, and back */
+    if (n < hb || (size_t)(v[6] | v[7] << 8) != hb)
         return KV_ECORRUPT;
     uint64_t plen = (uint64_t)kv_rd32(v + 16) | (uint64_t)kv_rd32(v + 20) << 32;
-    if (memcmp(v, "KVRM", 4) != 0 || (v[4] | v[5] << 8) != KV_FRAME_VERSION ||
-        (v[6] | v[7] << 8) != KV_REMOTE_HDR_BYTES || plen != n - KV_REMOTE_HDR_BYTES ||
-        plen > KV_REMOTE_MAX_PAYLOAD || kv_rd32(v + 12) != kv_crc32c(0, ns, strlen(ns)) ||
-        memcmp(v + 24, key->hash, KV_REMOTE_HASH_BYTES) != 0 || kv_rd32(v + 56) != 0 ||
-        kv_rd32(v + 60) != kv_crc32c(kv_crc32c(0, v, 60), v + KV_REMOTE_HDR_BYTES, plen))
+    if (plen != n - hb || plen > KV_REMOTE_MAX_PAYLOAD)
         return KV_ECORRUPT;
-    *payload = v + KV_REMOTE_HDR_BYTES;
+    if (mac && kv_remote_mac_verify(mac, v, ns, v + hb, (size_t)plen))
+        return KV_REMOTE_UNAUTH; /* before anything else of it is believed */
+    if (kv_rd32(v + 12) != kv_crc32c(0, ns, strlen(ns)) ||
+        memcmp(v + 24, key->hash, KV_REMOTE_HASH_BYTES) != 0 ||
+        kv_rd32(v + (mac ? 60 : 56)) != 0 ||
+        (!mac && kv_rd32(v + 60) != kv_crc32c(kv_crc32c(0, v, 60), v + hb, plen)))
+        return KV_ECORRUPT;
+    *payload = v + hb;
     *len = (size_t)plen;
     *format = kv_rd32(v + 8);
     return 0;
+}
+
+int kv_remote_frame_check(const char *ns, const kv_remote_key_t *key, const void *value,
+                          size_t n, const uint8_t **payload, size_t *len, uint32_t *format)
+{
+    return kv_remote_frame_open(NULL, ns, key, value, n, payload, len, format) ? KV_ECORRUPT
+                                                                                : 0;
 }

@@ -61,7 +61,7 @@ enum { KV_REMOTE_MODE_UNKNOWN, KV_REMOTE_MODE_SINGLE, KV_REMOTE_MODE_CLUSTER };
 enum {
     KV_RC_GETS, KV_RC_HITS, KV_RC_MISSES, KV_RC_CORRUPT, KV_RC_ERRORS, KV_RC_TIMEOUTS,
     KV_RC_SETS, KV_RC_STORED, KV_RC_BYTES_IN, KV_RC_BYTES_OUT, KV_RC_MOVED, KV_RC_ASKED,
-    KV_RC_SLOT_MAPS, KV_RC_CONNECTS, KV_RC_CONNECT_FAILURES, KV_RC_COUNT
+    KV_RC_SLOT_MAPS, KV_RC_CONNECTS, KV_RC_CONNECT_FAILURES, KV_RC_UNAUTH, KV_RC_COUNT
 };
 
 struct kv_remote {
@@ -84,6 +84,7 @@ struct kv_remote {
     uint32_t *pwho;               /* [KV_REMOTE_MAX_NODES] node of each pfd  */
     uint64_t rng;                 /* backoff jitter                          */
     uint64_t epoch;               /* calls so far (+1 per public call)       */
+    struct kv_remote_mac *mac;    /* value MACs (cfg.mac_key); NULL: none    */
     struct kv_op *ops;            /* [ops_cap] per-key state of a call       */
     size_t ops_cap;
     _Atomic uint64_t c[KV_RC_COUNT];
@@ -93,6 +94,43 @@ static inline void kv_remote_count(struct kv_remote *r, int i, uint64_t n)
 {
     atomic_fetch_add_explicit(&r->c[i], n, memory_order_relaxed);
 }
+
+/* kv_remote_mac.c: HMAC-SHA-256 of signed values under the current key
+ * (slot 0, signs and checks) and the previous one (checks only). --------- */
+typedef struct kv_remote_mac kv_remote_mac_t;
+/* 0 if (key, len) is a valid MAC key or (NULL, 0); KV_EINVAL, KV_ERANGE. */
+int kv_remote_mac_check_key(const void *key, uint32_t len);
+/* Keys checked by kv_remote_mac_check_key; prev may be NULL. Errors:
+ * KV_ENOMEM, KV_ENOTSUP (no HMAC in libcrypto), KV_EIO (libcrypto failed). */
+int kv_remote_mac_create(const uint8_t *key, size_t len, const uint8_t *prev, size_t prev_len,
+                         kv_remote_mac_t **out);
+void kv_remote_mac_destroy(kv_remote_mac_t *m);
+/* The current key's id (header bytes 56..59 of what it signs). */
+uint32_t kv_remote_mac_id(const kv_remote_mac_t *m);
+/* The MAC of header bytes 0..63, ns and the payload, under the current key. */
+int kv_remote_mac_sign(kv_remote_mac_t *m, const uint8_t *hdr, const char *ns,
+                       const struct iovec *iov, int iovcnt, uint8_t out[32]);
+/* 0 if hdr[64..95] is the MAC of (hdr[0..63], ns, payload) under the key
+ * whose id is in hdr[56..59] (current or previous), compared in constant
+ * time; else KV_ECORRUPT. */
+int kv_remote_mac_verify(kv_remote_mac_t *m, const uint8_t *hdr, const char *ns,
+                         const void *payload, size_t len);
+
+/* kv_remote_frame.c: a value's frame for a reader with mac (NULL: an
+ * unkeyed reader). 0 (payload, len, format set); KV_REMOTE_UNAUTH: the
+ * value is not authenticated for this reader (unsigned while keyed, signed
+ * while unkeyed, a key not held, a MAC that differs); KV_ECORRUPT: any
+ * other failed check (as kv_remote_frame_check). */
+#define KV_REMOTE_UNAUTH 1
+int kv_remote_frame_open(kv_remote_mac_t *mac, const char *ns, const kv_remote_key_t *key,
+                         const void *value, size_t n, const uint8_t **payload, size_t *len,
+                         uint32_t *format);
+/* The 96-byte header of a signed value (layout 2). Errors as
+ * kv_remote_frame_header, KV_EIO (libcrypto). */
+int kv_remote_frame_header_signed(kv_remote_mac_t *mac, const char *ns,
+                                  const kv_remote_key_t *key, uint32_t format,
+                                  const struct iovec *iov, int iovcnt, size_t len,
+                                  uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES]);
 
 /* kv_remote_url.c: the seeds of url ("redis://h:p[,h:p...]"), into a new
  * kv_mem array. Errors: KV_EINVAL (syntax), KV_ENOMEM. */

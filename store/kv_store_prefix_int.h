@@ -71,7 +71,9 @@ typedef struct kv_pfx {
     struct kv_remote_pub *pub;    /* publishes, on its own thread           */
     char *url;                    /* copy of cfg.prefix_remote [url_bytes]  */
     size_t url_bytes;
-    uint64_t r_hits, r_tokens, r_bad, r_errors, r_bytes_in, r_put, r_dropped;
+    char *rstr[3];                /* copies of cfg.prefix_remote_ns, _mac,  */
+    size_t rstr_bytes[3];         /* _mac_prev (NULL: not set), their bytes */
+    uint64_t r_hits, r_tokens, r_bad, r_errors, r_bytes_in, r_put, r_dropped, r_unauth;
     /* page-file tier (kv_store_prefix_file.c); 0 without offload_path */
     uint64_t f_nodes, f_slots;    /* nodes on the file; slots of all copies */
     uint64_t f_mem;               /* kv_mem bytes of the copies (meta_bytes) */

@@ -14,9 +14,10 @@
  * chain's following keys (the boundaries where nodes can end: multiples of
  * the rule's step) in pipelined batches (kv_remote_get, bounded by the
  * configured timeout). Values are taken in chain order while each one
- * checks (remote/'s frame: crc32c, echoed key, namespace; then here: the
- * record's magic, version, geometry, start = the tokens matched so far, end
- * = the key's boundary, parent = the last node's key, every entry full, of
+ * checks (remote/'s frame: crc32c, or with a key the MAC, echoed key,
+ * namespace; then here: the record's magic, version, geometry, start = the
+ * tokens matched so far, end = the key's boundary, parent = the last node's
+ * key, every entry full, of
  * its list's target format, unflagged, the length exact, and every page's
  * FP16 values (FP16 rows; INT scales and minimums) finite) and its pages
  * can be had from the pool (no eviction for a fetch): each becomes a host
@@ -28,9 +29,17 @@
  * list (u32 [n_lists]), per entry (format u8, flags u8 = 0, n_tokens u16),
  * then each entry's page, page_bytes each, in entry order.
  *
- * Ownership: s->pfx owns the client and the publisher; the publisher owns
- * its copies of queued values.
+ * Deployment (kv_config_t.prefix_remote_ns, _mac, _mac_prev): the key
+ * prefix goes to both clients as their namespace; the MAC keys are read
+ * from their sources here, once, handed to both clients (which keep them
+ * in their HMAC contexts) and wiped from this file's buffers. A value the
+ * fetch's client refuses as unauthenticated is counted in r_bad and
+ * r_unauth (remote/ counts it corrupt and unauth).
+ *
+ * Ownership: s->pfx owns the client and the publisher and the copies of the
+ * config's strings; the publisher owns its copies of queued values.
  */
+#include <openssl/crypto.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -62,13 +71,68 @@ static size_t rec_meta(uint32_t n_lists, uint32_t n_ents)
     return REC_HEAD + 4u * (size_t)n_lists + 4u * (size_t)n_ents;
 }
 
+/* The namespace rule of remote/ (kv_remote_create checks it again). */
+static int ns_ok(const char *ns)
+{
+    size_t n = strlen(ns);
+    for (size_t i = 0; i < n; i++)
+        if (ns[i] <= ' ' || ns[i] > '~')
+            return 0;
+    return n >= 1 && n <= KV_REMOTE_MAX_NS;
+}
+
 int kv_pfx_remote_resolve(const kv_config_t *c)
 {
     if (!c->prefix_remote)
-        return c->prefix_remote_timeout_ms ? KV_EINVAL : 0;
-    if (!c->prefix_remote[0])
+        return c->prefix_remote_timeout_ms || c->prefix_remote_ns || c->prefix_remote_mac ||
+                       c->prefix_remote_mac_prev ? KV_EINVAL : 0;
+    if (!c->prefix_remote[0] || (c->prefix_remote_ns && !ns_ok(c->prefix_remote_ns)) ||
+        kv_remote_secret_check(c->prefix_remote_mac) ||
+        kv_remote_secret_check(c->prefix_remote_mac_prev) ||
+        (c->prefix_remote_mac_prev && !c->prefix_remote_mac))
         return KV_EINVAL;
     return c->prefix_remote_timeout_ms > KV_REMOTE_MAX_TIMEOUT_MS ? KV_ERANGE : 0;
+}
+
+/* Copy *field (a string of the config, or NULL) into the store: 0 or KV_ENOMEM. */
+static int keep_str(kv_pfx_t *p, const char **field, char **copy, size_t *bytes)
+{
+    if (!*field)
+        return 0;
+    size_t n = strlen(*field) + 1;
+    if (!(*copy = kv_mem_alloc(n)))
+        return KV_ENOMEM;
+    memcpy(*copy, *field, n);
+    *bytes = n;
+    p->bytes += n;
+    *field = *copy;
+    return 0;
+}
+
+/* The clients, with the keys read from their sources (wiped after). */
+static int make_clients(kv_store_t *s)
+{
+    kv_pfx_t *p = s->pfx;
+    uint8_t key[2][KV_REMOTE_MAC_KEY_MAX];
+    size_t kl[2] = {0, 0};
+    int rc = 0;
+    if (s->cfg.prefix_remote_mac)
+        rc = kv_remote_secret_load(s->cfg.prefix_remote_mac, key[0], &kl[0]);
+    if (!rc && s->cfg.prefix_remote_mac_prev)
+        rc = kv_remote_secret_load(s->cfg.prefix_remote_mac_prev, key[1], &kl[1]);
+    kv_remote_config_t rc_cfg = {.url = s->cfg.prefix_remote,
+                                 .ns = s->cfg.prefix_remote_ns,
+                                 .timeout_ms = s->cfg.prefix_remote_timeout_ms,
+                                 .mac_key = kl[0] ? key[0] : NULL,
+                                 .mac_key_len = (uint32_t)kl[0],
+                                 .mac_prev = kl[1] ? key[1] : NULL,
+                                 .mac_prev_len = (uint32_t)kl[1]};
+    if (!rc)
+        rc = kv_remote_create(&rc_cfg, &p->remote);
+    if (!rc)
+        rc = kv_remote_pub_create(&rc_cfg, PUB_ITEMS, PUB_BYTES, 0, &p->pub);
+    OPENSSL_cleanse(key, sizeof key);
+    return rc;
 }
 
 int kv_pfx_remote_init(kv_store_t *s)
@@ -76,19 +140,15 @@ int kv_pfx_remote_init(kv_store_t *s)
     kv_pfx_t *p = s->pfx;
     if (!s->cfg.prefix_remote)
         return 0;
-    kv_remote_config_t rc = {.url = s->cfg.prefix_remote,
-                             .timeout_ms = s->cfg.prefix_remote_timeout_ms};
-    size_t n = strlen(s->cfg.prefix_remote) + 1;
-    int rv = (p->url = kv_mem_alloc(n)) ? 0 : KV_ENOMEM;
-    if (rv == 0) {
-        memcpy(p->url, s->cfg.prefix_remote, n);
-        p->url_bytes = n;
-        p->bytes += n;
-        s->cfg.prefix_remote = p->url; /* the store's copy */
-        rv = kv_remote_create(&rc, &p->remote);
-    }
-    if (rv == 0)
-        rv = kv_remote_pub_create(&rc, PUB_ITEMS, PUB_BYTES, 0, &p->pub);
+    const char **f[3] = {&s->cfg.prefix_remote_ns, &s->cfg.prefix_remote_mac,
+                         &s->cfg.prefix_remote_mac_prev};
+    const char *url = s->cfg.prefix_remote;
+    int rv = keep_str(p, &url, &p->url, &p->url_bytes);
+    s->cfg.prefix_remote = p->url ? p->url : s->cfg.prefix_remote; /* the store's copy */
+    for (int i = 0; i < 3 && !rv; i++)
+        rv = keep_str(p, f[i], &p->rstr[i], &p->rstr_bytes[i]);
+    if (!rv)
+        rv = make_clients(s);
     if (rv) {
         kv_pfx_remote_fini(s);
         return rv;
@@ -119,7 +179,14 @@ void kv_pfx_remote_fini(kv_store_t *s)
     p->remote = NULL;
     p->url = NULL;
     p->url_bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        kv_mem_free(p->rstr[i], p->rstr_bytes[i]);
+        p->bytes -= p->rstr_bytes[i];
+        p->rstr[i] = NULL;
+        p->rstr_bytes[i] = 0;
+    }
     s->cfg.prefix_remote = NULL;
+    s->cfg.prefix_remote_ns = s->cfg.prefix_remote_mac = s->cfg.prefix_remote_mac_prev = NULL;
 }
 
 /* ---- publish -------------------------------------------------------------------- */
@@ -311,6 +378,7 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
         int got_n = kv_remote_get(p->remote, it, n);
         kv_remote_stats(p->remote, &r1);
         p->r_bad += r1.corrupt - r0.corrupt; /* failed the frame's checks */
+        p->r_unauth += r1.unauth - r0.unauth; /* of those, not authenticated */
         if (got_n < 0) { /* nothing sent (no memory): no status was set */
             p->r_errors++;
             kv_mem_free(buf, bytes);

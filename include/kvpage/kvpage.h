@@ -173,6 +173,25 @@ typedef struct kv_config {
                           /* Redis Cluster's seeds "redis://h1:p1,h2:p2";   */
                           /* NULL = none; copied at create (docs/prefix.md) */
     uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
+    /* remote tier, per deployment: key prefix and value authentication     */
+    /* (docs/prefix.md, "Deployments"); all NULL: keys "kvp:<hash>", values */
+    /* unsigned (crc32c only) as before. Each needs prefix_remote.          */
+    const char *prefix_remote_ns; /* key prefix: every server key is       */
+                          /* "<ns>:<64 hex digits>" (an ACL user limited to   */
+                          /* "~<ns>:*" suffices); 1..64 printable ASCII bytes, */
+                          /* no space; NULL = "kvp"; copied at create          */
+    const char *prefix_remote_mac; /* the deployment's MAC key, as          */
+                          /* "file:PATH" (the file holds it) or "env:NAME"    */
+                          /* (the environment variable holds it): 64..128 hex */
+                          /* digits (32..64 bytes), whitespace around ignored;*/
+                          /* read once at create (the store keeps the key,    */
+                          /* never this string's target). Every value is then */
+                          /* signed (HMAC-SHA-256) and only values signed     */
+                          /* with this key or prefix_remote_mac_prev are      */
+                          /* accepted. NULL = unsigned values; copied         */
+    const char *prefix_remote_mac_prev; /* the key before a rotation, same  */
+                          /* syntax: still accepted, never used to sign;     */
+                          /* needs prefix_remote_mac; NULL = none; copied     */
 } kv_config_t;
 
 /* kv_config_t.offload_flags */
@@ -285,6 +304,12 @@ typedef struct kv_stats {
     uint64_t prefix_ctx_published; /* context nodes created                        */
     uint64_t prefix_ctx_hits;      /* kv_seq_prefix_match_compressed hits          */
     uint64_t prefix_ctx_misses;    /* ... misses                                   */
+    /* remote tier, continued                                                */
+    uint64_t prefix_remote_unauth; /* of prefix_remote_bad, values refused as   */
+                                   /* unauthenticated: with prefix_remote_mac,  */
+                                   /* unsigned or without a valid MAC under the */
+                                   /* current or previous key; without it,     */
+                                   /* signed values                            */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -319,7 +344,10 @@ typedef struct kv_estimate {
 KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
 
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
- * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
+ * inconsistent shape; a prefix_remote_ns or prefix_remote_mac* that is
+ * malformed or set without prefix_remote, an env: variable that is not set,
+ * a key that is not 64..128 hex digits), KV_ERANGE (a field outside its
+ * range), -errno (a file: key that cannot be read), KV_EVERSION
  * (struct_size or version other than this header's), KV_ENOTSUP (backend
  * not built; KV_CONFIG_INT8_ATTN on a CPU without it), KV_ENOMEM: memory
  * ran out, or -- before anything is allocated -- the
@@ -702,8 +730,12 @@ KV_API int kv_seq_score_begin(kv_store_t *store, kv_seq_id_t pass, kv_seq_id_t o
  * before it becomes a pool node. A server that is down, slow (beyond
  * prefix_remote_timeout_ms) or returns a bad value shortens the match and
  * counts (kv_stats_t.prefix_remote_*); it is never an error of the call.
- * Keep the server private to the engines that share it: anyone who can
- * write to it can store well-formed wrong KV (docs/prefix.md, Security). */
+ * Without prefix_remote_mac, anyone who can write to the server can store
+ * well-formed wrong KV: keep it private to the engines that share it. With
+ * it, every value carries an HMAC-SHA-256 under the deployment's key,
+ * checked (constant time) before anything of the value is used; a value
+ * without a valid MAC is a miss, counted in prefix_remote_bad and
+ * prefix_remote_unauth (docs/prefix.md, Security). */
 
 /* Both calls below are mutating calls (serialized with the others).
  * Attach the longest cached prefix of tokens[0..n) to seq, which must be

@@ -175,3 +175,21 @@ def test_compressed_context(pstore, rng):
     c = pstore.create_seq()
     c.set_policy("streamingllm:sink=4,recent=0.5")
     assert c.prefix_match_compressed(tokens) == 0
+
+
+def test_remote_deployment_fields(monkeypatch):
+    """Key prefix and MAC key sources (docs/prefix.md, "Deployments"): the
+    store reads the key at create (nothing is contacted yet) and returns the
+    source strings, never the key; an unset variable is KV_EINVAL."""
+    remote = dict(prefix_cache=True, prefix_model=MODEL, prefix_remote="redis://127.0.0.1:1",
+                  prefix_remote_ns="dep-a", prefix_remote_mac="env:KVPAGE_PYTEST_MAC")
+    monkeypatch.setenv("KVPAGE_PYTEST_MAC", "ab" * 32)
+    with kvpage.Store(host_pages=16, **remote, **SHAPE) as st:
+        c = st.config
+        assert (c.prefix_remote_ns, c.prefix_remote_mac) == ("dep-a", "env:KVPAGE_PYTEST_MAC")
+        assert c.prefix_remote_mac_prev is None
+        assert st.stats().prefix_remote_unauth == 0
+    monkeypatch.delenv("KVPAGE_PYTEST_MAC")
+    with pytest.raises(kvpage.KvError) as e:
+        kvpage.Store(host_pages=16, **remote, **SHAPE)
+    assert e.value.code == kvpage.KV_EINVAL

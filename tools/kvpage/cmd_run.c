@@ -36,6 +36,7 @@ typedef struct run_opts {
     uint64_t max_new, seed, threads, runs;
     double temp;
     kv_cli_outs_t out; /* --json, --md */
+    kv_cli_remote_t deploy; /* --remote-ns, --remote-mac, --remote-mac-prev */
     int prefix_cache;
     int prefix_compressed; /* the context published compressed */
 } run_opts_t;
@@ -73,6 +74,7 @@ static const kv_cli_opt_t run_opts[] = {
     {"--remote", KV_CLI_STR, offsetof(run_opts_t, remote), 0, 0, 0, 0, "URL",
      "prefix cache shared through Redis/Valkey: redis://host:port,\n"
      "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache)"},
+    KV_CLI_REMOTE_OPTS(run_opts_t, deploy),
     {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
      "prefix-cache isolation key: runs with other salts never share"},
     {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
@@ -99,6 +101,8 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
                         "--prefix-cache\n");
         return 2;
     }
+    if (kv_cli_remote_check("run", &o->deploy, o->remote))
+        return 2;
     kv_policy_t *pol = NULL;
     char perr[256] = "";
     if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
@@ -262,6 +266,7 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "prefix_ctx_misses", st->prefix_ctx_misses);
     kv_cli_rep_u(&rep, "prefix_remote_tokens", st->prefix_remote_tokens);
     kv_cli_rep_u(&rep, "prefix_remote_bad", st->prefix_remote_bad);
+    kv_cli_rep_u(&rep, "prefix_remote_unauth", st->prefix_remote_unauth);
     kv_cli_rep_u(&rep, "prefix_remote_errors", st->prefix_remote_errors);
     kv_cli_rep_u(&rep, "prefix_file_tokens", st->prefix_file_tokens);
     kv_cli_rep_u(&rep, "prefix_file_nodes", st->prefix_file_nodes);
@@ -303,10 +308,12 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
                        "nodes on the file / demoted", (unsigned long long)st->prefix_file_nodes,
                        (unsigned long long)st->prefix_file_demoted);
             if (r->o->remote)
-                printf("  %-36s %16llu\n  %-36s %9llu / %llu\n",
+                printf("  %-36s %16llu\n  %-36s %9llu / %llu / %llu\n",
                        "tokens from the remote (all runs)",
                        (unsigned long long)st->prefix_remote_tokens,
-                       "remote values bad / errors", (unsigned long long)st->prefix_remote_bad,
+                       "remote values bad / unauth / errors",
+                       (unsigned long long)st->prefix_remote_bad,
+                       (unsigned long long)st->prefix_remote_unauth,
                        (unsigned long long)st->prefix_remote_errors);
         }
         printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
@@ -392,6 +399,7 @@ int kv_cmd_run(int argc, char **argv)
         cfg.prefix_model = fp;
         cfg.prefix_model_len = 64;
         cfg.prefix_remote = o.remote;
+        kv_cli_remote_apply(&o.deploy, &cfg);
     }
     if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
         run_fail("creating the store", rc, NULL);

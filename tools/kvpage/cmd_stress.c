@@ -55,6 +55,7 @@ typedef struct stress_opts {
     double prefix_share;
     const char *remote;    /* --remote URL|local, or NULL         */
     uint64_t remote_timeout, remote_restarts, remote_corrupt;
+    kv_cli_remote_t deploy; /* --remote-ns, --remote-mac, --remote-mac-prev */
     kv_cli_outs_t out;     /* --json, --md                        */
     char offload_file[4096]; /* the page file (a name in DIR)     */
 } stress_opts_t;
@@ -133,6 +134,7 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPT("--remote-corrupt", KV_CLI_UINT, remote_corrupt, 0, UINT32_MAX, "N",
         "overwrite N existing values in the server with corrupt ones\n"
         "(hiredis, not kvpage's client), spread over the first 90% of the run"),
+    KV_CLI_REMOTE_OPTS(stress_opts_t, deploy),
     KV_CLI_OUT_OPTS(stress_opts_t, out),
     OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
         "progress line on stderr about once a second (default: when stderr is a tty)"),
@@ -217,7 +219,7 @@ static void stress_chaos_step(const stress_opts_t *o, stress_chaos_t *ch, double
         uint64_t target = (uint64_t)(f * (double)o->remote_corrupt);
         uint64_t want = target > r->injected ? target - r->injected : 0;
         if (want)
-            stress_redis_corrupt(r, "kvp", want > STRESS_CORRUPT_BURST ? STRESS_CORRUPT_BURST
+            stress_redis_corrupt(r, o->deploy.ns ? o->deploy.ns : "kvp", want > STRESS_CORRUPT_BURST ? STRESS_CORRUPT_BURST
                                                                       : (uint32_t)want);
     }
 }
@@ -240,7 +242,7 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         "hits_verified", "own_hits", "publishes", "salt_probes", "drained_nodes",
         "nodes_at_stop", "pages_at_stop", "store_hits", "store_misses", "tokens_reused",
         "published", "evicted", "evicted_pages", "remote_hits", "remote_tokens", "remote_bad",
-        "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped"};
+        "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped", "remote_unauth"};
     const uint64_t v[] = {
         o->prefix_prompts, o->prefix_len, o->prefix_salts, n->matches, n->hits,
         n->tokens_matched, n->hits_verified, n->own_hits, n->publishes, n->salt_probes,
@@ -248,7 +250,7 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         f->prefix_misses, f->prefix_tokens_reused, f->prefix_published, f->prefix_evicted,
         f->prefix_evicted_pages, f->prefix_remote_hits, f->prefix_remote_tokens,
         f->prefix_remote_bad, f->prefix_remote_errors, f->prefix_remote_bytes_in,
-        f->prefix_remote_put, f->prefix_remote_dropped};
+        f->prefix_remote_put, f->prefix_remote_dropped, f->prefix_remote_unauth};
     _Static_assert(sizeof k / sizeof k[0] == sizeof v / sizeof v[0], "prefix");
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         kv_cli_rep_u(r, k[i], v[i]);
@@ -516,6 +518,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                         "this run owns), --remote-corrupt needs --remote\n");
         return 2;
     }
+    if (kv_cli_remote_check("stress", &o->deploy, o->remote))
+        return 2;
     if (o->prefix && o->offload) {
         fprintf(stderr, "kvpage stress: --prefix-cache and --offload are not combined yet\n");
         return 2;
@@ -540,7 +544,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                                   .prompt_len = (uint32_t)o->prefix_len,
                                   .salts = (uint32_t)o->prefix_salts,
                                   .share = o->prefix_share, .remote = o->remote,
-                                  .timeout_ms = (uint32_t)o->remote_timeout}};
+                                  .timeout_ms = (uint32_t)o->remote_timeout,
+                                  .deploy = o->deploy}};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
         stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
         fprintf(stderr, "kvpage stress: %s\n", err);

@@ -155,6 +155,38 @@ int kv_cli_outs_open(const char *cmd, kv_cli_outs_t *o);
  * failed (a write error, a full disk). */
 int kv_cli_outs_finish(const char *cmd, kv_cli_outs_t *o, const kv_cli_report_t *r);
 
+/* The remote tier's deployment options (kv_cli_remote.c): key prefix and
+ * MAC key sources, as kv_config_t.prefix_remote_ns / _mac / _mac_prev. */
+typedef struct kv_cli_remote {
+    const char *ns, *mac, *mac_prev; /* NULL: not given                      */
+} kv_cli_remote_t;
+#define KV_CLI_REMOTE_NS_HELP                                                          \
+    "key prefix of this deployment's remote values: keys are NS:<hash>\n"              \
+    "(default kvp; an ACL user limited to ~NS:* suffices; docs/prefix.md)"
+#define KV_CLI_REMOTE_MAC_HELP                                                         \
+    "sign every remote value with HMAC-SHA-256 and accept only values\n"               \
+    "signed so; SRC = file:PATH or env:NAME holding the key as 64..128\n"              \
+    "hex digits (e.g. `openssl rand -hex 32`); refused values are misses,\n"           \
+    "counted (prefix_remote_unauth)"
+#define KV_CLI_REMOTE_PREV_HELP                                                        \
+    "the key before a rotation (same SRC syntax): values it signed are\n"              \
+    "still accepted, new ones are signed with --remote-mac"
+/* The three option-table entries, for an options struct holding a
+ * kv_cli_remote_t named field: KV_CLI_REMOTE_OPTS(run_opts_t, deploy). */
+#define KV_CLI_REMOTE_OPTS(type, field)                                                \
+    {"--remote-ns", KV_CLI_STR, offsetof(type, field.ns), 0, 0, 0, 0, "NS",             \
+     KV_CLI_REMOTE_NS_HELP},                                                           \
+    {"--remote-mac", KV_CLI_STR, offsetof(type, field.mac), 0, 0, 0, 0, "SRC",          \
+     KV_CLI_REMOTE_MAC_HELP},                                                          \
+    {"--remote-mac-prev", KV_CLI_STR, offsetof(type, field.mac_prev), 0, 0, 0, 0,       \
+     "SRC", KV_CLI_REMOTE_PREV_HELP}
+/* 0, or 2 after a message on stderr: an option given without --remote
+ * (remote NULL), --remote-mac-prev without --remote-mac. */
+int kv_cli_remote_check(const char *cmd, const kv_cli_remote_t *o, const char *remote);
+struct kv_config;
+/* Set the three kv_config_t fields from o (NULL where not given). */
+void kv_cli_remote_apply(const kv_cli_remote_t *o, struct kv_config *c);
+
 typedef struct kv_cli_opt {
     const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
     kv_cli_kind_t kind;

@@ -38,6 +38,7 @@
 
 #include <stdint.h>
 
+#include "kv_cli.h"
 #include "kvpage/kvpage.h"
 
 #define STRESS_PFX_MAX_PROMPTS 64u
@@ -53,6 +54,7 @@ typedef struct stress_pfx_cfg {
                          /* prompt (the others: unique prompts)           */
     const char *remote;  /* kv_config_t.prefix_remote, or NULL            */
     uint32_t timeout_ms; /* kv_config_t.prefix_remote_timeout_ms          */
+    kv_cli_remote_t deploy; /* kv_config_t.prefix_remote_ns, _mac, _mac_prev */
 } stress_pfx_cfg_t;
 
 /* What the prefix calls did. */
