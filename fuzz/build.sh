@@ -36,7 +36,7 @@ cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -I"$root/include" -I"$m" -I"$root")
 
 tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
-lib_dirs=(alloc formats pages kernels kernels/cpu store offload prefix remote)
+lib_dirs=(alloc util formats pages kernels kernels/cpu store offload prefix remote)
 libs=(-luring -lcrypto -lhiredis -lpthread)
 
 # The library's objects, instrumented like the targets (metadata through the
@@ -91,7 +91,7 @@ sources_for() {
     fuzz_remote) # the value frame and url parser of the remote tier (docs/prefix.md)
         echo "-DKV_MEM_SYSTEM=1 $root/remote/kv_remote_frame.c $root/remote/kv_remote_url.c" \
              "$root/remote/kv_remote_mac.c" \
-             "$root/offload/kv_crc32c.c $root/alloc/kv_mem.c $root/alloc/kv_fault.c" \
+             "$root/util/kv_crc32c.c $root/alloc/kv_mem.c $root/alloc/kv_fault.c" \
              "$root/store/kv_error.c -lcrypto -lpthread" ;;
     *) echo "unknown target $1" >&2; exit 2 ;;
     esac

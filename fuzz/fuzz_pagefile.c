@@ -35,7 +35,7 @@
 
 #include "fuzz_util.h"
 #include "kvpage/kvpage.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 #include "offload/kv_offload.h"
 #include "offload/kv_offload_disk.h"
 

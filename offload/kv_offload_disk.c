@@ -10,7 +10,7 @@
 
 #include "alloc/kv_alloc.h"
 #include "kvpage/kvpage.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 #include "offload/kv_offload.h"
 
 static int kv_all_zero(const uint8_t *p, size_t n)

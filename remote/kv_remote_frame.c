@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kvpage/kvpage.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 #include "remote/kv_remote.h"
 #include "remote/kv_remote_int.h"
 

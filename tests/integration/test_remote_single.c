@@ -22,7 +22,7 @@
 #include "alloc/kv_mem.h"
 #include "kv_test_redis.h"
 #include "kv_test_remote.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 
 static kv_tredis_t srv;
 

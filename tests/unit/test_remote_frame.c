@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "kv_test_remote.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 
 static void test_keys_slots(void)
 {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_crc32c.h — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the
- * checksum of every page and index in a page file.
+ * checksum of every page and index in a page file and of every remote
+ * value. util/ holds what every module may use (tests/check_deps.sh).
  *
  * kv_crc32c() picks, once per process, the SSE4.2 `crc32` instruction when
  * the CPU has it and a slicing-by-8 table otherwise; both produce the same

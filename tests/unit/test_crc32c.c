@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_offload_crc32c.c — CRC-32C against published vectors (RFC 3720 B.4
+ * test_crc32c.c — CRC-32C against published vectors (RFC 3720 B.4
  * and the "123456789" check value), the hardware and table paths against
  * each other on random buffers of every small length and alignment and
  * around the sizes where the three-stream rounds start, the table path
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kv_test.h"
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 
 typedef uint32_t (*crc_fn)(uint32_t, const void *, size_t);
 

@@ -19,7 +19,7 @@
  * Byte order: the 8-byte step loads words little-endian (memcpy), which is
  * what the reflected CRC wants on x86; the table step assumes it as well.
  */
-#include "offload/kv_crc32c.h"
+#include "util/kv_crc32c.h"
 
 #include <pthread.h>
 #include <string.h>
