@@ -133,11 +133,14 @@ int kv_pol_kvzip_observe(kv_store_t *s, const kv_prefill_t *a, const kv_pol_seq_
                     sc.logit[j] = scale * dot(q, sc.k + (size_t)j * D, D);
                     m = sc.logit[j] > m ? sc.logit[j] : m;
                 }
-                double z = 0;
-                for (uint32_t j = 0; j < n; j++)
-                    z += exp((double)sc.logit[j] - m);
+                double z = 0; /* one exponential per key, kept for the chunk's */
+                for (uint32_t j = 0; j < n; j++) {
+                    sc.logit[j] = expf(sc.logit[j] - m);
+                    z += sc.logit[j];
+                }
+                const float inv = (float)(1.0 / z);
                 for (uint32_t j = 0; j < nc; j++) {
-                    float p = (float)(exp((double)sc.logit[ns + j] - m) / z);
+                    float p = sc.logit[ns + j] * inv;
                     score[j] = p > score[j] ? p : score[j];
                 }
             }
