@@ -80,24 +80,10 @@ static kv_seq_id_t seq_with(kv_store_t *s, const char *spec)
     return q;
 }
 
-/* 1 if every list of a and b holds the same tokens (count, K/V, positions). */
+/* 1 if every list of a and b holds the same tokens (positions, K, V). */
 static int same_lists(kv_store_t *s, kv_seq_id_t a, kv_seq_id_t b)
 {
-    static float ka[MAXT * HD], va[MAXT * HD], kb[MAXT * HD], vb[MAXT * HD];
-    static int32_t pa[MAXT], pb[MAXT];
-    for (uint32_t l = 0; l < NL; l++)
-        for (uint32_t h = 0; h < NKV; h++) {
-            uint32_t na = 0, nb = 0;
-            if (kv_seq_len(s, a, l, h, &na) || kv_seq_len(s, b, l, h, &nb) || na != nb ||
-                na > MAXT)
-                return 0;
-            if (kv_read(s, a, l, h, 0, na, ka, va, pa) || kv_read(s, b, l, h, 0, nb, kb, vb, pb))
-                return 0;
-            if (memcmp(ka, kb, (size_t)na * HD * 4) || memcmp(va, vb, (size_t)na * HD * 4) ||
-                memcmp(pa, pb, (size_t)na * 4))
-                return 0;
-        }
-    return 1;
+    return kvt_pfx_same_lists(s, a, b, NL, NKV, HD);
 }
 
 static uint32_t len0(kv_store_t *s, kv_seq_id_t seq)
