@@ -25,9 +25,10 @@ from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int,
 from pathlib import Path
 from typing import List, Tuple
 
+from ._consts import KV_FMT_COUNT
+
 MAJOR = 0  # the soname's major version this binding speaks (libkvpage.so.0)
 
-KV_FMT_COUNT = 4
 c_float_p = POINTER(c_float)
 c_int32_p = POINTER(c_int32)
 c_uint32_p = POINTER(c_uint32)
