@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import errno as _errno
 import queue
+import sys
 import threading
 import warnings
 import weakref
@@ -105,7 +106,7 @@ class KvError(Exception):
         return self._text
 
     def __reduce__(self) -> Any:
-        return (KvError, (self.code, self.detail))
+        return (type(self), (self.code, self.detail))
 
 
 class KvInvalid(KvError, ValueError):
@@ -221,6 +222,8 @@ def _reap_loop() -> None:
         destroy, handle = _reaped.get()
         try:
             destroy(handle)
+        except Exception:  # the C destroy returns nothing: keep serving the queue
+            sys.excepthook(*sys.exc_info())
         finally:
             _reaped.task_done()
 

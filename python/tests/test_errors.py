@@ -74,6 +74,8 @@ def test_exception_hierarchy():
     assert (e.errno, e.strerror, e.name) == (errno.ENOSPC, "No space left on device", "ENOSPC")
     assert "ENOSPC" in str(e)
     assert type(kvpage.KvError(-4242)) is kvpage.KvError  # a code this binding does not know
+    closed = pickle.loads(pickle.dumps(kvpage.KvClosed(kvpage.KV_ESTATE, "the store is closed")))
+    assert type(closed) is kvpage.KvClosed and closed.detail == "the store is closed"
 
 
 @pytest.mark.parametrize("bad", [np.float64, np.int32, np.uint16])
