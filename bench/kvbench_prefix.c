@@ -279,7 +279,7 @@ static int tier_reps(const kv_model_t *m, const kv_config_t *cfg, const char *re
             kv_store_destroy(st);
             break;
         }
-        kv_stats_t sts;
+        kv_stats_t sts = {.struct_size = sizeof sts};
         kv_store_stats(st, &sts);
         gv[r] = (double)(remote ? sts.prefix_remote_bytes_in : sts.prefix_file_bytes_in) /
                 match_s / 1e9;
@@ -405,7 +405,7 @@ int main(int argc, char **argv)
     for (uint32_t i = 0; i < V; i++)
         maxd = fmax(maxd, fabs((double)lc[i] - lh[i]));
     const double host_s = kv_bench_median(hv, o.reps);
-    kv_stats_t sts;
+    kv_stats_t sts = {.struct_size = sizeof sts};
     kv_store_stats(st, &sts);
     /* the page file: the cold store's nodes written at its destroy, then
      * restarts */

@@ -53,7 +53,7 @@ class kv_config_t(Structure):
 
 class kv_stats_t(Structure):
     _fields_ = [
-        ("page_bytes", c_uint32), ("fp16_tokens_per_page", c_uint32),
+        ("struct_size", c_uint32), ("page_bytes", c_uint32), ("fp16_tokens_per_page", c_uint32),
         ("pages_capacity", c_uint64), ("pages_used", c_uint64), ("pages_free", c_uint64),
         ("pages_peak", c_uint64), ("alloc_failures", c_uint64), ("n_seqs", c_uint64),
         ("tokens", c_uint64),

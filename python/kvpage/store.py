@@ -163,7 +163,7 @@ class Store(Owned):
 
     def stats(self) -> Stats:
         """Current statistics (kv_store_stats)."""
-        s = _lib.kv_stats_t()
+        s = _lib.kv_stats_t(struct_size=ctypes.sizeof(_lib.kv_stats_t))
         check(lib.kv_store_stats(self.handle, ctypes.byref(s)))
         return _from_struct(Stats, s)
 
