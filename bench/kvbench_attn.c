@@ -275,7 +275,7 @@ static int setup(result_t *r, run_t *u, uint32_t threads)
                 goto done;
         }
     }
-    kv_stats_t ss;
+    kv_stats_t ss = {.struct_size = sizeof ss};
     if ((err = kv_store_stats(u->st, &ss)))
         goto done;
     r->set_bytes = ss.kv_bytes;

@@ -185,7 +185,7 @@ static int run_one(const kv_model_t *m, const bench_opts_t *o, uint32_t ctx, int
         rc = kv_model_decode(s, kv_model_argmax(lg, V), lg);
     r->decode_tps = o->decode / (now_s() - t0);
     if (st) {
-        kv_stats_t ss;
+        kv_stats_t ss = {.struct_size = sizeof ss};
         kv_store_stats(st, &ss);
         r->kv_bytes = ss.kv_bytes;
         r->fp16_bytes = ss.fp16_bytes;

@@ -324,7 +324,7 @@ static int tier_reps(const kv_model_t *m, const kv_config_t *cfg, const char *re
             kv_store_destroy(st);
             break;
         }
-        kv_stats_t sts;
+        kv_stats_t sts = {.struct_size = sizeof sts};
         kv_store_stats(st, &sts);
         gv[r] = (double)(remote ? sts.prefix_remote_bytes_in : sts.prefix_file_bytes_in) /
                 match_s / 1e9;
@@ -399,7 +399,7 @@ static int ctx_rows(const kv_model_t *m, const kv_config_t *cfg0, const opts_t *
     fprintf(stderr, "kvbench-prefix: compressed context (%s): cold run...\n", o->compressed);
     double t0 = kv_bench_now();
     if (!rc && !(rc = ctx_session(m, st, o, pol, &s, &seq))) {
-        kv_stats_t a, b;
+        kv_stats_t a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
         if (!(rc = kv_model_forward(s, ids, o->cached, NULL, 0)) && kvzip)
             rc = kv_model_kvzip_score(s, tok, ids, o->cached, 0, KV_MODEL_KVZIP_CHUNK);
         if (!rc && !(rc = kv_seq_prefill_end(st, seq))) {
@@ -544,7 +544,7 @@ int main(int argc, char **argv)
     for (uint32_t i = 0; i < V; i++)
         maxd = fmax(maxd, fabs((double)lc[i] - lh[i]));
     const double host_s = kv_bench_median(hv, o.reps);
-    kv_stats_t sts;
+    kv_stats_t sts = {.struct_size = sizeof sts};
     kv_store_stats(st, &sts);
     /* the page file: the cold store's nodes written at its destroy, then
      * restarts */

@@ -84,7 +84,7 @@ static void fake_kv(float *k, float *v, uint32_t req, uint32_t pos, uint32_t n,
 
 static kv_stats_t stats(const kv_store_t *st)
 {
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     TRY(kv_store_stats(st, &s));
     return s;
 }

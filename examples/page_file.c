@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     static float k[MAX_TOK * KV_ELEMS], v[MAX_TOK * KV_ELEMS];
     kv_seq_id_t seq[N_SEQ], ids[N_SEQ + 1];
     kv_store_t *st = NULL;
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     kv_residency_t r;
     uint32_t count = 0;
 

@@ -227,7 +227,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_check(kv_seq_free(st, pq) == 0, T, "free the matched sequence");
     }
     fz_check(kv_store_check(st) == 0, T, "the store passes its check after use");
-    kv_stats_t ss;
+    kv_stats_t ss = {.struct_size = sizeof ss};
     kv_store_stats(st, &ss);
     const uint64_t nodes = ss.prefix_nodes;
     kv_store_destroy(st);

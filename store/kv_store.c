@@ -176,15 +176,15 @@ int kv_store_config(const kv_store_t *s, kv_config_t *out)
     return 0;
 }
 
-int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
+/* All of kv_stats_t into *out (struct_size included). */
+static void store_stats_full(const kv_store_t *s, kv_stats_t *out)
 {
-    if (!s || !out)
-        return KV_EINVAL;
     kv_alloc_stats_t as;
     kv_page_totals_t pt;
     kv_alloc_stats(s->pool, &as);
     kv_page_table_totals(s->pt, &pt);
     memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
     out->page_bytes = s->cfg.page_bytes;
     out->fp16_tokens_per_page = s->cfg.page_bytes / (4u * s->cfg.head_dim);
     out->pages_capacity = as.capacity;
@@ -205,6 +205,21 @@ int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
     kv_store_pressure_stats(s, out);
     kv_store_off_stats(s, out);
     kv_store_prefix_stats(s, out);
+}
+
+/* The caller's struct may be older and smaller (kvpage.h): the bytes after
+ * struct_size up to it are copied from the full statistics. */
+int kv_store_stats(const kv_store_t *s, kv_stats_t *out)
+{
+    if (!s || !out)
+        return KV_EINVAL;
+    const uint32_t size = out->struct_size;
+    if (size < 2 * sizeof(uint32_t) || size > sizeof(kv_stats_t))
+        return KV_EVERSION;
+    kv_stats_t full;
+    store_stats_full(s, &full);
+    const size_t skip = sizeof full.struct_size;
+    memcpy((char *)out + skip, (const char *)&full + skip, size - skip);
     return 0;
 }
 

@@ -33,7 +33,7 @@ static inline kv_store_t *kvt_pfx_store(const kv_config_t *c)
 /* The store's statistics (kv_store_stats cannot fail on a live store). */
 static inline kv_stats_t kvt_pfx_stats(kv_store_t *s)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(s, &st);
     return st;
 }
@@ -115,7 +115,7 @@ static inline uint32_t kvt_pfx_faults(kv_store_t *s, kv_seq_id_t seq, kvt_pfx_ca
                                       void *arg)
 {
     for (uint32_t n = 1; n < 10000; n++) {
-        kv_stats_t b, a;
+        kv_stats_t b = {.struct_size = sizeof b}, a = {.struct_size = sizeof a};
         uint32_t len = 0, len2 = 0;
         kv_store_stats(s, &b);
         kv_seq_len(s, seq, 0, 0, &len);

@@ -151,6 +151,7 @@ static inline int kv_test_snap_take(const kv_store_t *s, const kv_seq_id_t *ids,
 {
     memset(sn, 0, sizeof *sn);
     sn->live = live;
+    sn->st.struct_size = sizeof sn->st;
     int rc = kv_store_stats(s, &sn->st);
     if (rc)
         return rc;

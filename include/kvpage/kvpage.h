@@ -205,8 +205,15 @@ typedef struct kv_config {
  * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
 KV_API kv_config_t kv_config_default(void);
 
-/* Store-wide statistics (see kv_store_stats). Byte counts are exact. */
+/* Store-wide statistics (see kv_store_stats). Byte counts are exact.
+ * The caller sets struct_size before the call, e.g.
+ *     kv_stats_t st = {.struct_size = sizeof st};
+ * Fields are only ever added at the end: a caller built against an older,
+ * smaller kv_stats_t gets the fields its struct has, and nothing is written
+ * past its struct_size. */
 typedef struct kv_stats {
+    uint32_t struct_size;       /* set by the caller: sizeof(kv_stats_t) of the    */
+                                /* header it was built with; never written         */
     uint32_t page_bytes;        /* bytes per page                                  */
     uint32_t fp16_tokens_per_page;
     uint64_t pages_capacity;    /* pool capacity                                   */
@@ -363,7 +370,13 @@ KV_API void kv_store_destroy(kv_store_t *store);
 /* The config the store runs with (defaults resolved). */
 KV_API int kv_store_config(const kv_store_t *store, kv_config_t *out);
 
-/* Fill *out with current statistics. */
+/* Fill *out with current statistics: the first out->struct_size bytes of
+ * kv_stats_t (all of it for a caller built with this header; an older,
+ * smaller struct gets its own fields, and a field cut by struct_size gets
+ * its leading bytes). struct_size itself is left as it is. Errors: KV_EINVAL
+ * (NULL), KV_EVERSION (struct_size under 8 -- not set -- or larger than this
+ * library's kv_stats_t: a caller built against a newer header); nothing is
+ * written then. */
 KV_API int kv_store_stats(const kv_store_t *store, kv_stats_t *out);
 
 /* Check every internal invariant (refcount of each page == number of page

@@ -25,9 +25,10 @@ from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int,
 from pathlib import Path
 from typing import List, Tuple
 
+from ._consts import KV_FMT_COUNT
+
 MAJOR = 0  # the soname's major version this binding speaks (libkvpage.so.0)
 
-KV_FMT_COUNT = 4
 c_float_p = POINTER(c_float)
 c_int32_p = POINTER(c_int32)
 c_uint32_p = POINTER(c_uint32)
@@ -54,7 +55,7 @@ class kv_config_t(Structure):
 
 class kv_stats_t(Structure):
     _fields_ = [
-        ("page_bytes", c_uint32), ("fp16_tokens_per_page", c_uint32),
+        ("struct_size", c_uint32), ("page_bytes", c_uint32), ("fp16_tokens_per_page", c_uint32),
         ("pages_capacity", c_uint64), ("pages_used", c_uint64), ("pages_free", c_uint64),
         ("pages_peak", c_uint64), ("alloc_failures", c_uint64), ("n_seqs", c_uint64),
         ("tokens", c_uint64),

@@ -3,7 +3,8 @@
 configuration (kv_config_t) and what the store reports (kv_stats_t,
 kv_estimate_t, kv_residency_t, kv_format_info_t), as dataclasses with the C
 field names, plus the functions that need no store:
-estimate(), format_note(), format_info().
+estimate(), format_note(), format_info(). Every number comes from the
+header through _consts (generated, python/gen_consts.py).
 
 Config's defaults are kv_config_default()'s, read from the library at import;
 Config._to_c() starts from kv_config_default() again, so struct_size and
@@ -18,6 +19,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Type, TypeVar
 
+from . import _consts as _c
 from . import _lib
 from ._lib import lib
 from .errors import KV_EINVAL, KV_ERANGE, KvError, check
@@ -27,17 +29,17 @@ T = TypeVar("T")
 
 class Format(enum.IntEnum):
     """Page formats (kv_format_t). The numbers are written into page files."""
-    FP16 = 0
-    INT4 = 1    # KIVI 4-bit, groups of 16: 6 bits/element
-    INT2 = 2    # KIVI 2-bit, groups of 16: 4 bits/element
-    MERGED = 3  # MiniCache merged layer pair
+    FP16 = _c.KV_FMT_FP16
+    INT4 = _c.KV_FMT_INT4      # KIVI 4-bit, groups of 16: 6 bits/element
+    INT2 = _c.KV_FMT_INT2      # KIVI 2-bit, groups of 16: 4 bits/element
+    MERGED = _c.KV_FMT_MERGED  # MiniCache merged layer pair
 
 
-CONFIG_NO_TCACHE = 0x1  # kv_config_t.flags: no per-thread page caches
-CONFIG_INT8_ATTN = 0x2  # kv_config_t.flags: approximate int8 attention over INT pages
-OFFLOAD_WAIT = 0x1      # offload_flags: read non-resident pages back and wait
-OFFLOAD_OPEN = 0x2      # offload_flags: open an existing page file, restore it
-OFFLOAD_PREAD = 0x4     # offload_flags: pread/pwrite even where io_uring runs
+CONFIG_NO_TCACHE = _c.KV_CONFIG_NO_TCACHE  # kv_config_t.flags: no per-thread page caches
+CONFIG_INT8_ATTN = _c.KV_CONFIG_INT8_ATTN  # flags: approximate int8 attention over INT pages
+OFFLOAD_WAIT = _c.KV_OFFLOAD_WAIT    # offload_flags: read non-resident pages back and wait
+OFFLOAD_OPEN = _c.KV_OFFLOAD_OPEN    # offload_flags: open an existing page file, restore it
+OFFLOAD_PREAD = _c.KV_OFFLOAD_PREAD  # offload_flags: pread/pwrite even where io_uring runs
 
 _D = lib.kv_config_default()
 

@@ -3,7 +3,8 @@
 and the memory-pressure ladder's checker (kv_pressure_check).
 
 A Policy owns one parsed kv_policy_t until close() (or the end of a with
-block, or garbage collection); Seq.set_policy copies it into the store, so
+block, or garbage collection: kv_policy_destroy only frees memory, so the
+finalizer calls it at once); Seq.set_policy copies it into the store, so
 a policy may be closed as soon as it is attached. The grammar of specs and
 ladders: docs/policies.md.
 """
@@ -14,6 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Optional
 
+from . import _consts as _c
 from ._lib import kv_policy_info_t, lib
 from .config import Format, u_int
 from .errors import KV_ERANGE, Owned, check
@@ -21,22 +23,11 @@ from .errors import KV_ERANGE, Owned, check
 _ERR_LEN = 512
 
 
-class Method(enum.IntFlag):
-    """The methods of a policy (KV_POLICY_* bits of PolicyInfo.methods)."""
-    FP16 = 0x001
-    STREAMINGLLM = 0x002
-    H2O = 0x004
-    SNAPKV = 0x008
-    MINIKV = 0x010
-    SIMLAYERKV = 0x020
-    MINICACHE = 0x040
-    CAM = 0x080
-    KIVI2 = 0x100
-    KIVI4 = 0x200
-    INT2 = 0x400
-    INT4 = 0x800
-    EATTN = 0x1000
-    KVZIP = 0x2000
+Method = enum.IntFlag("Method", {name[len("KV_POLICY_"):]: value
+                                 for name, value in vars(_c).items()
+                                 if name.startswith("KV_POLICY_")}, module=__name__)
+Method.__doc__ = """The methods of a policy: the KV_POLICY_* bits of kvpage.h (of
+PolicyInfo.methods), named without the prefix: Method.H2O, Method.KVZIP..."""
 
 
 @dataclass
@@ -73,7 +64,7 @@ class Policy(Owned):
         err = ctypes.create_string_buffer(_ERR_LEN)
         rc = lib.kv_policy_parse(spec.encode(), ctypes.byref(h), err, _ERR_LEN)
         check(rc, f"policy {spec!r}: {err.value.decode(errors='replace')}")
-        self._h = h
+        self._own(h)
 
     @property
     def spec(self) -> str:
@@ -108,7 +99,8 @@ class Policy(Owned):
                           out.merge_first, out.merge_pairs, out.merge_every,
                           Format(out.merge_dir_format))
 
-    def _destroy(self, handle: ctypes.c_void_p) -> None:
+    @staticmethod
+    def _destroy_fn(handle: ctypes.c_void_p) -> None:
         lib.kv_policy_destroy(handle)
 
     def __repr__(self) -> str:

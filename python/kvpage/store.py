@@ -9,9 +9,10 @@ handle (store, id) that does not free anything when dropped -- free() or the
 end of its with block does. Arrays passed in are borrowed for the call only.
 
 Invariants the binding adds to the C API's:
-  - A closed store raises KvError(KV_ESTATE) on every call but close().
+  - A closed store raises KvClosed (KV_ESTATE, a ValueError) on every
+    call but close().
   - A Seq that was freed (through any handle of the same id) raises
-    KvError(KV_ENOENT), even after the store reuses its id for a new
+    KvNotFound (KV_ENOENT), even after the store reuses its id for a new
     sequence: the store counts frees per id and every Seq remembers the
     count it was made under.
   - Integers go to C only if they fit the C type (config.u_int); arrays only
@@ -32,13 +33,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib
+from ._consts import KV_DTYPE_F16, KV_DTYPE_F32
 from ._lib import c_float_p, c_int32_p, c_uint32_p, lib
 from .config import Config, Format, Residency, Stats, _from_struct, u_int
 from .errors import KV_ENOENT, KV_ERANGE, KvError, Owned, check
 from .policy import Policy
 
-KV_DTYPE_F32 = 0
-KV_DTYPE_F16 = 1
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 Dims = Sequence[Tuple[str, Optional[int]]]
 
@@ -114,12 +114,20 @@ class Store(Owned):
                 out = store.prefill(0, seq, q)
 
     Store(config) or Store(**fields) or both (fields override config's).
-    Errors of kv_store_create raise KvError (e.g. KV_EINVAL for an unset
-    shape, -EEXIST for a new page file over an existing one).
-    close() destroys the store and everything in it (kv_store_destroy; with
-    a page file, it finishes the I/O and syncs the file first)."""
+    Errors of kv_store_create raise KvError (e.g. KvInvalid for an unset
+    shape, KvOSError with errno EEXIST for a new page file over an existing
+    one).
+    close() destroys the store and everything in it (kv_store_destroy), on
+    the calling thread, and may block: with a page file it finishes the I/O
+    and syncs the file first; with a remote tier it waits for what was
+    published to reach the server (at most prefix_remote_timeout_ms, 1 s
+    when 0). A store
+    garbage-collected unclosed warns (ResourceWarning) and is destroyed the
+    same way on the "kvpage-reaper" thread, never inside the collection
+    (errors.Owned; reaper_wait() waits for it)."""
 
     _what = "store"
+    _blocking = True
 
     def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
         super().__init__()
@@ -129,13 +137,14 @@ class Store(Owned):
         c = cfg._to_c()
         h = ctypes.c_void_p()
         check(lib.kv_store_create(ctypes.byref(c), ctypes.byref(h)))
-        self._h = h
+        self._own(h)
         self.config: Config = self._read_config()
         """The configuration the store runs with (defaults resolved)."""
 
     # ---- lifetime -----------------------------------------------------------
 
-    def _destroy(self, handle: ctypes.c_void_p) -> None:
+    @staticmethod
+    def _destroy_fn(handle: ctypes.c_void_p) -> None:
         lib.kv_store_destroy(handle)
 
     def __repr__(self) -> str:
@@ -154,7 +163,7 @@ class Store(Owned):
 
     def stats(self) -> Stats:
         """Current statistics (kv_store_stats)."""
-        s = _lib.kv_stats_t()
+        s = _lib.kv_stats_t(struct_size=ctypes.sizeof(_lib.kv_stats_t))
         check(lib.kv_store_stats(self.handle, ctypes.byref(s)))
         return _from_struct(Stats, s)
 

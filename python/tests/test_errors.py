@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Every bad-input path of the binding: wrong dtypes (TypeError), wrong
 shapes (ValueError naming the expected shape), integers that do not fit the
-C types, C errors as KvError (.code, .name, .message = kv_strerror), a
-closed store or policy, freed sequences, and that a failed call changed
+C types, C errors as KvError (.code, .name, .message = kv_strerror) of the
+code's class, which is also the fitting builtin (MemoryError for KV_ENOMEM,
+...), a closed store or policy (KvClosed, a ValueError), freed sequences, and that a failed call changed
 nothing (stats and contents compared before and after)."""
 import errno
 
@@ -13,9 +14,18 @@ import kvpage
 from conftest import SHAPE, kv
 
 
+BUILTIN = {kvpage.KV_EINVAL: ValueError, kvpage.KV_ENOMEM: MemoryError,
+           kvpage.KV_ERANGE: ValueError, kvpage.KV_ENOENT: LookupError,
+           kvpage.KV_ESTATE: RuntimeError, kvpage.KV_ENOTSUP: NotImplementedError,
+           kvpage.KV_EVERSION: ValueError, kvpage.KV_ECORRUPT: OSError,
+           kvpage.KV_EIO: OSError, kvpage.KV_EBUSY: OSError}
+
+
 def raises_kv(code, fn, *args, **kw):
-    with pytest.raises(kvpage.KvError) as e:
+    """fn raises KvError(code): the class of code, and its builtin."""
+    with pytest.raises(BUILTIN.get(code, kvpage.KvError)) as e:
         fn(*args, **kw)
+    assert isinstance(e.value, kvpage.error_class(code))
     assert e.value.code == code, e.value
     assert e.value.message == kvpage.strerror(code)
     return e.value
@@ -36,12 +46,36 @@ def assert_same(a, b):
 
 def test_kverror_fields():
     e = kvpage.KvError(kvpage.KV_ENOMEM, "why")
+    assert type(e) is kvpage.KvNoMemory and isinstance(e, MemoryError)
     assert (e.code, e.name, e.detail) == (-1002, "KV_ENOMEM", "why")
+    assert str(e) == f"{kvpage.strerror(-1002)} (KV_ENOMEM, -1002): why"
     assert e.message == kvpage.strerror(-1002) and e.message in str(e) and "why" in str(e)
     codes = [getattr(kvpage, n) for n in kvpage.__all__ if n.startswith("KV_E")]
     assert len(codes) == 12 and len({kvpage.strerror(c) for c in codes}) == 12
     assert kvpage.code_name(-errno.ENOSPC) == "ENOSPC"
     assert kvpage.strerror(-errno.ENOSPC) == "No space left on device"
+
+
+def test_exception_hierarchy():
+    """One class per code under KvError, each also its builtin; OS errors
+    carry .errno like OSError's; all pickle back to the same class."""
+    import pickle
+    for code, builtin in BUILTIN.items():
+        e = kvpage.KvError(code, "d")
+        assert isinstance(e, kvpage.KvError) and isinstance(e, builtin), (code, type(e))
+        assert type(e) is kvpage.error_class(code) and type(e)(code).code == code
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and (back.code, back.detail) == (code, "d")
+    for code in (kvpage.KV_ELIMIT, kvpage.KV_ENOTRES):
+        assert not isinstance(kvpage.KvError(code), (ValueError, MemoryError, OSError))
+    assert kvpage.KvIOError().errno == errno.EIO and kvpage.KvBusy().errno == errno.EBUSY
+    e = kvpage.KvError(-errno.ENOSPC)
+    assert type(e) is kvpage.KvOSError and isinstance(e, OSError)
+    assert (e.errno, e.strerror, e.name) == (errno.ENOSPC, "No space left on device", "ENOSPC")
+    assert "ENOSPC" in str(e)
+    assert type(kvpage.KvError(-4242)) is kvpage.KvError  # a code this binding does not know
+    closed = pickle.loads(pickle.dumps(kvpage.KvClosed(kvpage.KV_ESTATE, "the store is closed")))
+    assert type(closed) is kvpage.KvClosed and closed.detail == "the store is closed"
 
 
 @pytest.mark.parametrize("bad", [np.float64, np.int32, np.uint16])
@@ -174,7 +208,11 @@ def test_limits_and_exhaustion_change_nothing(rng):
         a.append(0, *kv(rng, 32))  # 4 of 6 pages
         before = snapshot(st, [a, b])
         raises_kv(kvpage.KV_ENOMEM, b.append, 0, *kv(rng, 40))  # needs 6
-        raises_kv(kvpage.KV_ENOMEM, a.append, 0, *kv(rng, 17))  # needs 4
+        try:
+            a.append(0, *kv(rng, 17))  # needs 4
+            raise AssertionError("append into a full pool succeeded")
+        except MemoryError as e:  # a plain `except MemoryError` catches KV_ENOMEM
+            assert e.code == kvpage.KV_ENOMEM
         after = snapshot(st, [a, b])
         assert after[0].alloc_failures > before[0].alloc_failures
         before[0].alloc_failures = after[0].alloc_failures
@@ -230,5 +268,6 @@ def test_closed_store(rng):
     for call in calls:
         e = raises_kv(kvpage.KV_ESTATE, call)
         assert "closed" in e.detail
+        assert isinstance(e, kvpage.KvClosed) and isinstance(e, ValueError)
     with s:  # nothing to free
         pass

@@ -48,12 +48,13 @@ def test_round_trip(tmp_path, rng):
     with pytest.raises(kvpage.KvError) as e:  # creating over it: -EEXIST
         open_store(path)
     assert e.value.code == -errno.EEXIST and e.value.name == "EEXIST"
+    assert isinstance(e.value, OSError) and e.value.errno == errno.EEXIST
     with open_store(path, kvpage.OFFLOAD_OPEN) as st:
         seqs = st.seqs()
         assert [s.id for s in seqs] == ids
         with pytest.raises(kvpage.KvError) as e:  # one owner per file
             open_store(path, kvpage.OFFLOAD_OPEN)
-        assert e.value.code == kvpage.KV_EBUSY
+        assert e.value.code == kvpage.KV_EBUSY and isinstance(e.value, kvpage.KvBusy)
         for s in seqs:
             s.prefetch()
         for s in seqs:

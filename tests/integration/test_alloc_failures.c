@@ -103,7 +103,7 @@ typedef struct call {
 
 static int do_call(fixture_t *f, call_t *c)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_config_t cfg;
     uint32_t len;
     switch (c->kind) {
@@ -457,7 +457,7 @@ static uint64_t create_case(void)
             CHECK_OK(rc);
             CHECK(s != (kv_store_t *)&cfg && s != NULL);
             if (rc == 0) {
-                kv_stats_t st;
+                kv_stats_t st = {.struct_size = sizeof st};
                 CHECK_OK(kv_store_stats(s, &st));
                 CHECK_EQ(st.pages_capacity, POOL);
                 CHECK_OK(kv_store_check(s));
@@ -515,7 +515,7 @@ int main(void)
     append_case(&f, "kv_append (B, layer 1)", B, 1, 5, KV_DTYPE_F16, NULL, &rng);
 
     /* fork: C shares every page of A */
-    kv_stats_t st0, st1;
+    kv_stats_t st0 = {.struct_size = sizeof st0}, st1 = {.struct_size = sizeof st1};
     CHECK_OK(kv_store_stats(f.s, &st0));
     c = (call_t){.kind = C_FORK, .seq = A};
     if (fault_loop(&f, &c, "kv_seq_fork", &n) == 0)

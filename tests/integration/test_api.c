@@ -393,7 +393,7 @@ static void check_contents(int i)
  * every list holds ceil(len / 16) pages. */
 static void check_stats_store(int exact_pages)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     uint64_t tokens = 0, pages = 0, n = 0;
     CHECK_OK(kv_store_stats(S, &st));
     for (int i = 0; i < MAXS; i++) {
@@ -423,7 +423,7 @@ static void check_stats_store(int exact_pages)
 
 static uint64_t pages_used(void)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     return st.pages_used;
 }
@@ -444,7 +444,7 @@ int main(void)
     CHECK_OK(kv_store_config(S, &got));
     CHECK_EQ(got.page_bytes, PAGE_BYTES);
     CHECK(got.n_threads >= 1);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     CHECK_EQ(st.fp16_tokens_per_page, TPP);
     CHECK_EQ(st.pages_capacity, POOL);

@@ -227,7 +227,7 @@ static void test_config(void)
         c2.page_bytes = 256; /* exactly one FP16 token: valid */
         s = NULL;
         CHECK_OK(kv_store_create(&c2, &s));
-        kv_stats_t st;
+        kv_stats_t st = {.struct_size = sizeof st};
         if (s) {
             CHECK_OK(kv_store_stats(s, &st));
             CHECK_EQ(st.fp16_tokens_per_page, 1);
@@ -330,7 +330,7 @@ static void append_n(kv_seq_id_t seq, uint32_t layer, uint32_t n)
 static void test_handles(void)
 {
     kv_config_t c;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_seq_id_t id;
     uint32_t len;
     const kv_seq_id_t huge = 0xFFFFFFFFu, never = MAX_SEQS + 17;
@@ -360,7 +360,7 @@ static void test_handles(void)
     EXPECT(KV_ERANGE, kv_seq_len(S, A, 0xFFFFFFFFu, 0, &len));
 
     /* max_seqs live: create and fork hit KV_ELIMIT */
-    kv_stats_t s0;
+    kv_stats_t s0 = {.struct_size = sizeof s0};
     CHECK_OK(kv_store_stats(S, &s0));
     kv_seq_id_t extra[MAX_SEQS];
     int n_extra = 0;
@@ -606,7 +606,7 @@ static void truncate_list(kv_seq_id_t seq, uint32_t layer, uint32_t head,
 static void test_exhaustion(void)
 {
     kv_seq_id_t X, F, G;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     uint32_t len;
     float k[TPP * NKV * HD], v[TPP * NKV * HD];
     fill(k, TPP * NKV * HD);
@@ -701,7 +701,7 @@ int main(void)
     test_attention();
     test_exhaustion();
 
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_seq_free(S, A));
     CHECK_OK(kv_seq_free(S, E));
     CHECK_OK(kv_seq_free(S, P));

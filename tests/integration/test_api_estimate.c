@@ -41,7 +41,7 @@ static void test_parts(void)
     CHECK(e.meta_cap > 0);
     kv_store_t *st;
     CHECK_OK(kv_store_create(&c, &st));
-    kv_stats_t s0, s1;
+    kv_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
     kv_store_stats(st, &s0);
     /* kv_stats counts the tables, not the pool's arrays (8 bytes a page) */
     CHECK(s0.meta_bytes + 4096 * 8 <= e.meta_fixed);
@@ -95,7 +95,7 @@ static void test_cap(void)
     CHECK_OK(kv_store_create(&c, &st));
     kv_seq_id_t q;
     CHECK_OK(kv_seq_create(st, &q));
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     kv_store_stats(st, &s);
     CHECK(s.meta_bytes >= e.meta_per_seq);
     kv_store_destroy(st);

@@ -200,7 +200,7 @@ static void test_ratio(void)
     append_rand(s, q, 0, 1000, 1); /* prefill */
     for (int t = 0; t < 3096; t++)              /* decode */
         append_rand(s, q, 0, 1, 1);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(s, &st));
     CHECK_EQ(st.tokens, 4096);
     CHECK_EQ(st.pages_by_format[KV_FMT_INT2], 64);
@@ -311,7 +311,7 @@ static void test_errors(void)
     CHECK_EQ(kv_append(s, q, 0, 1, KV_DTYPE_F32, k, v, NULL), KV_ERANGE);
     v[3] = 70000.0f;
     CHECK_EQ(kv_append(s, q, 0, 1, KV_DTYPE_F32, k, v, NULL), KV_ERANGE);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(s, &st));
     CHECK_EQ(st.tokens, 0);
     CHECK_EQ(st.pages_used, 0);
@@ -514,7 +514,7 @@ static void test_attention(void)
     CHECK_OK(kv_seq_merge_layers(S, ids[1], 3, &o));
     CHECK_OK(kv_store_check(S));
     CHECK_OK(kv_seq_fork(S, ids[0], &ids[2]));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     for (int f = 0; f < KV_FMT_COUNT; f++)
         CHECK(st.pages_by_format[f] > 0);
@@ -613,7 +613,7 @@ static void test_merge_api(void)
     kv_merge_opts_t o = kv_merge_opts_default();
     o.gamma = 0.0f; /* merge everything */
     CHECK_OK(kv_seq_merge_layers(S, q, 1, &o));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     /* 100 tokens per head, 15 per FP16-direction page, 2 heads: 14 pages;
      * layers 0-1 hold no FP16 page any more, layers 2-3 do (7 each) */
@@ -809,7 +809,7 @@ static void test_merge_pack_heads(void)
         CHECK(r == 0 || fails >= 2);
         CHECK_OK(kv_store_check(S));
     }
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     /* per layer, 16-token FP16 pages: head 0 [M8][R16 R16][M8][R8],
      * head 1 [R16 R16 R8] then repacked [R16 R16][R16 R8] */
@@ -883,7 +883,7 @@ static void merge_pack_mixed(uint32_t p0, uint32_t p1, uint32_t want_fp16,
     CHECK_EQ(zero, NKV * 16);
     kv_test_seq_free(&fork0), kv_test_seq_free(&fork1), kv_test_seq_free(&now);
     CHECK_OK(kv_seq_free(S, f));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     CHECK_EQ(st.pages_by_format[KV_FMT_FP16], want_fp16 * 2 * NKV);
     CHECK_EQ(st.pages_by_format[KV_FMT_MERGED], want_merged * NKV);
@@ -909,7 +909,7 @@ static void test_faults(void)
     kv_fault_arm(0);
     CHECK_OK(kv_seq_set_format(S, q, 1, KV_FMT_INT4));
     kv_test_seq_t before, after;
-    kv_stats_t s0, s1;
+    kv_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
     int fails = 0, ops = 0;
     for (int op = 0; op < 3; op++) {
         for (int n = 1; n < 500; n++) {

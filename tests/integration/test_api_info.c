@@ -106,7 +106,7 @@ static uint64_t pages_of(kv_format_t fmt, uint32_t n, uint64_t *fp16_tail)
     for (uint32_t i = 0; i < n * 64u; i++)
         k[i] = (float)(i % 97) / 97.0f;
     uint64_t pages = 0;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     if (!kv_store_create(&c, &s) && !kv_seq_create(s, &q) &&
         !kv_append(s, q, 0, n, KV_DTYPE_F32, k, k, NULL) && !kv_seq_set_format(s, q, 0, fmt) &&
         !kv_seq_quantize(s, q, 0, 0) && !kv_store_stats(s, &st)) {
@@ -125,7 +125,7 @@ static void test_format_pages(void)
     kv_config_t c = kv_config_default();
     c.n_layers = 1, c.n_kv_heads = 1, c.n_q_heads = 1, c.head_dim = 64, c.host_pages = 4;
     kv_store_t *s;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_create(&c, &s));
     CHECK_OK(kv_store_stats(s, &st));
     CHECK_OK(kv_format_info(KV_FMT_FP16, KV_FMT_FP16, 64, 0, &fi));

@@ -107,7 +107,7 @@ static kv_seq_id_t new_seq(kv_store_t *s, uint32_t tokens)
 
 static kv_stats_t stats(const kv_store_t *s)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(s, &st));
     return st;
 }

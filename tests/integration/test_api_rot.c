@@ -164,7 +164,7 @@ static void attn_err(kv_store_t *s, kv_seq_id_t seq, const float *k,
 
 static uint64_t pages_of(kv_store_t *s, uint32_t fmt)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     if (kv_store_stats(s, &st))
         return UINT64_MAX;
     return st.pages_by_format[fmt];
@@ -395,7 +395,7 @@ static void check_policies(void)
             list_err(s, sq[j], k, v, &e[j][0], &e[j][1]);
         }
         CHECK(e[1][0] < 3.0 * e[0][0] && e[1][1] < 3.0 * e[0][1]);
-        kv_stats_t st;
+        kv_stats_t st = {.struct_size = sizeof st};
         CHECK_OK(kv_store_stats(s, &st));
         CHECK(st.pages_by_format[i ? KV_FMT_INT4 : KV_FMT_INT2] % 2 == 0);
         CHECK_OK(kv_store_check(s));

@@ -417,7 +417,7 @@ static void verify(model_t *m, figures_t *f)
     CHECK_OK(rc);
     if (rc)
         return;
-    kv_stats_t s0;
+    kv_stats_t s0 = {.struct_size = sizeof s0};
     kv_store_stats(st, &s0);
     f->dropped += (long)s0.seqs_dropped;
     kv_seq_id_t ids[MAXQ];

@@ -129,7 +129,7 @@ static inline kv_residency_t kvs_res(kv_store_t *st, kv_seq_id_t seq)
 
 static inline kv_stats_t kvs_stats(kv_store_t *st)
 {
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     kv_store_stats(st, &s);
     return s;
 }

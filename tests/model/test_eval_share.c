@@ -106,6 +106,7 @@ static void run(const eval_env_t *e, const eval_policy_t *p, const int32_t *ids,
     CHECK_OK(eval_run_steps(&r, p, &s));
     t->nll = s.nll;
     CHECK_OK(kv_store_check(r.st));
+    t->st.struct_size = sizeof t->st;
     CHECK_OK(kv_store_stats(r.st, &t->st));
     dump(&r, t);
     eval_run_close(&r);

@@ -51,7 +51,7 @@ static result_t ppl_of(const eval_env_t *env, const char *spec, const int32_t *i
     CHECK_OK(eval_run_prefill_end(&r, &p));
     CHECK_OK(eval_run_steps(&r, &p, &s));
     CHECK_OK(kv_store_check(r.st));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(r.st, &st));
     res.ppl = exp(s.nll / STEPS);
     res.kv_bytes = st.kv_bytes;

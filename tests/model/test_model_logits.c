@@ -249,7 +249,7 @@ static void test_paged_vs_dense(const kv_model_t *m, const int32_t *ids, uint32_
     check_cmp(&dec);
     CHECK_EQ(token_diff, 0);
     CHECK_EQ(kv_model_session_pos(sp), n + 12);
-    kv_stats_t ss;
+    kv_stats_t ss = {.struct_size = sizeof ss};
     CHECK_OK(kv_store_stats(st, &ss));
     const kv_model_hparams_t *hp = kv_model_hparams(m);
     CHECK_EQ(ss.tokens, (uint64_t)(n + 12) * hp->n_layers * hp->n_kv_heads);
@@ -324,7 +324,7 @@ static void test_fork(const kv_model_t *m, const int32_t *ids, uint32_t n)
     kv_model_session_free(g);
     kv_model_session_free(f);
     kv_model_session_free(s);
-    kv_stats_t ss;
+    kv_stats_t ss = {.struct_size = sizeof ss};
     CHECK_OK(kv_store_stats(st, &ss));
     CHECK_EQ(ss.pages_used, 0);
     kv_store_destroy(st);
@@ -369,7 +369,7 @@ static void test_errors_and_rollback(const kv_model_t *m, const int32_t *ids, ui
     CHECK_EQ(wrong, 0);
     CHECK_EQ(kv_model_session_pos(s), 0);
     CHECK_OK(kv_store_check(st));
-    kv_stats_t ss;
+    kv_stats_t ss = {.struct_size = sizeof ss};
     kv_store_stats(st, &ss);
     CHECK_EQ(ss.pages_used, 0);
     /* 20 tokens fit; 20 more do not, and roll back to 20. */

@@ -161,7 +161,7 @@ static void one_policy(const kv_model_t *m, const int32_t *ids, const char *spec
     CHECK_OK(kv_seq_prefill_end(st, sa));
     CHECK_OK(kept_of(st, sa, NL, NKV, ka));
     CHECK_OK(decode(a, st, sa, ra + R - V, toks, 1, da, V));
-    kv_stats_t s0;
+    kv_stats_t s0 = {.struct_size = sizeof s0};
     kv_store_stats(st, &s0);
     CHECK_EQ(s0.prefix_snapshots, 2);
     CHECK_EQ(s0.prefix_snapshot_bytes, (uint64_t)NL * NKV * (CH + HIT) * 4);

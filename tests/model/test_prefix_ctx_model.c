@@ -116,7 +116,7 @@ static void one_policy(const kv_model_t *m, const kv_tok_t *tok, const int32_t *
     const uint32_t kept_ctx = kept(st, a);
     rest(a, st, ids, la, V);
 
-    kv_stats_t s0, s1;
+    kv_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
     kv_store_stats(st, &s0);
     kv_model_session_t *b = session(m, st, spec);
     uint32_t got = 0;

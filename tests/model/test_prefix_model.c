@@ -74,7 +74,7 @@ static void one_format(const kv_model_t *m, const int32_t *ids, uint32_t fmt, co
     CHECK_OK(kv_model_forward(a, ids, B, NULL, 0));
     CHECK_EQ(kv_seq_prefix_publish(st, sa, ids, B, NULL, 0), B);
     CHECK_OK(run_rest(a, ids, B, ra, da, V));
-    kv_stats_t s0, s1;
+    kv_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
     kv_store_stats(st, &s0);
 
     uint32_t got = 0;

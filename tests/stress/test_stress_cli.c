@@ -268,7 +268,7 @@ static void test_verify_formats(void)
     CHECK_OK(kv_seq_set_policy(t.st, q.id, pol));
     kv_policy_destroy(pol);
     CHECK_OK(vt_append(&t, &q, 300, -1, -1));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(t.st, &st));
     CHECK(st.pages_by_format[KV_FMT_INT2] > 0);
     CHECK_EQ(stress_verify_seq(&t.vf, &q), 0);
@@ -331,7 +331,7 @@ static void test_verify_fork_and_failures(void)
     CHECK_OK(kv_seq_free(t.st, p.id));
     CHECK_OK(kv_seq_free(t.st, cid));
     CHECK(stress_verify_empty(&t.vf, 0) > 0);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_seq_free(t.st, big.id));
     CHECK_OK(kv_store_stats(t.st, &st));
     uint64_t l0 = t.vf.leaks;

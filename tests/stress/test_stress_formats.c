@@ -199,7 +199,7 @@ static void verify_all(void)
             }
     }
     EXPECT(kv_store_check(S) == 0);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     EXPECT(st.tokens == tokens);
     EXPECT(st.fp16_bytes == tokens * 2 * HD * 2);
@@ -428,7 +428,7 @@ static int append_layer(sseq_t *s, uint32_t l, uint32_t n, const float *bk,
         n_conv += done > 0;
         if (deferred) {
             n_defer++;
-            kv_stats_t st;
+            kv_stats_t st = {.struct_size = sizeof st};
             CHECK_OK(kv_store_stats(S, &st));
             /* deferred only for lack of memory: injected or a tight pool
              * (a conversion needs at most ~10 pages per head here) */
@@ -744,7 +744,7 @@ static void run(uint64_t seed, long ops)
                     sl_free(&SH[i].l[l][h]);
             SH[i].live = 0;
         }
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     CHECK_EQ(st.pages_used, 0);
     CHECK_OK(kv_store_check(S));

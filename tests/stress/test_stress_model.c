@@ -348,6 +348,7 @@ static kv_stats_t get_stats(void)
 {
     kv_stats_t st;
     memset(&st, 0xAB, sizeof st);
+    st.struct_size = sizeof st;
     SCHECK_RC(API(kv_store_stats(R.store, &st)), 0);
     return st;
 }

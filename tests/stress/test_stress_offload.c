@@ -122,7 +122,7 @@ static void test_verify_offload(void)
     CHECK_EQ(stress_verify_store(&vf, live, 1), 0);
 
     /* an offloaded sequence left behind leaks its sequence, metadata, slots */
-    kv_stats_t s0;
+    kv_stats_t s0 = {.struct_size = sizeof s0};
     CHECK_OK(kv_store_stats(st, &s0));
     CHECK(s0.offload_slots_used > 0 && s0.pages_used == 0);
     uint64_t l0 = vf.leaks;
@@ -191,7 +191,7 @@ static void test_verify_lost(void)
     CHECK_EQ(stress_verify_wait(&vf, &a, 0, &r), 1); /* planted: the loss called fine */
     a.res = STRESS_RES_RESIDENT;                       /* planted: "it all came back" */
     CHECK(stress_verify_seq(&vf, &a) > 0);
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     CHECK_OK(kv_store_stats(st, &s));
     CHECK(s.offload_faults > 0 && s.pages_lost == r.lost);
     CHECK_OK(kv_seq_free(st, a.id));

@@ -195,7 +195,7 @@ static void verify_all(void)
     }
     free(pos);
     EXPECT(kv_store_check(S) == 0);
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     EXPECT(kv_store_stats(S, &st) == 0);
     EXPECT(st.tokens == tokens && st.n_seqs == live);
     EXPECT(st.pages_used + st.pages_free == st.pages_capacity);
@@ -490,7 +490,7 @@ static void run_seed(uint64_t seed, const char *ladder, uint32_t reserve, long n
     for (op_no = 0; op_no < n_op && !failed; op_no++) {
         uint32_t r = rnd(100);
         int op = r < 8 ? 0 : r < 40 ? 1 : r < 48 ? 2 : r < 80 ? 3 : r < 86 ? 4 : r < 92 ? 5 : 6;
-        kv_stats_t st;
+        kv_stats_t st = {.struct_size = sizeof st};
         CHECK_OK(kv_store_stats(S, &st));
         if (st.pages_free < 8 && rnd(3) == 0)
             op = 5; /* make room now and then */
@@ -507,7 +507,7 @@ static void run_seed(uint64_t seed, const char *ladder, uint32_t reserve, long n
         }
         verify_all();
     }
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(S, &st));
     printf("seed %llu (%s, reserve %u): %ld ops (create %ld prefill %ld end %ld decode %ld "
            "fork %ld free %ld compact %ld), %ld ENOMEM (%ld injected), %ld attention rows "

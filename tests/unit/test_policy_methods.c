@@ -306,7 +306,7 @@ static void test_minicache(void)
     li = kv_page_list_get(e.s->pt, s, 3, 0);
     CHECK_EQ(li->ents[li->n_ents - 1].format, KV_FMT_FP16);
     CHECK_OK(kv_store_check(e.s));
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     CHECK_OK(kv_store_stats(e.s, &st));
     CHECK(st.pages_by_format[KV_FMT_MERGED] > 0);
     kv_store_destroy(e.s);

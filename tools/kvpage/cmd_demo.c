@@ -318,7 +318,7 @@ int kv_cmd_demo(int argc, char **argv)
         demo_fail("kv_store_check", rc);
         goto done;
     }
-    kv_stats_t stats;
+    kv_stats_t stats = {.struct_size = sizeof stats};
     kv_store_stats(st, &stats);
     t.wall_s = kv_cli_now() - wall0;
     ret = demo_report(&o, &stats, &t, cfg.n_threads);

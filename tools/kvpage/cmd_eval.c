@@ -247,7 +247,7 @@ static int run_start(eval_state_t *E, uint32_t p, const int32_t *ids, uint32_t n
 /* The footprint of the run's one sequence, into res (summed; see finish). */
 static int run_account(eval_run_t *r, eval_result_t *res)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     int rc = kv_store_check(r->st);
     if (rc || (rc = kv_store_stats(r->st, &st)))
         return rc;
@@ -526,7 +526,7 @@ static int run_agnostic(eval_state_t *E, uint32_t p, const item_cell_t *c,
     int rc = run_start(E, p, pr->ids[0], pr->n_head, most, &r);
     if (rc)
         return rc;
-    kv_stats_t ctx; /* the compressed context alone */
+    kv_stats_t ctx = {.struct_size = sizeof ctx}; /* the compressed context alone */
     if (!(rc = eval_run_prefill_end(&r, &E->pol[p])))
         rc = kv_store_stats(r.st, &ctx);
     for (uint32_t qi = 0; qi < it->n_q && !rc; qi++) {

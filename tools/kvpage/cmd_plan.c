@@ -14,7 +14,9 @@
  * binary) and KV_SOURCE_RESULTS (the source tree's) come from the build.
  *
  * Uses only the public API. Exit codes: 0 ok, 1 a simulation failed, 2
- * usage error (unknown preset, bad policy or workload, no room for a pool).
+ * usage error (unknown preset, bad policy or workload, no room for a pool,
+ * a shape whose smallest sequence does not fit the pool: plan_fits, before
+ * any simulation).
  */
 #include <math.h>
 #include <stddef.h>
@@ -194,6 +196,40 @@ static int plan_eval_dir(const char *given, char *buf, size_t len)
     return 0;
 }
 
+/* The smallest sequence of the model's store -- one token, so one page in
+ * each of its layers x kv heads lists, and its metadata (kv_config_estimate
+ * of a one-sequence store holding exactly those pages) -- fits the KV pool:
+ * 0, else a message with the bytes it needs and 2. Nothing is allocated. */
+static int plan_fits(const plan_t *p)
+{
+    const plan_model_t *m = &p->in->model;
+    kv_config_t cfg = kv_config_default();
+    cfg.n_layers = m->layers;
+    cfg.n_q_heads = m->q_heads;
+    cfg.n_kv_heads = m->kv_heads;
+    cfg.head_dim = m->head_dim;
+    cfg.page_bytes = p->page_bytes;
+    cfg.max_seqs = 1;
+    cfg.host_pages = (uint64_t)m->layers * m->kv_heads;
+    kv_estimate_t e;
+    int rc = kv_config_estimate(&cfg, &e);
+    if (rc) {
+        fprintf(stderr, "kvpage plan: no store of this shape: %s\n", kv_strerror(rc));
+        return 2;
+    }
+    double need = (double)e.kv_max + (double)e.meta_max;
+    if (need <= p->pool_bytes)
+        return 0;
+    fprintf(stderr, "kvpage plan: the model cannot hold one sequence: a 1-token sequence "
+            "takes a page in each of its %llu lists (layers x kv heads): %llu bytes of pages "
+            "(%llu x %u) and %llu bytes of metadata, %.0f bytes (%.1f GiB) in all; the KV pool "
+            "has %.0f bytes (%.1f GiB: GPU memory less --reserve and the weights)\n",
+            (unsigned long long)cfg.host_pages, (unsigned long long)e.kv_max,
+            (unsigned long long)cfg.host_pages, p->page_bytes, (unsigned long long)e.meta_max,
+            need, need / 1073741824.0, p->pool_bytes, p->pool_bytes / 1073741824.0);
+    return 2;
+}
+
 /* Split and parse --policies into sp; the count, or -1 after a message
  * (nothing left to destroy). */
 static int plan_specs(const char *policies, plan_spec_t *sp)
@@ -247,6 +283,8 @@ int kv_cmd_plan(int argc, char **argv)
                                   "multiple of kv heads, head_dim a multiple of 16)");
         return 2;
     }
+    if (plan_fits(&p))
+        return 2;
     plan_spec_t sp[PLAN_MAX_POLICIES];
     plan_result_t res[PLAN_MAX_POLICIES];
     int n = plan_specs(o.policies, sp);

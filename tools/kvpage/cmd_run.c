@@ -480,7 +480,7 @@ int kv_cmd_run(int argc, char **argv)
         run_fail("decoding the output", KV_ENOMEM, NULL);
         goto done;
     }
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(store, &st);
     run_out_t ro = {.o = &o, .path = path, .threads = cfg.n_threads, .st = &st, .g = &gr,
                     .stopped_control = stopped_control, .text = text, .text_len = text_len,

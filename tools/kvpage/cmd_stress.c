@@ -156,7 +156,7 @@ typedef struct stress_chaos {
 
 static void stress_progress(const stress_driver_t *d, const stress_chaos_t *ch, double t)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(d->st, &st);
     if (d->cfg.pfx.on) {
         fprintf(stderr, "\rstress %6.1f s  ops %llu  live %u  pages %llu/%llu  prefix hits "
@@ -614,7 +614,7 @@ int kv_cmd_stress(int argc, char **argv)
     if (progress)
         fprintf(stderr, "\n");
     const uint64_t ops_at_stop = d.ops;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(d.st, &st);
     stress_driver_finish(&d);
     double secs = kv_cli_now() - t0;

@@ -126,7 +126,7 @@ static int replay_into(kv_store_t *st, kv_seq_id_t seq, const eval_share_t *sh,
 /* KV_ESTATE unless every page of the store is FP16. */
 static int check_fp16(const kv_store_t *st)
 {
-    kv_stats_t s;
+    kv_stats_t s = {.struct_size = sizeof s};
     int rc = kv_store_stats(st, &s);
     for (unsigned f = 0; !rc && f < KV_FMT_COUNT; f++)
         if (f != KV_FMT_FP16 && s.pages_by_format[f])

@@ -9,6 +9,9 @@
  *   kvpage help             this list
  *
  * Each subcommand takes --help. Exit codes: 0 ok, 1 failure, 2 usage.
+ * Help that was asked for (help, --help, <command> --help) goes to stdout
+ * with exit 0; a usage error (no command, an unknown one, a bad option)
+ * prints its message, and `kvpage` alone the command list, on stderr.
  * Whatever a command printed must have reached stdout: lost output (a full
  * disk, >/dev/full) turns a success into exit 1 with a message.
  */
@@ -45,13 +48,18 @@ static const struct {
     {"help", cmd_help, "list the commands"},
 };
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvpage <command> [options]   (kvpage <command> --help)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
 static int cmd_help(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    printf("usage: kvpage <command> [options]   (kvpage <command> --help)\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        printf("  %-10s %s\n", commands[i].name, commands[i].help);
+    usage(stdout);
     return 0;
 }
 
@@ -64,9 +72,9 @@ double kv_cli_now(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        cmd_help(0, NULL);
-        return kv_cli_stdout_close("help") ? 1 : 2;
+    if (argc < 2) { /* a usage error: the list goes to stderr */
+        usage(stderr);
+        return 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         argv[1] = "help";

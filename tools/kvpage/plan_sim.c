@@ -105,7 +105,7 @@ static void prefix_ids(int32_t *ids, uint32_t prompt, uint32_t shared, int32_t w
  * published, freed; *shared_pages = what the cache keeps. */
 static int prefix_publisher(sim_t *S, uint32_t prompt, uint32_t shared, uint64_t *shared_pages)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     int rc = kv_seq_create(S->st, &S->seq);
     if (!rc)
         rc = kv_seq_set_policy(S->st, S->seq, S->c->policy);
@@ -176,7 +176,7 @@ static int run_once(sim_t *S, uint64_t pages, uint32_t prompt, uint32_t out, pla
     if (rc)
         return rc;
     kv_seq_id_t seq;
-    kv_stats_t base, end;
+    kv_stats_t base = {.struct_size = sizeof base}, end = {.struct_size = sizeof end};
     if (!(rc = kv_seq_create(S->st, &seq)) && !(rc = kv_seq_set_policy(S->st, seq, c->policy)))
         rc = kv_seq_free(S->st, seq);
     uint64_t shared_pages = 0;

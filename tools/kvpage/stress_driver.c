@@ -150,7 +150,7 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
         snprintf(err, err_len, "kv_store_create: %s", kv_strerror(rc));
         return rc;
     }
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(d->st, &st);
     d->tokens_per_page = st.fp16_tokens_per_page;
     const size_t n_slots = (size_t)cfg->max_seqs + 1; /* one more: creates hit ELIMIT */
@@ -450,6 +450,7 @@ uint64_t stress_driver_finish(stress_driver_t *d)
     bad += stress_pfx_drain(d, &meta0);
     snprintf(d->vf.context, sizeof d->vf.context, "end (every sequence freed)");
     bad += stress_verify_empty(&d->vf, meta0);
+    d->final.struct_size = sizeof d->final;
     kv_store_stats(d->st, &d->final);
     return bad;
 }

@@ -51,7 +51,7 @@ int stress_pfx_init(stress_driver_t *d)
     stress_pfx_t *p = &d->pfx;
     if (!c->on)
         return 0;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(d->st, &st);
     p->block = st.fp16_tokens_per_page;
     p->n_pol = d->cfg.mix->n;
@@ -149,7 +149,7 @@ static int pfx_probe(stress_driver_t *d, const stress_req_t *r)
  * fetches) and publish, so sampling after those calls sees the peak. */
 static void pfx_peak(stress_driver_t *d)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     if (kv_store_stats(d->st, &st) == 0 && st.prefix_nodes > d->pfx.peak_nodes)
         d->pfx.peak_nodes = st.prefix_nodes;
 }
@@ -225,7 +225,7 @@ uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0)
 {
     stress_verifier_t *vf = &d->vf;
     const uint64_t before = vf->leaks;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     if (!d->cfg.pfx.on || kv_store_stats(d->st, &st))
         return 0;
     snprintf(vf->context, sizeof vf->context, "end (prefix cache drain)");

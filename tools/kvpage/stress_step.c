@@ -156,7 +156,7 @@ static uint64_t eng_need(const stress_driver_t *d, const stress_req_t *r)
  * ENG_MAX_WAIT iterations (it then waits for room: no starvation). */
 static int eng_pick_req(stress_driver_t *d)
 {
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     kv_store_stats(d->st, &st);
     uint32_t n = d->q_len < ENG_LOOKAHEAD ? d->q_len : ENG_LOOKAHEAD;
     if (d->queue[d->q_head].waited >= ENG_MAX_WAIT)

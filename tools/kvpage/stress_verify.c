@@ -313,7 +313,7 @@ uint64_t stress_verify_store(stress_verifier_t *vf, const stress_shadow_t *const
                              uint32_t n_live)
 {
     uint64_t before = vf->violations;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     int rc = kv_store_check(vf->st);
     if (rc)
         stress_violation(vf, "kv_store_check: %s", kv_strerror(rc));
@@ -365,6 +365,7 @@ static void verify_lens(stress_verifier_t *vf, const stress_shadow_t *s, uint32_
 
 void stress_snap_take(stress_verifier_t *vf, const stress_shadow_t *s)
 {
+    vf->snap.struct_size = sizeof vf->snap;
     kv_store_stats(vf->st, &vf->snap);
     vf->snap_seq = s != NULL;
     if (s)
@@ -374,7 +375,7 @@ void stress_snap_take(stress_verifier_t *vf, const stress_shadow_t *s)
 uint64_t stress_verify_unchanged(stress_verifier_t *vf, const stress_shadow_t *s)
 {
     uint64_t before = vf->violations;
-    kv_stats_t a;
+    kv_stats_t a = {.struct_size = sizeof a};
     kv_store_stats(vf->st, &a);
     const kv_stats_t *b = &vf->snap;
     /* a refused page evicts cached prefix nodes first (docs/prefix.md):
@@ -440,7 +441,7 @@ uint64_t stress_verify_wait(stress_verifier_t *vf, const stress_shadow_t *s, int
 uint64_t stress_verify_empty(stress_verifier_t *vf, uint64_t meta0)
 {
     uint64_t before = vf->leaks;
-    kv_stats_t st;
+    kv_stats_t st = {.struct_size = sizeof st};
     int rc = kv_store_check(vf->st);
     if (rc)
         stress_leak(vf, "empty store: kv_store_check: %s", kv_strerror(rc));
