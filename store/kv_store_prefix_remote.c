@@ -76,8 +76,12 @@ int kv_pfx_remote_init(kv_store_t *s)
     kv_pfx_t *p = s->pfx;
     if (!s->cfg.prefix_remote)
         return 0;
+    char pass[KV_REMOTE_MAX_SECRET + 3]; /* (and "\r\n"); wiped below */
     kv_remote_config_t rc = {.url = s->cfg.prefix_remote,
-                             .timeout_ms = s->cfg.prefix_remote_timeout_ms};
+                             .timeout_ms = s->cfg.prefix_remote_timeout_ms,
+                             .tls_ca_file = s->cfg.prefix_remote_tls_ca,
+                             .tls_cert_file = s->cfg.prefix_remote_tls_cert,
+                             .tls_key_file = s->cfg.prefix_remote_tls_key};
     size_t n = strlen(s->cfg.prefix_remote) + 1;
     int rv = (p->url = kv_mem_alloc(n)) ? 0 : KV_ENOMEM;
     if (rv == 0) {
@@ -85,10 +89,20 @@ int kv_pfx_remote_init(kv_store_t *s)
         p->url_bytes = n;
         p->bytes += n;
         s->cfg.prefix_remote = p->url; /* the store's copy */
-        rv = kv_remote_create(&rc, &p->remote);
+        rv = kv_pfx_sec_copy(s);
     }
     if (rv == 0)
+        rv = kv_pfx_sec_password(&s->cfg, pass, sizeof pass);
+    rc.password = rv == 0 && pass[0] ? pass : NULL;
+    if (rv == 0)
+        rv = kv_remote_create(&rc, &p->remote);
+    if (rv == 0)
         rv = kv_remote_pub_create(&rc, PUB_ITEMS, PUB_BYTES, 0, &p->pub);
+    kv_remote_wipe(pass, sizeof pass);
+    if (rv == 0) { /* refused credentials or TLS fail create; a server down does not */
+        int pr = kv_remote_probe(p->remote);
+        rv = pr == KV_EAUTH || pr == KV_ETLS ? pr : 0;
+    }
     if (rv) {
         kv_pfx_remote_fini(s);
         return rv;
@@ -120,6 +134,7 @@ void kv_pfx_remote_fini(kv_store_t *s)
     p->url = NULL;
     p->url_bytes = 0;
     s->cfg.prefix_remote = NULL;
+    kv_pfx_sec_free(s);
 }
 
 /* ---- publish -------------------------------------------------------------------- */
@@ -323,8 +338,8 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
             int r = it[i].status;
             if (r == KV_ENOENT || r == KV_ERANGE) /* absent, corrupt, or a longer node */
                 break;
-            if (r) {
-                p->r_errors++;
+            if (r) { /* (a refusal is counted apart: prefix_remote_denied) */
+                p->r_errors += r != KV_EAUTH;
                 break;
             }
             r = install(s, it[i].dst, it[i].len, *got, end, *last, targets, &h[end / B - 1], &x);

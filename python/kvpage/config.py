@@ -48,7 +48,8 @@ class Config:
     include/kvpage/kvpage.h for every field's range). Set at least the model
     shape (n_layers, n_q_heads, n_kv_heads, head_dim) and host_pages; the
     other fields default as kv_config_default() sets them (0 = the library's
-    default). pressure, offload_path and prefix_remote are str (or None).
+    default). pressure, offload_path, prefix_remote and the
+    prefix_remote_password_*/prefix_remote_tls_* fields are str (or None).
     Prefix cache (docs/prefix.md): prefix_cache=True needs prefix_model, the
     model fingerprint (bytes, 1..65536; e.g. the SHA-256 of the weights
     file; the store copies it at create), else KvError(KV_EINVAL) from the
@@ -80,6 +81,11 @@ class Config:
     prefix_model: bytes = b""
     prefix_remote: Optional[str] = None
     prefix_remote_timeout_ms: int = _D.prefix_remote_timeout_ms
+    prefix_remote_password_file: Optional[str] = None
+    prefix_remote_password_env: Optional[str] = None
+    prefix_remote_tls_ca: Optional[str] = None
+    prefix_remote_tls_cert: Optional[str] = None
+    prefix_remote_tls_key: Optional[str] = None
 
     def _to_c(self) -> _lib.kv_config_t:
         """The C struct. Its char pointers point into bytes objects the
@@ -121,7 +127,9 @@ class Config:
 
 
 _U64 = ("host_pages", "offload_fault_seed")
-_STRINGS = ("pressure", "offload_path", "prefix_remote")
+_STRINGS = ("pressure", "offload_path", "prefix_remote", "prefix_remote_password_file",
+            "prefix_remote_password_env", "prefix_remote_tls_ca", "prefix_remote_tls_cert",
+            "prefix_remote_tls_key")
 
 
 def u_int(name: str, value: Any, bits: int = 32) -> int:
@@ -207,6 +215,9 @@ class Stats:
     prefix_file_dropped: int
     prefix_file_bad: int
     prefix_file_restored: int
+    prefix_remote_denied: int
+    prefix_remote_auth_failures: int
+    prefix_remote_tls_failures: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

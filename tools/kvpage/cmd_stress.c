@@ -56,7 +56,9 @@ typedef struct stress_opts {
     const char *remote;    /* --remote URL|local, or NULL         */
     uint64_t remote_timeout, remote_restarts, remote_corrupt;
     kv_cli_outs_t out;     /* --json, --md                        */
+    kv_cli_remote_t sec;   /* --remote-password-*, --remote-tls-* */
     char offload_file[4096]; /* the page file (a name in DIR)     */
+    char remote_shown[1024]; /* --remote as printed: no password  */
 } stress_opts_t;
 
 #define OPT(name, kind, field, lo, hi, arg, help) \
@@ -122,8 +124,11 @@ static const kv_cli_opt_t stress_opt_table[] = {
          "fraction of requests that start with a system prompt (default 0.9)"),
     OPT("--remote", KV_CLI_STR, remote, 0, 0, "URL|local",
         "the prefix cache's remote tier: a Redis/Valkey URL\n"
-        "(redis://host:port[,...]), or 'local': a private redis-server\n"
-        "this run starts (needed for --remote-restarts)"),
+        "(redis://host:port[,...]; rediss://: TLS; redis://user@host:port:\n"
+        "AUTH as user, the password from --remote-password-*; reports show\n"
+        "a url's password as ***), or 'local': a private redis-server this\n"
+        "run starts (needed for --remote-restarts)"),
+    KV_CLI_REMOTE_OPTS(stress_opts_t, sec),
     OPT("--remote-timeout", KV_CLI_UINT, remote_timeout, 1, 60000, "MS",
         "bound of one remote fetch (kv_config_t.prefix_remote_timeout_ms,\n"
         "default 200)"),
@@ -253,7 +258,9 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         kv_cli_rep_u(r, k[i], v[i]);
     kv_cli_rep_d(r, "share", o->prefix_share, -1);
-    kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote) : NULL);
+    kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote_shown) : NULL);
+    kv_cli_rep_u(r, "remote_denied", f->prefix_remote_denied);
+    kv_cli_rep_u(r, "remote_tls_failures", f->prefix_remote_tls_failures);
     kv_cli_rep_u(r, "remote_restarts", ch->red.restarts);
     kv_cli_rep_u(r, "remote_restart_failures", ch->red.restart_failures);
     kv_cli_rep_u(r, "corrupt_injected", ch->red.injected);
@@ -410,8 +417,10 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
         if (o->remote)
             printf("  %-28s %s: %llu nodes fetched (%llu tokens), %llu bad values refused, "
                    "%llu keys unanswered, %llu queued, %llu dropped; %llu restarts (%llu "
-                   "failed), %llu corrupt values written\n", "remote",
-                   ch->have ? ch->red.url : o->remote, (unsigned long long)f->prefix_remote_hits,
+                   "failed), %llu corrupt values written; %llu keys refused, %llu TLS "
+                   "failures\n", "remote",
+                   ch->have ? ch->red.url : o->remote_shown,
+                   (unsigned long long)f->prefix_remote_hits,
                    (unsigned long long)f->prefix_remote_tokens,
                    (unsigned long long)f->prefix_remote_bad,
                    (unsigned long long)f->prefix_remote_errors,
@@ -419,7 +428,9 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
                    (unsigned long long)f->prefix_remote_dropped,
                    (unsigned long long)ch->red.restarts,
                    (unsigned long long)ch->red.restart_failures,
-                   (unsigned long long)ch->red.injected);
+                   (unsigned long long)ch->red.injected,
+                   (unsigned long long)f->prefix_remote_denied,
+                   (unsigned long long)f->prefix_remote_tls_failures);
     }
     printf("  %-28s %14llu\n", "violations", (unsigned long long)d->vf.violations);
     printf("  %-28s %14llu\n", "leaks", (unsigned long long)d->vf.leaks);
@@ -441,7 +452,7 @@ static void stress_repro(const stress_opts_t *o, uint64_t ops)
                 "--prefix-salts %llu --prefix-share %.17g%s%s (the remote's chaos is not "
                 "replayed exactly)\n", (unsigned long long)o->prefix_prompts,
                 (unsigned long long)o->prefix_len, (unsigned long long)o->prefix_salts,
-                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote : "");
+                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote_shown : "");
     if (o->offload) {
         fprintf(stderr, "    --offload '%s' --offload-pages %llu", o->offload,
                 (unsigned long long)o->offload_pages);
@@ -510,6 +521,12 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
         fprintf(stderr, "kvpage stress: --remote needs --prefix-cache\n");
         return 2;
     }
+    if (kv_cli_remote_given(&o->sec) && (!o->remote || !strcmp(o->remote, "local"))) {
+        fprintf(stderr, "kvpage stress: --remote-password-* and --remote-tls-* need "
+                        "--remote URL (not local: that server has no password or TLS)\n");
+        return 2;
+    }
+    kv_cli_remote_shown(o->remote, o->remote_shown, sizeof o->remote_shown);
     if ((o->remote_restarts && (!o->remote || strcmp(o->remote, "local"))) ||
         (o->remote_corrupt && !o->remote)) {
         fprintf(stderr, "kvpage stress: --remote-restarts needs --remote local (a server "
@@ -540,7 +557,7 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                                   .prompt_len = (uint32_t)o->prefix_len,
                                   .salts = (uint32_t)o->prefix_salts,
                                   .share = o->prefix_share, .remote = o->remote,
-                                  .timeout_ms = (uint32_t)o->remote_timeout}};
+                                  .sec = o->sec, .timeout_ms = (uint32_t)o->remote_timeout}};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
         stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
         fprintf(stderr, "kvpage stress: %s\n", err);

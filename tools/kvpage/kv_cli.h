@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvpage/kvpage.h"
+
 int kv_cmd_demo(int argc, char **argv);
 int kv_cmd_run(int argc, char **argv);
 int kv_cmd_eval(int argc, char **argv);
@@ -165,6 +167,33 @@ typedef struct kv_cli_opt {
                         /* ALIAS: the name of the entry it stands for    */
     const char *help;   /* usage text; may hold '\n' for more lines      */
 } kv_cli_opt_t;
+
+/* The remote tier's credential and TLS options (run, stress), stored as
+ * kv_config_t's prefix_remote_password_file/_env, prefix_remote_tls_*
+ * (kv_cli_remote.c). */
+typedef struct kv_cli_remote {
+    const char *password_file, *password_env, *tls_ca, *tls_cert, *tls_key;
+} kv_cli_remote_t;
+#define KV_CLI_REMOTE_OPTS(type, field)                                                \
+    {"--remote-password-file", KV_CLI_STR, offsetof(type, field.password_file), 0, 0, 0, \
+     0, "FILE", "the remote's AUTH password: the first line of FILE\n"                   \
+     "(user, if any, in the URL: redis://user@host:port)"},                            \
+    {"--remote-password-env", KV_CLI_STR, offsetof(type, field.password_env), 0, 0, 0,  \
+     0, "NAME", "the remote's AUTH password: environment variable NAME"},              \
+    {"--remote-tls-ca", KV_CLI_STR, offsetof(type, field.tls_ca), 0, 0, 0, 0, "FILE",   \
+     "rediss://: CA certificates (PEM) that verify the server\n"                       \
+     "(default: the system's store)"},                                                 \
+    {"--remote-tls-cert", KV_CLI_STR, offsetof(type, field.tls_cert), 0, 0, 0, 0,       \
+     "FILE", "rediss://: client certificate (PEM), with --remote-tls-key"},            \
+    {"--remote-tls-key", KV_CLI_STR, offsetof(type, field.tls_key), 0, 0, 0, 0, "FILE", \
+     "rediss://: the client certificate's private key (PEM)"}
+/* 1 if any of them was given. */
+int kv_cli_remote_given(const kv_cli_remote_t *r);
+/* Set c's fields from r. */
+void kv_cli_remote_apply(const kv_cli_remote_t *r, kv_config_t *c);
+/* url as reports and messages show it: its password hidden
+ * (kv_prefix_remote_redact), in buf; NULL for NULL. */
+const char *kv_cli_remote_shown(const char *url, char *buf, size_t cap);
 
 /* Parse argv[1..argc) (argv[0] = the subcommand) into o. Every argument
  * must be a known option. Returns 0; 1 when --help/-h printed the usage to

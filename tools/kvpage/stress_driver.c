@@ -142,6 +142,7 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
         kc.prefix_model_len = (uint32_t)strlen(d->pfx.fp);
         kc.prefix_remote = cfg->pfx.remote;
         kc.prefix_remote_timeout_ms = cfg->pfx.remote ? cfg->pfx.timeout_ms : 0;
+        kv_cli_remote_apply(&cfg->pfx.sec, &kc);
     }
     int rc = kv_store_create(&kc, &d->st);
     if (rc) {

@@ -38,6 +38,7 @@
 
 #include <stdint.h>
 
+#include "kv_cli.h"
 #include "kvpage/kvpage.h"
 
 #define STRESS_PFX_MAX_PROMPTS 64u
@@ -52,6 +53,7 @@ typedef struct stress_pfx_cfg {
     double share;        /* fraction of requests that start with a system */
                          /* prompt (the others: unique prompts)           */
     const char *remote;  /* kv_config_t.prefix_remote, or NULL            */
+    kv_cli_remote_t sec; /* its credential and TLS fields                 */
     uint32_t timeout_ms; /* kv_config_t.prefix_remote_timeout_ms          */
 } stress_pfx_cfg_t;
 
