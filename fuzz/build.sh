@@ -37,7 +37,7 @@ cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 
 tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
 lib_dirs=(alloc formats pages kernels kernels/cpu store offload prefix remote)
-libs=(-luring -lcrypto -lhiredis -lpthread)
+libs=(-luring -lssl -lcrypto -lhiredis -lpthread)
 
 # The library's objects, instrumented like the targets (metadata through the
 # system allocator, as in the ASan build, so ASan sees it); rebuilt when a

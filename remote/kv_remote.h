@@ -175,9 +175,10 @@ int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out);
  * (unreachable), -ETIMEDOUT, KV_ENOMEM. Errors: KV_EINVAL. */
 int kv_remote_probe(kv_remote_t *r);
 
-/* url with its password replaced by "***" (every "user:password@" part),
- * fit for a log or a report; written into buf (NUL-terminated, truncated to
- * cap - 1 bytes). Returns the redacted url's full length, or KV_EINVAL. */
+/* url with its password replaced by "***" (everything from the first ':'
+ * after the scheme to the last '@'), fit for a log or a report; written
+ * into buf (NUL-terminated, truncated to cap - 1 bytes). Returns the
+ * redacted url's full length, or KV_EINVAL. */
 int kv_remote_url_redact(const char *url, char *buf, size_t cap);
 
 /* Wipe len bytes of a secret (a write the compiler keeps). */

@@ -161,42 +161,21 @@ int kv_remote_url_redact(const char *url, char *buf, size_t cap)
 {
     if (!url || (cap && !buf))
         return KV_EINVAL;
-    static const char stars[] = "***";
-    size_t k = 0, n = strlen(url);
-    for (size_t i = 0; i < n;) {
-        /* a part ends at ','; in it, everything between the first ':' after
-         * the scheme and the last '@' is hidden (a stray '@' in a password
-         * is hidden with it) */
-        size_t e = i;
-        while (e < n && url[e] != ',')
-            e++;
-        size_t st = i;
-        const char *sep = NULL;
-        for (size_t j = i; j + 2 < e; j++)
-            if (url[j] == ':' && url[j + 1] == '/' && url[j + 2] == '/') {
-                st = j + 3;
-                break;
-            }
-        const char *at = NULL;
-        for (size_t j = st; j < e; j++)
-            if (url[j] == '@')
-                at = url + j;
-        if (at)
-            sep = memchr(url + st, ':', (size_t)(at - (url + st)));
-        for (size_t j = i; j < e + (e < n); j++) {
-            if (sep && j > (size_t)(sep - url) && j < (size_t)(at - url)) {
-                if (j == (size_t)(sep - url) + 1)
-                    for (size_t q = 0; q < sizeof stars - 1; q++, k++)
-                        if (k + 1 < cap)
-                            buf[k] = stars[q];
-                continue;
-            }
+    /* everything between the first ':' after the scheme and the last '@' of
+     * the url is hidden: a password with a stray '@' or ',' (which the
+     * parser refuses) is hidden whole, as is one on a later seed */
+    const char *s = strstr(url, "://"), *at = strrchr(url, '@'), *colon = NULL;
+    s = s ? s + 3 : url;
+    if (at && at > s)
+        colon = memchr(s, ':', (size_t)(at - s));
+    size_t n = strlen(url), head = colon ? (size_t)(colon - url) + 1 : n;
+    size_t tail = colon ? n - (size_t)(at - url) : 0, k = 0;
+    const char *parts[3] = {url, colon ? "***" : "", colon ? at : ""};
+    size_t lens[3] = {head, colon ? 3u : 0u, tail};
+    for (int p = 0; p < 3; p++)
+        for (size_t j = 0; j < lens[p]; j++, k++)
             if (k + 1 < cap)
-                buf[k] = url[j];
-            k++;
-        }
-        i = e + (e < n);
-    }
+                buf[k] = parts[p][j];
     if (cap)
         buf[k < cap ? k : cap - 1] = 0;
     return k > (size_t)0x7FFFFFFF ? KV_ERANGE : (int)k;

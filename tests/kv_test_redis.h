@@ -11,6 +11,7 @@
  * (scripts/setup.sh installs it) and 1 when the servers do not come up.
  * kv_tredis_cmd() sends one command to node i with a blocking hiredis
  * context (for test set-up: resharding by hand, corrupt values, ...).
+ * kv_tredis_certs() makes TLS test certificates with the openssl command.
  * kv_tredis_start_ex() starts servers with more redis-server arguments
  * (passwords, ACL users, TLS files), the redis-cli arguments the script's
  * own probes then need, TLS only (single mode), and the AUTH arguments
@@ -140,6 +141,37 @@ static inline void kv_tredis_start_ex(kv_tredis_t *t, const char *mode, const ch
 static inline void kv_tredis_start(kv_tredis_t *t, const char *mode)
 {
     kv_tredis_start_ex(t, mode, NULL, NULL, 0, NULL);
+}
+
+/* Certificates for TLS tests, made with the openssl command in directory
+ * dir (existing): ca.crt (a CA), srv.crt/srv.key (a server certificate of
+ * that CA for IP 127.0.0.1 and DNS localhost), cli.crt/cli.key (a client
+ * certificate of that CA), other.crt (another CA), junk.pem (not PEM).
+ * Exits 77 (skipped) without openssl, 1 when it fails. */
+static inline void kv_tredis_certs(const char *dir)
+{
+    if (system("command -v openssl >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: openssl not installed\n");
+        exit(77);
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "(cd '%s' && set -e && k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+             "openssl req -x509 $k -keyout ca.key -out ca.crt -days 2 -subj /CN=kv-test-ca && "
+             "openssl req -x509 $k -keyout other.key -out other.crt -days 2 -subj /CN=kv-other && "
+             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' >srv.ext && "
+             "openssl req $k -keyout srv.key -out srv.csr -subj /CN=kv-server && "
+             "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out srv.crt -days 2 -extfile srv.ext && "
+             "openssl req $k -keyout cli.key -out cli.csr -subj /CN=kv-client && "
+             "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out cli.crt -days 2 && printf 'not a certificate\\n' >junk.pem"
+             ") >'%s/openssl.log' 2>&1",
+             dir, dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "openssl failed: see %s/openssl.log\n", dir);
+        exit(1);
+    }
 }
 
 static inline pid_t kv_tredis_pid(const kv_tredis_t *t, int i)

@@ -178,7 +178,8 @@ static void test_redact(void)
         {"redis://app:s3cret@h:1", "redis://app:***@h:1"},
         {"redis://:s3cret@h:1,h:2", "redis://:***@h:1,h:2"},
         {"rediss://u:a@b@c@h:1", "rediss://u:***@h:1"}, /* (unparsable: still hidden) */
-        {"redis://h:1,redis://x:pw@h:2", "redis://h:1,redis://x:***@h:2"},
+        {"redis://h:1,redis://x:pw@h:2", "redis://h:***@h:2"}, /* (refused: hidden wide) */
+        {"redis://u:p,w@h:1", "redis://u:***@h:1"},
         {"redis://user@h:1", "redis://user@h:1"},
         {"redis://h:1", "redis://h:1"},
     };

@@ -32,31 +32,10 @@ static char dir[256], ca[300], other_ca[300], ccert[300], ckey[300], skey[300];
 
 static void make_certs(void)
 {
-    if (system("command -v openssl >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "skipped: openssl not installed\n");
-        exit(77);
-    }
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/kvtls.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     CHECK(mkdtemp(dir) != NULL);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "(cd '%s' && set -e && k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
-             "openssl req -x509 $k -keyout ca.key -out ca.crt -days 2 -subj /CN=kv-test-ca && "
-             "openssl req -x509 $k -keyout other.key -out other.crt -days 2 -subj /CN=kv-other && "
-             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' >srv.ext && "
-             "openssl req $k -keyout srv.key -out srv.csr -subj /CN=kv-server && "
-             "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-             "-out srv.crt -days 2 -extfile srv.ext && "
-             "openssl req $k -keyout cli.key -out cli.csr -subj /CN=kv-client && "
-             "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-             "-out cli.crt -days 2 && printf 'not a certificate\\n' >junk.pem"
-             " ) >'%s/openssl.log' 2>&1",
-             dir, dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "openssl failed: see %s/openssl.log\n", dir);
-        exit(1);
-    }
+    kv_tredis_certs(dir);
     snprintf(ca, sizeof ca, "%s/ca.crt", dir);
     snprintf(other_ca, sizeof other_ca, "%s/other.crt", dir);
     snprintf(ccert, sizeof ccert, "%s/cli.crt", dir);
