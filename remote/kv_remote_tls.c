@@ -13,7 +13,9 @@
  * connection before anything is sent (fail closed) and is counted.
  *
  * Reads and writes never block: SSL_read/SSL_write answer WANT_READ or
- * WANT_WRITE and the caller's poll loop waits. Partial writes are enabled
+ * WANT_WRITE and the caller's poll loop waits. OpenSSL reaches the socket
+ * through a BIO of ours whose writes use send(MSG_NOSIGNAL): a server that
+ * went away is an error, never SIGPIPE (OpenSSL's socket BIO uses write()). Partial writes are enabled
  * and the write buffer may move between retries (kv_remote_conn.c grows it).
  * OpenSSL's allocations are its own (as hiredis's); the places that would
  * allocate a context or a connection consult kv_fault_hit so that tests
@@ -26,6 +28,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
@@ -68,6 +73,52 @@ void kv_remote_tls_ctx_free(void *ctx)
     SSL_CTX_free(ctx);
 }
 
+/* ---- the socket BIO: send(MSG_NOSIGNAL) / recv, the fd in the BIO's data */
+
+static int kv_bio_write(BIO *b, const char *p, int n)
+{
+    BIO_clear_retry_flags(b);
+    ssize_t k = send((int)(intptr_t)BIO_get_data(b), p, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_write(b);
+    return (int)k;
+}
+
+static int kv_bio_read(BIO *b, char *p, int n)
+{
+    BIO_clear_retry_flags(b);
+    ssize_t k = recv((int)(intptr_t)BIO_get_data(b), p, (size_t)n, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_read(b);
+    return (int)k;
+}
+
+static long kv_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b, (void)num, (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int kv_bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *kv_bio_method; /* made once, kept for the process's life */
+static pthread_once_t kv_bio_once = PTHREAD_ONCE_INIT;
+
+static void kv_bio_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kv_remote");
+    if (m && BIO_meth_set_write(m, kv_bio_write) && BIO_meth_set_read(m, kv_bio_read) &&
+        BIO_meth_set_ctrl(m, kv_bio_ctrl) && BIO_meth_set_create(m, kv_bio_create)) {
+        kv_bio_method = m;
+        return;
+    }
+    BIO_meth_free(m);
+}
+
 /* Milliseconds to deadline, rounded up (0: passed). */
 static int kv_ms_left(uint64_t deadline)
 {
@@ -80,14 +131,20 @@ static int kv_ms_left(uint64_t deadline)
 
 int kv_remote_tls_connect(void *ctx, kv_remote_node_t *n, uint64_t deadline)
 {
-    SSL *s = kv_fault_hit() ? NULL : SSL_new(ctx);
-    if (!s)
+    pthread_once(&kv_bio_once, kv_bio_init);
+    SSL *s = kv_fault_hit() || !kv_bio_method ? NULL : SSL_new(ctx);
+    BIO *bio = s ? BIO_new(kv_bio_method) : NULL;
+    if (!bio) {
+        SSL_free(s);
         return KV_ENOMEM;
+    }
+    BIO_set_data(bio, (void *)(intptr_t)n->fd);
+    SSL_set_bio(s, bio, bio); /* (s owns it) */
     unsigned char ip[16];
     int is_ip = inet_pton(AF_INET, n->addr.host, ip) == 1 ||
                 inet_pton(AF_INET6, n->addr.host, ip) == 1;
-    int ok = SSL_set_fd(s, n->fd) == 1;
-    if (ok && is_ip)
+    int ok = 1;
+    if (is_ip)
         ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), n->addr.host) == 1;
     else if (ok)
         ok = SSL_set_tlsext_host_name(s, n->addr.host) == 1 && SSL_set1_host(s, n->addr.host) == 1;

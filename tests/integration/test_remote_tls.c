@@ -16,7 +16,9 @@
  *     without a key: KV_EINVAL;
  *   - the store: publish in one, hits in another (prefix_remote_tls_ca);
  *     another CA: kv_store_create fails with KV_ETLS;
- *   - allocation failures (the TLS context, a connection).
+ *   - allocation failures (the TLS context, a connection);
+ *   - the server SIGKILLed under a connected client, then 16 MiB sent on the
+ *     dead connection: errors, never SIGPIPE; restarted: served again.
  * Skipped (77) when openssl or redis-server is not installed.
  */
 #include <errno.h>
@@ -261,6 +263,40 @@ static void test_alloc_failures(void)
     CHECK_EQ(kv_mem_live_bytes(), live);
 }
 
+static void test_killed(void)
+{
+    char url[256];
+    kv_remote_t *r;
+    CHECK_OK(mk(url_of("127.0.0.1", tls.port[0], "rediss", url, sizeof url), ca, NULL, NULL,
+                &r));
+    CHECK_OK(kv_tr_get(r, 11, 100, NULL)); /* connected */
+    CHECK_EQ(kv_tredis_signal(&tls, 0, SIGKILL), 0);
+    usleep(200 * 1000);
+    enum { NB = 16, SZ = 1 << 20 };
+    uint8_t *big = malloc((size_t)NB * SZ);
+    static struct iovec iv[NB];
+    static kv_remote_set_t sets[NB];
+    for (int i = 0; i < NB; i++) {
+        kv_tr_fill(big + (size_t)i * SZ, SZ, 500 + i);
+        iv[i] = (struct iovec){big + (size_t)i * SZ, SZ};
+        sets[i] = (kv_remote_set_t){.key = kv_tr_key(500 + i), .format = 1, .iov = &iv[i],
+                                    .iovcnt = 1};
+    }
+    CHECK_EQ(kv_remote_set(r, sets, NB), 0); /* (a SIGPIPE would have ended the test) */
+    CHECK(sets[0].status == KV_EIO || sets[0].status == -ETIMEDOUT);
+    CHECK_OK(kv_tredis_restart(&tls, 0));
+    int back = 0;
+    for (int i = 0; i < 100 && !back; i++) {
+        back = kv_remote_set(r, sets, NB) == NB;
+        if (!back)
+            usleep(20 * 1000);
+    }
+    CHECK(back);
+    CHECK(stats(r).connects >= 2);
+    free(big);
+    kv_remote_destroy(r);
+}
+
 int main(void)
 {
     make_certs();
@@ -269,6 +305,7 @@ int main(void)
     test_fail_closed();
     test_store();
     test_alloc_failures();
+    test_killed();
     kv_tredis_stop(&plain);
     kv_tredis_stop(&tls);
     char cmd[400];
