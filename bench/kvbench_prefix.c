@@ -25,6 +25,12 @@
  *         remote matches (fetch + validation + install of --cached tokens'
  *         nodes), prefills the rest; ttft median; fetch_gbps = value bytes
  *         installed / the match's time.
+ *   redis-tls
+ *         the same against a third server that speaks TLS only (--tls-port,
+ *         --port 0; certificates made here with the openssl command, in a
+ *         mkdtemp() directory under --dir, removed at the end): rediss://,
+ *         the server verified against that CA (prefix_remote_tls_ca), the
+ *         values copied from the first server as for the cluster.
  * redis_get_gbps: Redis's own GET throughput for the same values: every
  * stored value fetched with pipelined GETs on one plain hiredis connection
  * (no check, no copy), bytes / time, median of 3, in the same run.
@@ -190,12 +196,14 @@ static kv_remote_key_t *all_keys(const kv_tredis_t *t, size_t *n)
     return k;
 }
 
-/* Copy keys from one server set to another through the remote client (the
- * same frames): the number copied. */
-static size_t copy_keys(const char *from, const char *to, const kv_remote_key_t *k, size_t n)
+/* Copy keys from one server set to another (to_ca: its TLS CA file, or
+ * NULL) through the remote client (the same frames): the number copied. */
+static size_t copy_keys(const char *from, const char *to, const char *to_ca,
+                        const kv_remote_key_t *k, size_t n)
 {
     kv_remote_config_t cf = {.url = from, .timeout_ms = 10000}, ct = {.url = to,
-                                                                      .timeout_ms = 10000};
+                                                                      .timeout_ms = 10000,
+                                                                      .tls_ca_file = to_ca};
     kv_remote_t *a = NULL, *b = NULL;
     size_t done = 0, cap = 8u << 20;
     uint8_t *buf = malloc(cap);
@@ -357,10 +365,27 @@ int main(int argc, char **argv)
         cfg.offload_pages = (uint32_t)((o.cached / B + 1) * (lists + rec) + 1024);
     }
     const kv_config_t cfg_file = cfg;
-    static kv_tredis_t single, cluster; /* static: kv_test_redis.h's atexit */
+    static kv_tredis_t single, cluster, tls; /* static: kv_test_redis.h's atexit */
+    char tls_dir[4096] = "", tls_ca[4200] = "", tls_url[128] = "";
     if (!o.no_redis) {
         kv_tredis_start(&single, "single");
         kv_tredis_start(&cluster, "cluster");
+        char sargs[13000], cargs[4300];
+        snprintf(tls_dir, sizeof tls_dir, "%s/kvbench-tls-XXXXXX", o.dir);
+        char *abs = mkdtemp(tls_dir) ? realpath(tls_dir, NULL) : NULL; /* (redis-server */
+        if (!abs) {                                       /* reads them after its chdir) */
+            perror("kvbench-prefix: mkdtemp");
+            return 1;
+        }
+        snprintf(tls_dir, sizeof tls_dir, "%s", abs);
+        free(abs);
+        kv_tredis_certs(tls_dir);
+        snprintf(tls_ca, sizeof tls_ca, "%s/ca.crt", tls_dir);
+        snprintf(sargs, sizeof sargs, "--tls-cert-file %s/srv.crt --tls-key-file %s/srv.key "
+                 "--tls-ca-cert-file %s --tls-auth-clients no", tls_dir, tls_dir, tls_ca);
+        snprintf(cargs, sizeof cargs, "--tls --cacert %s", tls_ca);
+        kv_tredis_start_ex(&tls, "single", sargs, cargs, 1, NULL);
+        snprintf(tls_url, sizeof tls_url, "rediss://127.0.0.1:%d", tls.port[0]);
         cfg.prefix_remote = single.url;
         cfg.prefix_remote_timeout_ms = 10000;
     }
@@ -423,21 +448,31 @@ int main(int argc, char **argv)
     kv_offload_unlink(pfile);
     rmdir(dir);
     /* the remote tiers */
-    tier_res_t rr = {0}, rc2 = {0};
+    tier_res_t rr = {0}, rc2 = {0}, rt = {0};
     double get_gbps = 0;
-    size_t n_keys = 0, copied = 0;
+    size_t n_keys = 0, copied = 0, copied_tls = 0;
     if (!o.no_redis) {
         kv_remote_key_t *keys = all_keys(&single, &n_keys);
-        copied = keys ? copy_keys(single.url, cluster.url, keys, n_keys) : 0;
+        copied = keys ? copy_keys(single.url, cluster.url, NULL, keys, n_keys) : 0;
+        copied_tls = keys ? copy_keys(single.url, tls_url, tls_ca, keys, n_keys) : 0;
         get_gbps = keys ? raw_get_gbps(&single, keys, n_keys) : 0;
         free(keys);
         fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
-                "raw GET %.3f GB/s\n", n_keys, copied, get_gbps);
+                "%zu to the TLS server, raw GET %.3f GB/s\n", n_keys, copied, copied_tls,
+                get_gbps);
+        kv_config_t cfg_tls = cfg0;
+        cfg_tls.prefix_remote_tls_ca = tls_ca;
         if ((rc = tier_reps(m, &cfg0, single.url, &o, ids, lh, &rr, NULL)) ||
-            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL))) {
+            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL)) ||
+            (rc = tier_reps(m, &cfg_tls, tls_url, &o, ids, lh, &rt, NULL))) {
             fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
             return 1;
         }
+        kv_tredis_stop(&tls);
+        char rm[4200];
+        snprintf(rm, sizeof rm, "rm -rf '%s'", tls_dir);
+        if (system(rm) != 0)
+            fprintf(stderr, "kvbench-prefix: could not remove %s\n", tls_dir);
     }
     if (o.json) {
         printf("{\"bench\":\"prefix\",\"model\":\"SmolLM2-135M\",\"prompt_tokens\":%u,"
@@ -456,9 +491,9 @@ int main(int argc, char **argv)
                "\"max_abs_logit_diff_vs_host\":%.6g}",
                fr.ttft_s, cold_s / fr.ttft_s, fr.matched, fr.fetch_gbps, open_s,
                (unsigned long long)fr.bad, (unsigned long long)fr.errors, maxdf);
-        const tier_res_t *tr[2] = {&rr, &rc2};
-        static const char *const names[2] = {"redis", "redis-cluster"};
-        for (int i = 0; i < 2 && !o.no_redis; i++)
+        const tier_res_t *tr[3] = {&rr, &rc2, &rt};
+        static const char *const names[3] = {"redis", "redis-cluster", "redis-tls"};
+        for (int i = 0; i < 3 && !o.no_redis; i++)
             printf(",{\"tier\":\"%s\",\"ttft_s\":%.4f,\"speedup_vs_cold\":%.2f,"
                    "\"tokens_matched\":%u,\"fetch_gbps\":%.4f,\"fetch_vs_raw_get\":%.3f,"
                    "\"remote_bad\":%llu,\"remote_errors\":%llu}",
@@ -484,6 +519,8 @@ int main(int argc, char **argv)
                    get_gbps);
             printf("  redis-cluster ttft      %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
                    rc2.ttft_s, cold_s / rc2.ttft_s, rc2.fetch_gbps);
+            printf("  redis-tls ttft          %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
+                   rt.ttft_s, cold_s / rt.ttft_s, rt.fetch_gbps);
         }
     }
     free(hv);
