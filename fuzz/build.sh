@@ -144,6 +144,8 @@ seed_remote() {
     local d=$1
     printf '\x01redis://127.0.0.1:6379' >"$d/url"
     printf '\x01redis://a:1,redis://[::1]:2,b-c.d_e:65535' >"$d/urls"
+    printf '\x01rediss://app:p%%40ss@h:1,h:2' >"$d/url_cred"
+    printf '\x01redis://:pw@[::1]:6379' >"$d/url_pass"
     printf '\x00KVRM\x01\x00\x40\x00' >"$d/value"
     printf '\x02\x00\x00\x00payload' >"$d/framed"       # intact
     printf '\x02\x10\x00\x04payload' >"$d/framed-bit"   # header byte 16 ^ 4

@@ -23,7 +23,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -35,12 +34,6 @@
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
 #include "remote/kv_remote_int.h"
-
-void kv_remote_wipe(void *p, size_t len)
-{
-    if (p && len)
-        OPENSSL_cleanse(p, len);
-}
 
 int kv_remote_tls_ctx(const kv_remote_config_t *cfg, void **out)
 {

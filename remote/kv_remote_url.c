@@ -13,12 +13,19 @@
  *
  * kv_remote_url_redact is the one place a url is made printable: it never
  * fails to hide a password, even in a url that does not parse.
+ * kv_remote_wipe erases secrets (explicit_bzero: not optimized away).
  */
 #include <string.h>
 
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
 #include "remote/kv_remote_int.h"
+
+void kv_remote_wipe(void *p, size_t len)
+{
+    if (p && len)
+        explicit_bzero(p, len);
+}
 
 static const char kv_plain[] = "redis://", kv_tls[] = "rediss://";
 
