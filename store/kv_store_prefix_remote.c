@@ -28,6 +28,11 @@
  * list (u32 [n_lists]), per entry (format u8, flags u8 = 0, n_tokens u16),
  * then each entry's page, page_bytes each, in entry order.
  *
+ * Init: the password is read from its file or variable and the paths are
+ * copied (kv_store_prefix_sec.c), both clients are made with them, and the
+ * server is probed once: a refusal (KV_EAUTH) or a TLS failure (KV_ETLS)
+ * fails the store's create; a server that is down does not.
+ *
  * Ownership: s->pfx owns the client and the publisher; the publisher owns
  * its copies of queued values.
  */
