@@ -4,7 +4,7 @@
  * the kv_config_t fields of credentials and TLS (checked, copied), the
  * password read from its file or environment variable at create, and the
  * refusal counters of kv_stats_t, and kv_prefix_remote_redact (docs/prefix.md,
- * "Security").
+ * "Authentication and TLS").
  *
  * Invariants: the password lives only on the stack of kv_pfx_sec_password's
  * caller, which wipes it once the clients have their copies; s->cfg holds

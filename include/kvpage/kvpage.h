@@ -178,11 +178,12 @@ typedef struct kv_config {
                           /* "redis://:pass@h:p": AUTH (prefer the two      */
                           /* fields below: a url may be seen in a process   */
                           /* list); NULL = none; copied at create           */
-                          /* (docs/prefix.md, "Security")                   */
+                          /* (docs/prefix.md, "Authentication and TLS")     */
     uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
-    /* remote tier: credentials and TLS (docs/prefix.md, "Security"). All    */
-    /* NULL: none. Each needs prefix_remote; paths and names are copied at    */
-    /* create, where the password is read (never kept in kv_config_t).        */
+    /* remote tier: credentials and TLS (docs/prefix.md, "Authentication and */
+    /* TLS"). All NULL: none. Each needs prefix_remote; paths and names are   */
+    /* copied at create, where the password is read (never kept in            */
+    /* kv_config_t).                                                          */
     const char *prefix_remote_password_file; /* a file whose first line is the */
                           /* AUTH password (1..512 bytes; a trailing "\r\n"  */
                           /* is not part of it); -errno if it cannot be read */
@@ -301,8 +302,8 @@ typedef struct kv_stats {
                                    /* I/O error), dropped with their descendants;  */
                                    /* records that failed restore's checks         */
     uint64_t prefix_file_restored; /* nodes found on the file at KV_OFFLOAD_OPEN   */
-    /* remote tier, continued: refusals (docs/prefix.md, "Security"); fetches */
-    /* and publishes both, none of them in prefix_remote_errors               */
+    /* remote tier, continued: refusals (docs/prefix.md, "Authentication and */
+    /* TLS"); fetches and publishes both, none in prefix_remote_errors        */
     uint64_t prefix_remote_denied; /* keys the server refused (KV_EAUTH: AUTH  */
                                    /* refused, -NOAUTH, -WRONGPASS, -NOPERM)   */
     uint64_t prefix_remote_auth_failures; /* connections whose AUTH was refused */
