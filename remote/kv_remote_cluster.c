@@ -9,7 +9,9 @@
  *   - an array: a cluster; every [start, end, [host, port, ...], replicas...]
  *     entry maps slots start..end to that master (an empty host means the
  *     node that was asked; "?" an unknown one: those slots stay unserved);
- *   - an error saying cluster support is disabled: a single server, that one;
+ *   - an error saying cluster support is disabled, or -NOPERM (an ACL user
+ *     that may not ask): a single server, that one;
+ *   - -NOAUTH / -WRONGPASS: KV_EAUTH (counted), then the next candidate;
  *   - anything else (CLUSTERDOWN, LOADING, a reply that does not parse): the
  *     next candidate.
  * The new map replaces the old one only when a whole reply parsed. Fetches
@@ -105,10 +107,14 @@ static int kv_ask_node(struct kv_remote *r, uint32_t idx, uint64_t deadline, uin
     if (!rep)
         return failed ? failed : KV_EIO;
     rc = KV_EIO;
-    if (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "cluster support disabled")) {
-        r->mode = KV_REMOTE_MODE_SINGLE;
+    int noperm = rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOPERM", 6);
+    if (noperm || (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "cluster support disabled"))) {
+        r->mode = KV_REMOTE_MODE_SINGLE; /* (an ACL user without +cluster|slots) */
         r->single = idx;
         rc = 0;
+    } else if (kv_remote_auth_refused(rep)) { /* -NOAUTH: no password given */
+        kv_remote_count(r, KV_RC_AUTH_FAILURES, 1);
+        rc = KV_EAUTH;
     } else if (!(rc = kv_slots_parse(r, rep, idx, map))) {
         memcpy(r->slot_node, map, KV_REMOTE_SLOTS * sizeof *map);
         r->mode = KV_REMOTE_MODE_CLUSTER;

@@ -28,6 +28,8 @@ KV_EIO = -1009
 KV_ELIMIT = -1010
 KV_ENOTRES = -1011
 KV_EBUSY = -1012
+KV_EAUTH = -1013
+KV_ETLS = -1014
 
 _NAMES = {v: k for k, v in dict(globals()).items() if k.startswith("KV_E")}
 
