@@ -132,7 +132,7 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
     uint16_t *map = kv_mem_alloc(KV_REMOTE_SLOTS * sizeof *map);
     if (!map)
         return KV_ENOMEM;
-    int rc = KV_EIO;
+    int rc = KV_EIO, nomem = 0;
     /* known nodes, connected first (pass 0), then the seeds (pass 2) */
     uint32_t known = r->n_nodes;
     for (int pass = 0; pass < 3 && rc; pass++) {
@@ -141,7 +141,9 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
             uint32_t idx = i;
             if (pass < 2 && (r->nodes[i]->fd >= 0) != (pass == 0))
                 continue;
-            if (pass == 2 && kv_remote_node_get(r, &r->seeds[i], &idx))
+            int g = pass == 2 ? kv_remote_node_get(r, &r->seeds[i], &idx) : 0;
+            nomem |= g == KV_ENOMEM;
+            if (g)
                 continue;
             if (pass == 2 && idx < known)
                 continue; /* already asked */
@@ -149,6 +151,8 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
         }
     }
     kv_mem_free(map, KV_REMOTE_SLOTS * sizeof *map);
+    if (rc == KV_EIO && nomem)
+        rc = KV_ENOMEM; /* a seed not asked for want of memory, not a server down */
     if (!rc) {
         r->stale = 0;
         kv_remote_count(r, KV_RC_SLOT_MAPS, r->mode == KV_REMOTE_MODE_CLUSTER);

@@ -38,9 +38,9 @@
  *
  * Init: the password is read from its file or variable and the paths are
  * copied (kv_store_prefix_sec.c), both clients are made with them and the
- * MAC keys, and the server is probed once: a refusal (KV_EAUTH) or a TLS
- * failure (KV_ETLS) fails the store's create; a server that is down does
- * not.
+ * MAC keys, and the server is probed once: a refusal (KV_EAUTH), a TLS
+ * failure (KV_ETLS) or memory running out (KV_ENOMEM) fails the store's
+ * create; a server that is down does not.
  *
  * Ownership: s->pfx owns the client and the publisher and the copies of the
  * config's strings; the publisher owns its copies of queued values.
@@ -163,9 +163,9 @@ int kv_pfx_remote_init(kv_store_t *s)
         rv = kv_pfx_sec_copy(s);
     if (!rv)
         rv = make_clients(s);
-    if (!rv) { /* refused credentials or TLS fail create; a server down does not */
+    if (!rv) { /* refused credentials, TLS or memory fail create; a server down does not */
         int pr = kv_remote_probe(p->remote);
-        rv = pr == KV_EAUTH || pr == KV_ETLS ? pr : 0;
+        rv = pr == KV_EAUTH || pr == KV_ETLS || pr == KV_ENOMEM ? pr : 0;
     }
     if (rv) {
         kv_pfx_remote_fini(s);
