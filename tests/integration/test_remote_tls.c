@@ -16,6 +16,10 @@
  *     without a key: KV_EINVAL;
  *   - the store: publish in one, hits in another (prefix_remote_tls_ca);
  *     another CA: kv_store_create fails with KV_ETLS;
+ *   - TLS, an ACL user and signed values together: stores with the user's
+ *     password from a variable, a key prefix the user is limited to and a
+ *     MAC key publish and hit; a store without the MAC key refuses the
+ *     values (unauth), one with a wrong password fails with KV_EAUTH;
  *   - allocation failures (the TLS context, a connection);
  *   - the server SIGKILLed under a connected client, then 16 MiB sent on the
  *     dead connection: errors, never SIGPIPE; restarted: served again.
@@ -50,7 +54,8 @@ static void start_servers(void)
     char sargs[2048], cargs[1024];
     snprintf(sargs, sizeof sargs,
              "--tls-cert-file %s/srv.crt --tls-key-file %s/srv.key --tls-ca-cert-file %s "
-             "--tls-auth-clients optional --requirepass tlspw --bind 127.0.0.1 127.0.0.2",
+             "--tls-auth-clients optional --requirepass tlspw --bind 127.0.0.1 127.0.0.2 "
+             "--user mac on >macpw ~dep:* +get +set +exists",
              dir, dir, ca);
     snprintf(cargs, sizeof cargs, "--tls --cacert %s -a tlspw", ca);
     kv_tredis_start_ex(&tls, "single", sargs, cargs, 1, NULL);
@@ -186,16 +191,36 @@ static const char MODEL[] = "tls-test-model";
 
 int kv_store_prefix_flush(kv_store_t *s, uint32_t timeout_ms); /* store/kv_store_int.h */
 
-static void test_store(void)
+/* A prefix-cache store's config over the TLS server at url (rediss://). */
+static kv_config_t store_cfg(const char *url)
 {
-    char url[256];
     kv_config_t c = kv_config_default();
     c.n_layers = NL, c.n_q_heads = 4, c.n_kv_heads = NKV, c.head_dim = HD;
     c.host_pages = 128, c.max_seqs = 4, c.n_threads = 1;
     c.prefix_cache = 1, c.prefix_model = MODEL, c.prefix_model_len = sizeof MODEL - 1;
-    c.prefix_remote = url_of("127.0.0.1", tls.port[0], "rediss", url, sizeof url);
+    c.prefix_remote = url;
     c.prefix_remote_timeout_ms = 2000;
     c.prefix_remote_tls_ca = ca;
+    return c;
+}
+
+/* The tokens a fresh store built from c gets for prompt p from the remote. */
+static uint32_t remote_hit(const kv_config_t *c, const int32_t *p, kv_stats_t *st)
+{
+    kv_store_t *s = kvt_pfx_store(c);
+    kv_seq_id_t q;
+    uint32_t m = 0;
+    CHECK_OK(kv_seq_create(s, &q));
+    CHECK_OK(kv_seq_prefix_match(s, q, p, NTOK, NULL, 0, &m));
+    *st = kvt_pfx_stats(s);
+    kv_store_destroy(s);
+    return m;
+}
+
+static void test_store(void)
+{
+    char url[256];
+    kv_config_t c = store_cfg(url_of("127.0.0.1", tls.port[0], "rediss", url, sizeof url));
     int32_t p[NTOK];
     kvt_pfx_prompt(p, NTOK, 7);
     kv_store_t *a = kvt_pfx_store(&c), *b = kvt_pfx_store(&c);
@@ -219,6 +244,53 @@ static void test_store(void)
     c.prefix_remote_tls_ca = ca;
     c.prefix_remote_tls_cert = ccert;
     CHECK_EQ(kv_store_create(&c, &s), KV_EINVAL); /* a certificate without its key */
+}
+
+static void test_store_signed(void)
+{
+    char url[256];
+    snprintf(url, sizeof url, "rediss://mac@127.0.0.1:%d", tls.port[0]);
+    kv_config_t c = store_cfg(url);
+    c.prefix_remote_password_env = "KVT_TLS_MAC_PW";
+    c.prefix_remote_ns = "dep";
+    c.prefix_remote_mac = "env:KVT_TLS_MAC_KEY";
+    CHECK_OK(setenv("KVT_TLS_MAC_PW", "macpw", 1));
+    CHECK_OK(setenv("KVT_TLS_MAC_KEY",
+                    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1));
+    int32_t p[NTOK];
+    kvt_pfx_prompt(p, NTOK, 11);
+    kv_store_t *a = kvt_pfx_store(&c);
+    kv_seq_id_t sa;
+    CHECK_OK(kv_seq_create(a, &sa));
+    CHECK_OK(kvt_pfx_feed(a, sa, p, 0, NTOK, NL, NKV, HD));
+    CHECK_EQ(kv_seq_prefix_publish(a, sa, p, NTOK, NULL, 0), NTOK);
+    CHECK_OK(kv_store_prefix_flush(a, 5000));
+    kv_stats_t st = kvt_pfx_stats(a);
+    CHECK_EQ(st.prefix_remote_put, NTOK / 16);
+    CHECK_EQ(st.prefix_remote_denied + st.prefix_remote_auth_failures, 0);
+    kv_store_destroy(a);
+    /* a second store with the same settings: hits through signed values */
+    CHECK_EQ(remote_hit(&c, p, &st), NTOK - 16);
+    CHECK_EQ(st.prefix_remote_tokens, NTOK - 16);
+    CHECK_EQ(st.prefix_remote_bad + st.prefix_remote_unauth + st.prefix_remote_denied +
+                 st.prefix_remote_tls_failures + st.prefix_remote_errors, 0);
+    /* without the MAC key the same values are refused: they were signed */
+    kv_config_t nokey = c;
+    nokey.prefix_remote_mac = NULL;
+    CHECK_EQ(remote_hit(&nokey, p, &st), 0);
+    CHECK_EQ(st.prefix_remote_unauth, NTOK / 16 - 1); /* the keys of one batch */
+    CHECK_EQ(st.prefix_remote_denied, 0);
+    /* the user may not read outside its key prefix (the default "kvp") */
+    kv_config_t other_ns = c;
+    other_ns.prefix_remote_ns = NULL;
+    CHECK_EQ(remote_hit(&other_ns, p, &st), 0);
+    CHECK(st.prefix_remote_denied > 0);
+    /* a wrong password: refused at create */
+    kv_store_t *s = NULL;
+    CHECK_OK(setenv("KVT_TLS_MAC_PW", "wrong", 1));
+    CHECK_EQ(kv_store_create(&c, &s), KV_EAUTH);
+    unsetenv("KVT_TLS_MAC_PW");
+    unsetenv("KVT_TLS_MAC_KEY");
 }
 
 static void test_alloc_failures(void)
@@ -304,6 +376,7 @@ int main(void)
     test_roundtrip();
     test_fail_closed();
     test_store();
+    test_store_signed();
     test_alloc_failures();
     test_killed();
     kv_tredis_stop(&plain);
