@@ -144,6 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     url[n] = 0;
     kv_remote_url_t u;
     int rc = kv_remote_url_parse(url, &u);
+    const int had_pass = rc == 0 && u.pass[0]; /* (u.pass is wiped below) */
     if (rc == 0) {
         if (u.n < 1 || u.n > KV_REMOTE_MAX_SEEDS || ((u.user[0] || u.pass[0]) && !strchr(url, '@')))
             abort();
@@ -158,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* a redacted url never holds the password */
     char red[2048];
     int rl = kv_remote_url_redact(url, red, sizeof red);
-    if (rl < 0 || (rc == 0 && u.pass[0] && (size_t)rl < sizeof red && !strstr(red, ":***@")))
+    if (rl < 0 || (had_pass && (size_t)rl < sizeof red && !strstr(red, ":***@")))
         abort();
     free(url);
     return 0;
