@@ -32,6 +32,12 @@
  *         (file:PATH or env:NAME; default: a random key made for the run);
  *         then as redis, with a store that has that prefix and key: the
  *         signing's cost beside the unsigned row of the same run.
+ *   redis-tls
+ *         the same against a third server that speaks TLS only (--tls-port,
+ *         --port 0; certificates made here with the openssl command, in a
+ *         mkdtemp() directory under --dir, removed at the end): rediss://,
+ *         the server verified against that CA (prefix_remote_tls_ca), the
+ *         values copied from the first server as for the cluster.
  * redis_get_gbps: Redis's own GET throughput for the same values: every
  * stored value fetched with pipelined GETs on one plain hiredis connection
  * (no check, no copy), bytes / time, median of 3, in the same run.
@@ -495,10 +501,27 @@ int main(int argc, char **argv)
         cfg.offload_pages = (uint32_t)((o.cached / B + 1) * (lists + rec) + 1024);
     }
     const kv_config_t cfg_file = cfg;
-    static kv_tredis_t single, cluster; /* static: kv_test_redis.h's atexit */
+    static kv_tredis_t single, cluster, tls; /* static: kv_test_redis.h's atexit */
+    char tls_dir[4096] = "", tls_ca[4200] = "", tls_url[128] = "";
     if (!o.no_redis) {
         kv_tredis_start(&single, "single");
         kv_tredis_start(&cluster, "cluster");
+        char sargs[13000], cargs[4300];
+        snprintf(tls_dir, sizeof tls_dir, "%s/kvbench-tls-XXXXXX", o.dir);
+        char *abs = mkdtemp(tls_dir) ? realpath(tls_dir, NULL) : NULL; /* (redis-server */
+        if (!abs) {                                       /* reads them after its chdir) */
+            perror("kvbench-prefix: mkdtemp");
+            return 1;
+        }
+        snprintf(tls_dir, sizeof tls_dir, "%s", abs);
+        free(abs);
+        kv_tredis_certs(tls_dir);
+        snprintf(tls_ca, sizeof tls_ca, "%s/ca.crt", tls_dir);
+        snprintf(sargs, sizeof sargs, "--tls-cert-file %s/srv.crt --tls-key-file %s/srv.key "
+                 "--tls-ca-cert-file %s --tls-auth-clients no", tls_dir, tls_dir, tls_ca);
+        snprintf(cargs, sizeof cargs, "--tls --cacert %s", tls_ca);
+        kv_tredis_start_ex(&tls, "single", sargs, cargs, 1, NULL);
+        snprintf(tls_url, sizeof tls_url, "rediss://127.0.0.1:%d", tls.port[0]);
         cfg.prefix_remote = single.url;
         cfg.prefix_remote_timeout_ms = 10000;
         cfg.prefix_remote_ns = o.ns;
@@ -562,9 +585,9 @@ int main(int argc, char **argv)
     kv_offload_unlink(pfile);
     rmdir(dir);
     /* the remote tiers */
-    tier_res_t rr = {0}, rc2 = {0}, rm = {0};
+    tier_res_t rr = {0}, rc2 = {0}, rm = {0}, rt = {0};
     double get_gbps = 0;
-    size_t n_keys = 0, copied = 0, signed_n = 0;
+    size_t n_keys = 0, copied = 0, signed_n = 0, copied_tls = 0;
     if (!o.no_redis) {
         /* the signed row's key: --remote-mac, or a random one for this run */
         char hex[2 * KV_REMOTE_MAC_KEY_MIN + 1], ns_mac[80];
@@ -593,23 +616,34 @@ int main(int argc, char **argv)
         kv_remote_config_t to_cluster = {.url = cluster.url, .ns = o.ns};
         kv_remote_config_t to_signed = {.url = single.url, .ns = ns_mac, .mac_key = key,
                                         .mac_key_len = (uint32_t)kl};
+        kv_remote_config_t to_tls = {.url = tls_url, .ns = o.ns, .tls_ca_file = tls_ca};
         copied = keys ? copy_keys(from, to_cluster, keys, n_keys) : 0;
+        copied_tls = keys ? copy_keys(from, to_tls, keys, n_keys) : 0;
         signed_n = keys ? copy_keys(from, to_signed, keys, n_keys) : 0;
         memset(key, 0, sizeof key);
         get_gbps = keys ? raw_get_gbps(&single, o.ns, keys, n_keys) : 0;
         free(keys);
         fprintf(stderr, "kvbench-prefix: %zu values on the server, %zu copied to the cluster, "
-                "%zu signed, raw GET %.3f GB/s\n", n_keys, copied, signed_n, get_gbps);
+                "%zu signed, %zu to the TLS server, raw GET %.3f GB/s\n", n_keys, copied,
+                signed_n, copied_tls, get_gbps);
+        cfg0.prefix_remote_ns = o.ns;
         kv_config_t cfg_mac = cfg0;
         cfg_mac.prefix_remote_ns = ns_mac;
         cfg_mac.prefix_remote_mac = o.mac;
-        cfg0.prefix_remote_ns = o.ns;
+        kv_config_t cfg_tls = cfg0;
+        cfg_tls.prefix_remote_tls_ca = tls_ca;
         if ((rc = tier_reps(m, &cfg0, single.url, &o, ids, lh, &rr, NULL)) ||
             (rc = tier_reps(m, &cfg_mac, single.url, &o, ids, lh, &rm, NULL)) ||
-            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL))) {
+            (rc = tier_reps(m, &cfg0, cluster.url, &o, ids, lh, &rc2, NULL)) ||
+            (rc = tier_reps(m, &cfg_tls, tls_url, &o, ids, lh, &rt, NULL))) {
             fprintf(stderr, "kvbench-prefix: remote run: %s\n", kv_strerror(rc));
             return 1;
         }
+        kv_tredis_stop(&tls);
+        char rmcmd[4200];
+        snprintf(rmcmd, sizeof rmcmd, "rm -rf '%s'", tls_dir);
+        if (system(rmcmd) != 0)
+            fprintf(stderr, "kvbench-prefix: could not remove %s\n", tls_dir);
     }
     ctx_res_t cr = {0};
     if (o.compressed && (rc = ctx_rows(m, &cfg0, &o, ids, &cr))) {
@@ -637,9 +671,10 @@ int main(int argc, char **argv)
                "\"max_abs_logit_diff_vs_host\":%.6g}",
                fr.ttft_s, cold_s / fr.ttft_s, fr.matched, fr.fetch_gbps, open_s,
                (unsigned long long)fr.bad, (unsigned long long)fr.errors, maxdf);
-        const tier_res_t *tr[3] = {&rr, &rm, &rc2};
-        static const char *const names[3] = {"redis", "redis-mac", "redis-cluster"};
-        for (int i = 0; i < 3 && !o.no_redis; i++)
+        const tier_res_t *tr[4] = {&rr, &rm, &rc2, &rt};
+        static const char *const names[4] = {"redis", "redis-mac", "redis-cluster",
+                                             "redis-tls"};
+        for (int i = 0; i < 4 && !o.no_redis; i++)
             printf(",{\"tier\":\"%s\",\"signed\":%s,\"ttft_s\":%.4f,"
                    "\"speedup_vs_cold\":%.2f,"
                    "\"tokens_matched\":%u,\"fetch_gbps\":%.4f,\"fetch_vs_raw_get\":%.3f,"
@@ -686,6 +721,8 @@ int main(int argc, char **argv)
                    "(signed values)\n", rm.ttft_s, cold_s / rm.ttft_s, rm.fetch_gbps);
             printf("  redis-cluster ttft      %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
                    rc2.ttft_s, cold_s / rc2.ttft_s, rc2.fetch_gbps);
+            printf("  redis-tls ttft          %8.3f s   %.1fx faster, fetch %.3f GB/s\n",
+                   rt.ttft_s, cold_s / rt.ttft_s, rt.fetch_gbps);
         }
     }
     if (o.compressed && !o.json) {

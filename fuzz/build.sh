@@ -37,7 +37,7 @@ cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 
 tok_src=("$m"/kv_tok*.c "$m"/kv_gguf.c "$m"/kv_gguf_get.c "$root"/store/kv_error.c)
 lib_dirs=(alloc util formats pages kernels kernels/cpu store offload prefix remote)
-libs=(-luring -lcrypto -lhiredis -lpthread)
+libs=(-luring -lssl -lcrypto -lhiredis -lpthread)
 
 # The library's objects, instrumented like the targets (metadata through the
 # system allocator, as in the ASan build, so ASan sees it); rebuilt when a
@@ -145,6 +145,8 @@ seed_remote() {
     local d=$1
     printf '\x01redis://127.0.0.1:6379' >"$d/url"
     printf '\x01redis://a:1,redis://[::1]:2,b-c.d_e:65535' >"$d/urls"
+    printf '\x01rediss://app:p%%40ss@h:1,h:2' >"$d/url_cred"
+    printf '\x01redis://:pw@[::1]:6379' >"$d/url_pass"
     printf '\x00KVRM\x01\x00\x40\x00' >"$d/value"
     printf '\x02\x00\x00\x00payload' >"$d/framed"       # intact
     printf '\x02\x10\x00\x04payload' >"$d/framed-bit"   # header byte 16 ^ 4

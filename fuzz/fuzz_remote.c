@@ -11,7 +11,8 @@
  *      format, key and namespace) to exactly its own bytes.
  *   1: the rest (up to a NUL) is a url; property: parsing returns 0 with
  *      1..64 seeds, each with a non-empty host and a port in 1..65535, or
- *      KV_EINVAL, and never crashes.
+ *      KV_EINVAL / KV_ERANGE, and never crashes; its redaction
+ *      (kv_remote_url_redact) hides the password it parsed.
  *   2: bytes 1..2 = a position (little-endian), byte 3 = an xor mask, the
  *      rest = a payload: a valid value is framed around it and the byte at
  *      the position (if inside) is xored; property: the check accepts it
@@ -141,19 +142,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *url = malloc(n + 1);
     memcpy(url, p, n);
     url[n] = 0;
-    kv_remote_addr_t *seeds = NULL;
-    uint32_t k = 0;
-    int rc = kv_remote_url_parse(url, &seeds, &k);
+    kv_remote_url_t u;
+    int rc = kv_remote_url_parse(url, &u);
+    const int had_pass = rc == 0 && u.pass[0]; /* (u.pass is wiped below) */
     if (rc == 0) {
-        if (k < 1 || k > KV_REMOTE_MAX_SEEDS)
+        if (u.n < 1 || u.n > KV_REMOTE_MAX_SEEDS || ((u.user[0] || u.pass[0]) && !strchr(url, '@')))
             abort();
-        for (uint32_t i = 0; i < k; i++)
-            if (!seeds[i].host[0] || seeds[i].port == 0)
+        for (uint32_t i = 0; i < u.n; i++)
+            if (!u.seeds[i].host[0] || u.seeds[i].port == 0)
                 abort();
-        kv_mem_free(seeds, k * sizeof *seeds);
-    } else if (rc != KV_EINVAL && rc != KV_ENOMEM) {
+        kv_mem_free(u.seeds, u.n * sizeof *u.seeds);
+    } else if (rc != KV_EINVAL && rc != KV_ENOMEM && rc != KV_ERANGE) {
         abort();
     }
+    kv_remote_wipe(u.pass, sizeof u.pass);
+    /* a redacted url never holds the password */
+    char red[2048];
+    int rl = kv_remote_url_redact(url, red, sizeof red);
+    if (rl < 0 || (had_pass && (size_t)rl < sizeof red && !strstr(red, ":***@")))
+        abort();
     free(url);
     return 0;
 }

@@ -48,7 +48,7 @@ typedef struct kv_call {
     kv_op_t *ops;              /* [n]                                         */
     size_t redo;               /* keys to send again next round               */
     int unrouted;              /* status of a key with no node: KV_EIO, or    */
-                               /* discovery's -ETIMEDOUT                      */
+                               /* discovery's -ETIMEDOUT, KV_EAUTH, KV_ETLS   */
     int done;                  /* keys that succeeded                         */
 } kv_call_t;
 
@@ -76,6 +76,8 @@ static void kv_finish(struct kv_remote *r, kv_call_t *c, size_t i, int status)
         kv_remote_count(r, KV_RC_STORED, 1);
     if (status == -ETIMEDOUT)
         kv_remote_count(r, KV_RC_TIMEOUTS, 1);
+    else if (status == KV_EAUTH)
+        kv_remote_count(r, KV_RC_DENIED, 1);
     else if (status < 0 && status != KV_ENOENT && status != KV_ERANGE)
         kv_remote_count(r, KV_RC_ERRORS, 1);
 }
@@ -190,7 +192,9 @@ static int kv_op_reply(struct kv_remote *r, void *vcall, uint32_t node, uint32_t
         return 0;
     }
     int st;
-    if (c->kind == KV_OP_GET) {
+    if (kv_remote_auth_refused(rep)) {
+        st = KV_EAUTH; /* never a miss that looks like a cold cache */
+    } else if (c->kind == KV_OP_GET) {
         st = kv_get_reply(r, &c->gets[i], rep);
     } else if (c->kind == KV_OP_EXISTS) {
         st = rep->type == REDIS_REPLY_INTEGER ? rep->integer > 0 : KV_EIO;
@@ -319,9 +323,11 @@ static int kv_call_run(struct kv_remote *r, kv_call_t *c)
     uint64_t deadline = kv_remote_now_ns() + (uint64_t)r->cfg.timeout_ms * 1000000ull;
     kv_remote_count(r, c->kind == KV_OP_SET ? KV_RC_SETS : KV_RC_GETS, c->n);
     c->unrouted = KV_EIO;
-    if ((r->mode == KV_REMOTE_MODE_UNKNOWN || r->stale) &&
-        kv_remote_discover(r, deadline) == -ETIMEDOUT)
-        c->unrouted = -ETIMEDOUT;
+    if (r->mode == KV_REMOTE_MODE_UNKNOWN || r->stale) {
+        int drc = kv_remote_discover(r, deadline);
+        if (drc == -ETIMEDOUT || drc == KV_EAUTH || drc == KV_ETLS)
+            c->unrouted = drc;
+    }
     do {
         c->redo = 0;
         kv_round_write(r, c, deadline);
@@ -388,8 +394,22 @@ int kv_remote_stats(const kv_remote_t *r, kv_remote_stats_t *o)
         .bytes_in = v[KV_RC_BYTES_IN], .bytes_out = v[KV_RC_BYTES_OUT],
         .moved = v[KV_RC_MOVED], .asked = v[KV_RC_ASKED], .slot_maps = v[KV_RC_SLOT_MAPS],
         .connects = v[KV_RC_CONNECTS], .connect_failures = v[KV_RC_CONNECT_FAILURES],
-        .unauth = v[KV_RC_UNAUTH]};
+        .unauth = v[KV_RC_UNAUTH], .auth_failures = v[KV_RC_AUTH_FAILURES],
+        .denied = v[KV_RC_DENIED], .tls_failures = v[KV_RC_TLS_FAILURES]};
     return 0;
+}
+
+int kv_remote_probe(kv_remote_t *r)
+{
+    if (!r)
+        return KV_EINVAL;
+    r->epoch++;
+    uint64_t deadline = kv_remote_now_ns() + (uint64_t)r->cfg.timeout_ms * 1000000ull;
+    if (r->mode != KV_REMOTE_MODE_UNKNOWN) {
+        r->stale = 1;
+        r->map_ns = 0;
+    }
+    return kv_remote_discover(r, deadline);
 }
 
 /* ---- create / destroy --------------------------------------------------- */
@@ -427,7 +447,32 @@ static int kv_config_fill(const kv_remote_config_t *in, kv_remote_config_t *c)
     if (!rc && c->mac_prev && !c->mac_key)
         rc = KV_EINVAL;
     c->mac_key = c->mac_prev = NULL; /* the keys live in the client's mac only */
-    return rc;
+    if (rc)
+        return rc;
+    if ((c->tls_cert_file == NULL) != (c->tls_key_file == NULL))
+        return KV_EINVAL;
+    if (c->password && (!c->password[0] || strlen(c->password) > KV_REMOTE_MAX_SECRET))
+        return c->password[0] ? KV_ERANGE : KV_EINVAL;
+    return 0;
+}
+
+/* "*N\r\n$4\r\nAUTH\r\n[user]password" as RESP, into r->auth. */
+static int kv_auth_build(struct kv_remote *r, const char *user, const char *pass)
+{
+    const char *argv[3] = {"AUTH", user, pass};
+    size_t lens[3] = {4, strlen(user), strlen(pass)};
+    int argc = lens[1] ? 3 : 2;
+    if (!lens[1])
+        argv[1] = pass, lens[1] = lens[2];
+    size_t cap = kv_remote_cmd_bytes(argc, lens);
+    kv_remote_node_t tmp = {.out = kv_mem_alloc(cap), .out_cap = cap};
+    if (!tmp.out)
+        return KV_ENOMEM;
+    kv_remote_node_cmd(&tmp, argc, argv, lens);
+    r->auth = tmp.out;
+    r->auth_len = tmp.out_len;
+    r->auth_bytes = cap;
+    return 0;
 }
 
 void kv_remote_destroy(kv_remote_t *r)
@@ -436,6 +481,14 @@ void kv_remote_destroy(kv_remote_t *r)
         return;
     for (uint32_t i = 0; i < r->n_nodes; i++)
         kv_remote_node_free(r->nodes[i]);
+    kv_remote_tls_ctx_free(r->tls);
+    if (r->auth) {
+        size_t cap = r->auth_bytes;
+        kv_remote_wipe(r->auth, cap);
+        kv_mem_free(r->auth, cap);
+    }
+    if (r->url)
+        kv_remote_wipe(r->url, r->url_bytes);
     kv_mem_free(r->url, r->url_bytes);
     kv_mem_free(r->seeds, r->n_seeds * sizeof *r->seeds);
     kv_mem_free(r->nodes, KV_REMOTE_MAX_NODES * sizeof *r->nodes);
@@ -456,18 +509,30 @@ int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out)
     int rc = kv_config_fill(cfg, &c);
     if (rc)
         return rc;
-    kv_remote_addr_t *seeds = NULL;
-    uint32_t n_seeds = 0;
-    rc = kv_remote_url_parse(cfg->url, &seeds, &n_seeds);
+    kv_remote_url_t u;
+    rc = kv_remote_url_parse(cfg->url, &u);
     if (rc)
         return rc;
-    kv_remote_t *r = kv_mem_calloc(1, sizeof *r);
+    const char *pass = cfg->password ? cfg->password : u.pass;
+    if ((cfg->password && u.pass[0]) || (u.user[0] && !pass[0]) ||
+        (!u.tls && (cfg->tls_ca_file || cfg->tls_cert_file)))
+        rc = KV_EINVAL; /* two passwords, a user without one, TLS files on redis:// */
+    kv_remote_t *r = rc ? NULL : kv_mem_calloc(1, sizeof *r);
     if (!r) {
-        kv_mem_free(seeds, n_seeds * sizeof *seeds);
-        return KV_ENOMEM;
+        kv_mem_free(u.seeds, u.n * sizeof *u.seeds);
+        kv_remote_wipe(u.pass, sizeof u.pass);
+        return rc ? rc : KV_ENOMEM;
     }
-    r->seeds = seeds;
-    r->n_seeds = n_seeds;
+    r->seeds = u.seeds;
+    r->n_seeds = u.n;
+    rc = pass[0] ? kv_auth_build(r, u.user, pass) : 0;
+    kv_remote_wipe(u.pass, sizeof u.pass);
+    if (!rc && u.tls)
+        rc = kv_remote_tls_ctx(&c, &r->tls);
+    if (rc) {
+        kv_remote_destroy(r);
+        return rc;
+    }
     size_t ul = strlen(cfg->url) + 1;
     r->url = kv_mem_alloc(ul);
     r->url_bytes = r->url ? ul : 0;
@@ -490,6 +555,7 @@ int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out)
     strcpy(r->ns, cfg->ns ? cfg->ns : "kvp");
     c.url = r->url;
     c.ns = r->ns;
+    c.password = c.tls_ca_file = c.tls_cert_file = c.tls_key_file = NULL; /* used up */
     r->cfg = c;
     for (uint32_t s = 0; s < KV_REMOTE_SLOTS; s++)
         r->slot_node[s] = KV_REMOTE_NO_NODE;

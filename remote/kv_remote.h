@@ -20,7 +20,10 @@
  * unsigned ones. A value refused so is counted unauth (and corrupt).
  *
  * Servers: url "redis://host:port", or several comma-separated seeds for a
- * cluster ("redis://h1:p1,h2:p2" or "redis://h1:p1,redis://h2:p2"). Whether
+ * cluster ("redis://h1:p1,h2:p2" or "redis://h1:p1,redis://h2:p2"); the
+ * first seed may carry credentials ("redis://user:password@h:p", or
+ * "redis://:password@h:p"), and the scheme "rediss://" (on every seed)
+ * makes every connection TLS (kv_remote_tls.c). Whether
  * the servers form a cluster is found out at the first call (CLUSTER SLOTS:
  * a slot map, or "cluster support disabled": one server). In a cluster every
  * key goes to the master of its CRC16 hash slot (hash tags "{...}" honoured,
@@ -37,7 +40,21 @@
  * delay (backoff_ms, doubling per consecutive failure up to backoff_max_ms);
  * meanwhile its keys fail at once (KV_EIO). Host names are resolved with
  * getaddrinfo (not bounded by the timeout: give IP addresses for a hard
- * bound). SIGPIPE is never raised (MSG_NOSIGNAL).
+ * bound). SIGPIPE is never raised (MSG_NOSIGNAL). A TLS handshake is part
+ * of the connect and bounded the same way.
+ *
+ * Authentication: with a password (the url's, or cfg.password), every
+ * connection the client opens (seeds, nodes named by CLUSTER SLOTS, MOVED
+ * or ASK, reconnections) sends AUTH first, pipelined ahead of its commands:
+ * "AUTH user password" with a user, "AUTH password" without (the default
+ * user, or requirepass). A refused AUTH fails the node with KV_EAUTH (and
+ * its backoff answers KV_EAUTH, not KV_EIO, until it is tried again); a
+ * key answered -NOAUTH, -WRONGPASS or -NOPERM fails with KV_EAUTH. Those
+ * keys are counted in `denied`, never in `misses` alone as if the key were
+ * absent. A user that may not run CLUSTER SLOTS (-NOPERM) is taken as one
+ * server: to use a cluster through an ACL user, grant it +cluster|slots.
+ * Secrets are kept only in the client (wiped at destroy) and never printed;
+ * kv_remote_url_redact gives a url fit for a log.
  *
  * Failures are per key and are misses to the caller: a call returns the
  * count of keys that succeeded, and each key's status says why one did not;
@@ -70,7 +87,8 @@
 #define KV_REMOTE_MAX_TIMEOUT_MS 3600000u    /* any time field                */
 
 typedef struct kv_remote_config {
-    const char *url;             /* "redis://host:port[,host:port...]"; copied */
+    const char *url;             /* "redis[s]://[user[:password]@]host:port"  */
+                                 /* "[,host:port...]"; copied                  */
     const char *ns;              /* key namespace, 1..KV_REMOTE_MAX_NS printable */
                                  /* non-space ASCII bytes; NULL = "kvp"; copied  */
     uint32_t timeout_ms;         /* bound of every call; 0 = 1000               */
@@ -79,6 +97,13 @@ typedef struct kv_remote_config {
     uint32_t backoff_max_ms;     /* longest delay; 0 = 5000; >= backoff_ms      */
     uint32_t ttl_ms;             /* SET ... PX ttl_ms; 0 = no expiry            */
     uint32_t max_redirects;      /* MOVED/ASK per key and call; 0 = 5, <= 64    */
+    /* credentials and TLS; all NULL: the url's alone                        */
+    const char *password;        /* AUTH password (1..KV_REMOTE_MAX_SECRET     */
+                                 /* bytes) when the url has none; copied       */
+    const char *tls_ca_file;     /* rediss: CA certificates (PEM) that verify  */
+                                 /* the servers; NULL = the system's store     */
+    const char *tls_cert_file;   /* rediss: client certificate chain (PEM)     */
+    const char *tls_key_file;    /* rediss: its private key (PEM); both or none */
     /* value authentication (HMAC-SHA-256; docs/prefix.md, "Signed values") */
     const void *mac_key;         /* NULL: values unsigned (crc32c only); else   */
                                  /* every value is signed with this key and    */
@@ -89,6 +114,8 @@ typedef struct kv_remote_config {
                                  /* it signed are still accepted; never signs;  */
                                  /* needs mac_key; copied                       */
 } kv_remote_config_t;
+
+#define KV_REMOTE_MAX_SECRET 512u /* bytes of a user name or a password     */
 
 typedef struct kv_remote_key {
     uint8_t hash[KV_REMOTE_HASH_BYTES];
@@ -106,7 +133,9 @@ typedef struct kv_remote_get {
                         /* corrupt); KV_ERANGE: payload longer than cap (len   */
                         /* set, dst untouched); KV_EIO: node unreachable, in   */
                         /* backoff, or a server error; -ETIMEDOUT; KV_ENOMEM   */
-                        /* (memory for this key's command ran out mid-call)    */
+                        /* (memory for this key's command ran out mid-call);   */
+                        /* KV_EAUTH: refused (credentials or ACL, see above);  */
+                        /* KV_ETLS: the node's TLS handshake failed            */
 } kv_remote_get_t;
 
 /* One key of kv_remote_set: the payload is the concatenation of iov. */
@@ -116,7 +145,7 @@ typedef struct kv_remote_set {
     const struct iovec *iov;     /* payload pieces (NULL iff iovcnt 0)         */
     int iovcnt;                  /* 0..1024; payload 0..MAX_PAYLOAD bytes       */
     int status;                  /* out: 0 stored; KV_EIO, -ETIMEDOUT,         */
-                                 /* KV_ENOMEM (as for kv_remote_get)           */
+                                 /* KV_ENOMEM, KV_EAUTH, KV_ETLS (as get)      */
 } kv_remote_set_t;
 
 /* Counters since create (all monotonic). */
@@ -136,22 +165,46 @@ typedef struct kv_remote_stats {
     uint64_t asked;       /* ASK redirections followed                         */
     uint64_t slot_maps;   /* slot maps fetched (CLUSTER SLOTS)                 */
     uint64_t connects;    /* connections made                                  */
-    uint64_t connect_failures;
+    uint64_t connect_failures; /* connects refused or timed out (TLS included)  */
     uint64_t unauth;      /* of corrupt, values refused as unauthenticated:    */
                           /* no valid MAC under the client's keys, or signed   */
                           /* while the client has no key                       */
+    uint64_t auth_failures; /* connections whose AUTH was refused, and replies */
+                          /* -NOAUTH to CLUSTER SLOTS (no password given)      */
+    uint64_t denied;      /* keys failed with KV_EAUTH (refused AUTH, -NOAUTH, */
+                          /* -WRONGPASS, -NOPERM); not in errors               */
+    uint64_t tls_failures; /* TLS handshakes that failed or timed out          */
 } kv_remote_stats_t;
 
 typedef struct kv_remote kv_remote_t;
 
 /* A client. Nothing is contacted yet (a server that is down does not fail
  * create). Errors: KV_EINVAL (NULL, a url that does not parse: scheme, host,
- * port 1..65535, KV_REMOTE_MAX_SEEDS; a bad namespace; a MAC key NULL with
- * a length or a length without a key, mac_prev without mac_key), KV_ERANGE
- * (a time field or max_redirects out of range, backoff_max_ms <
- * backoff_ms, a MAC key's length), KV_ENOMEM, KV_ENOTSUP (no HMAC in
- * libcrypto). */
+ * port 1..65535, KV_REMOTE_MAX_SEEDS, credentials on a later seed or a bad
+ * %-escape; a bad namespace; a password both in the url and in cfg; a user
+ * without a password; tls_* fields with "redis://"; a certificate without
+ * its key or the reverse; a MAC key NULL with a length or a length without
+ * a key, mac_prev without mac_key), KV_ERANGE (a time field or
+ * max_redirects out of range, backoff_max_ms < backoff_ms, a user or
+ * password longer than KV_REMOTE_MAX_SECRET, a MAC key's length), KV_ETLS
+ * (the CA, certificate or key file cannot be loaded, or the key does not
+ * match the certificate), KV_ENOMEM, KV_ENOTSUP (no HMAC in libcrypto). */
 int kv_remote_create(const kv_remote_config_t *cfg, kv_remote_t **out);
+
+/* Contact the servers now (connect, TLS handshake, AUTH, CLUSTER SLOTS),
+ * within timeout_ms: 0, KV_EAUTH (credentials refused, or a password is
+ * needed), KV_ETLS (handshake or certificate verification failed), KV_EIO
+ * (unreachable), -ETIMEDOUT, KV_ENOMEM. Errors: KV_EINVAL. */
+int kv_remote_probe(kv_remote_t *r);
+
+/* url with its password replaced by "***" (everything from the first ':'
+ * after the scheme to the last '@'), fit for a log or a report; written
+ * into buf (NUL-terminated, truncated to cap - 1 bytes). Returns the
+ * redacted url's full length, or KV_EINVAL. */
+int kv_remote_url_redact(const char *url, char *buf, size_t cap);
+
+/* Wipe len bytes of a secret (a write the compiler keeps). */
+void kv_remote_wipe(void *p, size_t len);
 /* Closes the connections. NULL is a no-op. */
 void kv_remote_destroy(kv_remote_t *r);
 

@@ -9,7 +9,9 @@
  *   - an array: a cluster; every [start, end, [host, port, ...], replicas...]
  *     entry maps slots start..end to that master (an empty host means the
  *     node that was asked; "?" an unknown one: those slots stay unserved);
- *   - an error saying cluster support is disabled: a single server, that one;
+ *   - an error saying cluster support is disabled, or -NOPERM (an ACL user
+ *     that may not ask): a single server, that one;
+ *   - -NOAUTH / -WRONGPASS: KV_EAUTH (counted), then the next candidate;
  *   - anything else (CLUSTERDOWN, LOADING, a reply that does not parse): the
  *     next candidate.
  * The new map replaces the old one only when a whole reply parsed. Fetches
@@ -105,10 +107,14 @@ static int kv_ask_node(struct kv_remote *r, uint32_t idx, uint64_t deadline, uin
     if (!rep)
         return failed ? failed : KV_EIO;
     rc = KV_EIO;
-    if (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "cluster support disabled")) {
-        r->mode = KV_REMOTE_MODE_SINGLE;
+    int noperm = rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOPERM", 6);
+    if (noperm || (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "cluster support disabled"))) {
+        r->mode = KV_REMOTE_MODE_SINGLE; /* (an ACL user without +cluster|slots) */
         r->single = idx;
         rc = 0;
+    } else if (kv_remote_auth_refused(rep)) { /* -NOAUTH: no password given */
+        kv_remote_count(r, KV_RC_AUTH_FAILURES, 1);
+        rc = KV_EAUTH;
     } else if (!(rc = kv_slots_parse(r, rep, idx, map))) {
         memcpy(r->slot_node, map, KV_REMOTE_SLOTS * sizeof *map);
         r->mode = KV_REMOTE_MODE_CLUSTER;
@@ -126,7 +132,7 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
     uint16_t *map = kv_mem_alloc(KV_REMOTE_SLOTS * sizeof *map);
     if (!map)
         return KV_ENOMEM;
-    int rc = KV_EIO;
+    int rc = KV_EIO, nomem = 0;
     /* known nodes, connected first (pass 0), then the seeds (pass 2) */
     uint32_t known = r->n_nodes;
     for (int pass = 0; pass < 3 && rc; pass++) {
@@ -135,7 +141,9 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
             uint32_t idx = i;
             if (pass < 2 && (r->nodes[i]->fd >= 0) != (pass == 0))
                 continue;
-            if (pass == 2 && kv_remote_node_get(r, &r->seeds[i], &idx))
+            int g = pass == 2 ? kv_remote_node_get(r, &r->seeds[i], &idx) : 0;
+            nomem |= g == KV_ENOMEM;
+            if (g)
                 continue;
             if (pass == 2 && idx < known)
                 continue; /* already asked */
@@ -143,6 +151,8 @@ int kv_remote_discover(struct kv_remote *r, uint64_t deadline)
         }
     }
     kv_mem_free(map, KV_REMOTE_SLOTS * sizeof *map);
+    if (rc == KV_EIO && nomem)
+        rc = KV_ENOMEM; /* a seed not asked for want of memory, not a server down */
     if (!rc) {
         r->stale = 0;
         kv_remote_count(r, KV_RC_SLOT_MAPS, r->mode == KV_REMOTE_MODE_CLUSTER);

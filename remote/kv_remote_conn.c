@@ -20,6 +20,14 @@
  * are failed through the caller's callback, and its backoff grows: no new
  * connect before backoff_ms << (fails - 1) (at most backoff_max_ms, with
  * +-25% jitter). A reply from the node resets it.
+ *
+ * A connect is TCP, then (rediss) the TLS handshake (kv_remote_tls.c), both
+ * bounded by the connect's deadline; then, with credentials, the AUTH
+ * command goes first in the node's output (fifo entry KV_FIFO_AUTH), so it
+ * costs no round trip of its own. An AUTH refused fails the node with
+ * KV_EAUTH: its waiting keys get KV_EAUTH, and so do connects during the
+ * backoff that follows (fail_rc), so a wrong password never reads as a
+ * server that is merely down.
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -70,6 +78,7 @@ int kv_remote_node_get(struct kv_remote *r, const kv_remote_addr_t *addr, uint32
 
 void kv_remote_node_close(kv_remote_node_t *n)
 {
+    kv_remote_tls_close(n);
     if (n->fd >= 0)
         close(n->fd);
     if (n->reader)
@@ -157,7 +166,7 @@ int kv_remote_node_connect(struct kv_remote *r, kv_remote_node_t *n, uint64_t de
         return 0;
     uint64_t now = kv_remote_now_ns();
     if (now < n->retry_ns)
-        return KV_EIO; /* in backoff */
+        return n->fail_rc ? n->fail_rc : KV_EIO; /* in backoff */
     if (now >= deadline)
         return -ETIMEDOUT;
     uint64_t cdl = now + (uint64_t)r->cfg.connect_timeout_ms * 1000000ull;
@@ -172,15 +181,31 @@ int kv_remote_node_connect(struct kv_remote *r, kv_remote_node_t *n, uint64_t de
         rc = kv_connect_one(ai, cdl, &n->fd);
     if (res)
         freeaddrinfo(res);
-    if (!rc && !(n->reader = redisReaderCreate())) {
-        close(n->fd);
-        n->fd = -1;
-        return KV_ENOMEM;
+    if (!rc && r->tls) {
+        rc = kv_remote_tls_connect(r->tls, n, cdl);
+        if (rc && rc != KV_ENOMEM)
+            kv_remote_count(r, KV_RC_TLS_FAILURES, 1);
+    }
+    if (!rc && !(n->reader = redisReaderCreate()))
+        rc = KV_ENOMEM;
+    if (!rc && r->auth) { /* AUTH first: reserve, then it cannot fail */
+        rc = kv_remote_node_reserve(n, r->auth_len, 1);
+        if (!rc) {
+            kv_remote_node_push(n, KV_FIFO_AUTH);
+            kv_remote_node_append(n, r->auth, r->auth_len);
+        }
+    }
+    if (rc == KV_ENOMEM) { /* ours, not the node's: no backoff */
+        kv_remote_node_close(n);
+        return rc;
     }
     if (rc) {
         kv_remote_count(r, KV_RC_CONNECT_FAILURES, 1);
+        if (n->fd >= 0 && rc == -ETIMEDOUT && r->tls)
+            rc = KV_ETLS; /* TCP up, no TLS answer in time: not a TLS server? */
         kv_remote_node_fail(r, n);
-        return rc == -ETIMEDOUT ? rc : KV_EIO;
+        n->fail_rc = rc == KV_ETLS ? KV_ETLS : 0;
+        return rc == -ETIMEDOUT || rc == KV_ETLS ? rc : KV_EIO;
     }
     n->epoch_connect = r->epoch;
     kv_remote_count(r, KV_RC_CONNECTS, 1);
@@ -244,6 +269,14 @@ void kv_remote_node_cmd(kv_remote_node_t *n, int argc, const char *const *argv,
     }
 }
 
+int kv_remote_auth_refused(const void *reply)
+{
+    const redisReply *rep = reply;
+    return rep->type == REDIS_REPLY_ERROR &&
+           (!strncmp(rep->str, "NOAUTH", 6) || !strncmp(rep->str, "WRONGPASS", 9) ||
+            !strncmp(rep->str, "NOPERM", 6));
+}
+
 /* Fail node i: every entry it still awaits gets status, then close it. */
 static void kv_node_abort(struct kv_remote *r, uint32_t i, int status,
                           kv_remote_fail_fn on_fail, void *call)
@@ -254,6 +287,7 @@ static void kv_node_abort(struct kv_remote *r, uint32_t i, int status,
      * retry its commands once on a new connection, no backoff. */
     int idle_drop = status == KV_EIO && n->epoch_connect != r->epoch &&
                     n->epoch_reply != r->epoch;
+    n->fail_rc = status == KV_EAUTH ? KV_EAUTH : 0;
     for (size_t e = n->fifo_head; e < n->fifo_n; e++)
         on_fail(r, call, n->fifo[e], idle_drop ? KV_REMOTE_RETRY : status);
     if (idle_drop)
@@ -268,6 +302,13 @@ static void kv_node_abort(struct kv_remote *r, uint32_t i, int status,
 static int kv_node_send(kv_remote_node_t *n)
 {
     while (n->out_off < n->out_len) {
+        if (n->ssl) {
+            long k = kv_remote_tls_send(n, n->out + n->out_off, n->out_len - n->out_off);
+            if (k <= 0)
+                return (int)k;
+            n->out_off += (size_t)k;
+            continue;
+        }
         ssize_t k = send(n->fd, n->out + n->out_off, n->out_len - n->out_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k < 0)
@@ -284,11 +325,19 @@ static int kv_node_recv(struct kv_remote *r, uint32_t i, kv_remote_reply_fn on_r
 {
     kv_remote_node_t *n = r->nodes[i];
     for (;;) {
-        ssize_t k = recv(n->fd, r->rbuf, KV_REMOTE_RBUF, MSG_DONTWAIT);
-        if (k == 0)
-            return KV_EIO; /* EOF */
-        if (k < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : KV_EIO;
+        ssize_t k;
+        if (n->ssl) { /* until it would block: poll() cannot see SSL's own buffer */
+            long t = kv_remote_tls_recv(n, r->rbuf, KV_REMOTE_RBUF);
+            if (t <= 0)
+                return (int)t;
+            k = t;
+        } else {
+            k = recv(n->fd, r->rbuf, KV_REMOTE_RBUF, MSG_DONTWAIT);
+            if (k == 0)
+                return KV_EIO; /* EOF */
+            if (k < 0)
+                return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : KV_EIO;
+        }
         for (size_t off = 0; off < (size_t)k; off += KV_FEED) {
             size_t m = (size_t)k - off < KV_FEED ? (size_t)k - off : KV_FEED;
             redisReader *rd = n->reader;
@@ -306,14 +355,25 @@ static int kv_node_recv(struct kv_remote *r, uint32_t i, kv_remote_reply_fn on_r
                     freeReplyObject(reply); /* a reply nobody asked for */
                     return KV_EIO;
                 }
+                uint32_t entry = n->fifo[n->fifo_head++];
+                if (entry == KV_FIFO_AUTH) {
+                    int refused = ((redisReply *)reply)->type == REDIS_REPLY_ERROR;
+                    freeReplyObject(reply);
+                    if (refused) {
+                        kv_remote_count(r, KV_RC_AUTH_FAILURES, 1);
+                        return KV_EAUTH;
+                    }
+                    continue;
+                }
                 n->fails = 0;
+                n->fail_rc = 0;
                 n->epoch_reply = r->epoch;
-                int rc = on_reply(r, call, i, n->fifo[n->fifo_head++], reply);
+                int rc = on_reply(r, call, i, entry, reply);
                 if (rc)
                     return rc;
             }
         }
-        if ((size_t)k < KV_REMOTE_RBUF || kv_remote_now_ns() >= deadline)
+        if ((!n->ssl && (size_t)k < KV_REMOTE_RBUF) || kv_remote_now_ns() >= deadline)
             return 0; /* (a server streaming without end cannot hold us here) */
     }
 }

@@ -34,6 +34,7 @@
 
 #define KV_FIFO_ASKING 0xFFFFFFFEu  /* reply of an ASKING: ignored          */
 #define KV_FIFO_SLOTS 0xFFFFFFFDu   /* reply of CLUSTER SLOTS               */
+#define KV_FIFO_AUTH 0xFFFFFFFCu    /* reply of the AUTH a connect sends    */
 #define KV_REMOTE_RETRY 1           /* on_fail status: resend (idle drop)   */
 
 typedef struct kv_remote_addr {
@@ -44,6 +45,9 @@ typedef struct kv_remote_addr {
 typedef struct kv_remote_node {
     kv_remote_addr_t addr;
     int fd;                /* -1: not connected                               */
+    void *ssl;             /* SSL over fd (rediss), NULL otherwise            */
+    int fail_rc;           /* what a connect in backoff answers: KV_EAUTH,    */
+                           /* KV_ETLS, or 0 (KV_EIO)                          */
     void *reader;          /* redisReader while connected                     */
     uint32_t fails;        /* consecutive failures (backoff exponent)         */
     uint64_t retry_ns;     /* no connect attempt before this (monotonic ns)   */
@@ -61,13 +65,17 @@ enum { KV_REMOTE_MODE_UNKNOWN, KV_REMOTE_MODE_SINGLE, KV_REMOTE_MODE_CLUSTER };
 enum {
     KV_RC_GETS, KV_RC_HITS, KV_RC_MISSES, KV_RC_CORRUPT, KV_RC_ERRORS, KV_RC_TIMEOUTS,
     KV_RC_SETS, KV_RC_STORED, KV_RC_BYTES_IN, KV_RC_BYTES_OUT, KV_RC_MOVED, KV_RC_ASKED,
-    KV_RC_SLOT_MAPS, KV_RC_CONNECTS, KV_RC_CONNECT_FAILURES, KV_RC_UNAUTH, KV_RC_COUNT
+    KV_RC_SLOT_MAPS, KV_RC_CONNECTS, KV_RC_CONNECT_FAILURES, KV_RC_UNAUTH, KV_RC_AUTH_FAILURES,
+    KV_RC_DENIED, KV_RC_TLS_FAILURES, KV_RC_COUNT
 };
 
 struct kv_remote {
     kv_remote_config_t cfg;       /* defaults filled; url/ns point below     */
     char *url;                    /* copy of cfg.url                         */
     size_t url_bytes;             /* its allocation (strlen + 1)             */
+    char *auth;                   /* the AUTH command (RESP), NULL: none;    */
+    size_t auth_len, auth_bytes;  /* its length, allocation; wiped at destroy */
+    void *tls;                    /* SSL_CTX (rediss), NULL otherwise        */
     char ns[KV_REMOTE_MAX_NS + 1];
     kv_remote_addr_t *seeds;      /* [n_seeds], from the url                 */
     uint32_t n_seeds;
@@ -132,9 +140,32 @@ int kv_remote_frame_header_signed(kv_remote_mac_t *mac, const char *ns,
                                   const struct iovec *iov, int iovcnt, size_t len,
                                   uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES]);
 
-/* kv_remote_url.c: the seeds of url ("redis://h:p[,h:p...]"), into a new
- * kv_mem array. Errors: KV_EINVAL (syntax), KV_ENOMEM. */
-int kv_remote_url_parse(const char *url, kv_remote_addr_t **seeds, uint32_t *n);
+/* kv_remote_url.c: what a url says. Credentials are %-decoded. */
+typedef struct kv_remote_url {
+    kv_remote_addr_t *seeds;           /* [n] kv_mem array                  */
+    uint32_t n;
+    int tls;                           /* "rediss://"                        */
+    char user[KV_REMOTE_MAX_SECRET + 1]; /* "" = none                         */
+    char pass[KV_REMOTE_MAX_SECRET + 1]; /* "" = none (the caller wipes it)   */
+} kv_remote_url_t;
+/* Errors: KV_EINVAL (syntax), KV_ERANGE (a credential too long), KV_ENOMEM. */
+int kv_remote_url_parse(const char *url, kv_remote_url_t *out);
+
+/* kv_remote_tls.c ------------------------------------------------------ */
+/* The client's SSL_CTX from cfg (TLS 1.2+, peer verified). KV_ETLS (a file
+ * cannot be loaded, the key does not match), KV_ENOMEM. */
+int kv_remote_tls_ctx(const kv_remote_config_t *cfg, void **ctx);
+void kv_remote_tls_ctx_free(void *ctx);
+/* Handshake over n->fd (connected, non-blocking) until deadline, checking
+ * the certificate against n->addr.host (a name: SNI and host name; an IP
+ * address: the certificate's IP). 0, KV_ETLS, -ETIMEDOUT, KV_ENOMEM. */
+int kv_remote_tls_connect(void *ctx, kv_remote_node_t *n, uint64_t deadline);
+/* Bytes moved (> 0), 0 when the socket would block, or KV_EIO (reset,
+ * EOF, TLS error). */
+long kv_remote_tls_send(kv_remote_node_t *n, const void *p, size_t len);
+long kv_remote_tls_recv(kv_remote_node_t *n, void *p, size_t len);
+void kv_remote_tls_close(kv_remote_node_t *n);
+
 
 /* kv_remote_frame.c: the total length of an iov (checked). */
 int kv_remote_iov_len(const struct iovec *iov, int iovcnt, size_t *len);
@@ -147,6 +178,9 @@ int kv_remote_node_get(struct kv_remote *r, const kv_remote_addr_t *addr, uint32
  * min(connect_timeout, deadline). 0, KV_EIO (refused, in backoff) or
  * -ETIMEDOUT; failures start the node's backoff. */
 int kv_remote_node_connect(struct kv_remote *r, kv_remote_node_t *n, uint64_t deadline);
+/* 1 if an error reply is an authentication or permission refusal
+ * (-NOAUTH, -WRONGPASS, -NOPERM). */
+int kv_remote_auth_refused(const void *reply);
 /* Close after a failure: the backoff grows. */
 void kv_remote_node_fail(struct kv_remote *r, kv_remote_node_t *n);
 void kv_remote_node_close(kv_remote_node_t *n);

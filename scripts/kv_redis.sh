@@ -15,6 +15,13 @@
 #       writes it to DIR/url. Node i lives in DIR/n<i>/ (port, pid, log).
 #       A watchdog stops everything and removes DIR when OWNER_PID (default:
 #       the caller, $PPID) exits, so a crashed test leaves no server behind.
+#       Settings from the environment at start (kept in DIR for restart):
+#         KV_REDIS_ARGS   more redis-server arguments, split at spaces, never
+#                         globbed (e.g. "--requirepass pw" or ACL "--user ...")
+#         KV_REDIS_CLI    the arguments redis-cli needs for the script's own
+#                         probes (e.g. "--user admin --pass pw", "--tls ...")
+#         KV_REDIS_TLS=1  TLS only: --tls-port P --port 0 (the certificate
+#                         files go in KV_REDIS_ARGS; single mode only)
 #   kv_redis.sh restart DIR I   start node I again on its port (after a kill)
 #   kv_redis.sh stop DIR        stop every server (SIGCONT first, then
 #                               SIGKILL), the watchdog, and remove DIR
@@ -32,17 +39,28 @@ alive() {
     [ "${s%% *}" != Z ]
 }
 
+# redis-cli to port $1 (the rest: its command), with KV_REDIS_CLI's arguments.
+rcli() {
+    local port=$1 extra=()
+    shift
+    [ -f "$DIR/cli_args" ] && read -ra extra <"$DIR/cli_args"
+    redis-cli -h 127.0.0.1 -p "$port" "${extra[@]}" --no-auth-warning "$@"
+}
+
 # The process id a server on port $1 reports ("" if none answers).
 server_pid() {
-    redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
+    rcli "$1" info server 2>/dev/null |
         sed -n 's/^process_id:\([0-9]*\).*/\1/p'
 }
 
 # Start node dir $1 on port $2 (mode $3); 0 once it serves as our pid.
 launch() {
     local d=$1 port=$2 mode=$3 pid
-    local args=(--port "$port" --bind 127.0.0.1 --dir "$d" --save "" --appendonly no
-                --daemonize no --logfile "$d/log" --loglevel warning)
+    local args=(--bind 127.0.0.1 --dir "$d" --save "" --appendonly no
+                --daemonize no --logfile "$d/log" --loglevel warning) extra=()
+    if [ -f "$DIR/tls" ]; then args+=(--port 0 --tls-port "$port"); else args+=(--port "$port"); fi
+    [ -f "$DIR/server_args" ] && read -ra extra <"$DIR/server_args"
+    args+=("${extra[@]}")
     [ "$mode" = cluster ] && args+=(--cluster-enabled yes --cluster-config-file nodes.conf
                                     --cluster-node-timeout 5000
                                     --cluster-require-full-coverage no)
@@ -75,7 +93,7 @@ start_node() {
 }
 
 cluster_ok() { # port
-    redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
+    rcli "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
 }
 
 stop_all() {
@@ -104,6 +122,12 @@ start)
     [ -e "$DIR" ] && [ -n "$(ls -A "$DIR")" ] && die "$DIR is not empty"
     mkdir -p "$DIR"
     DIR=$(cd "$DIR" && pwd)
+    [ -n "${KV_REDIS_ARGS:-}" ] && printf '%s\n' "$KV_REDIS_ARGS" >"$DIR/server_args"
+    [ -n "${KV_REDIS_CLI:-}" ] && printf '%s\n' "$KV_REDIS_CLI" >"$DIR/cli_args"
+    if [ "${KV_REDIS_TLS:-0}" = 1 ]; then
+        [ "$mode" = single ] || die "KV_REDIS_TLS: single mode only"
+        touch "$DIR/tls"
+    fi
     # The watchdog: stop everything once the owner is gone.
     self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
     setsid bash -c 'source <(sed -n "/^alive()/,/^}/p" "$3")
@@ -120,7 +144,10 @@ start)
         hosts+=("127.0.0.1:$(cat "$DIR/n$i/port")")
     done
     if [ "$mode" = cluster ]; then
-        redis-cli --cluster create "${hosts[@]}" --cluster-replicas 0 --cluster-yes \
+        cli_extra=()
+        [ -f "$DIR/cli_args" ] && read -ra cli_extra <"$DIR/cli_args"
+        redis-cli "${cli_extra[@]}" --no-auth-warning --cluster create "${hosts[@]}" \
+            --cluster-replicas 0 --cluster-yes \
             >"$DIR/create.log" 2>&1 || die "cluster create failed"
         for _ in $(seq 200); do
             ok=1

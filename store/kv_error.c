@@ -30,6 +30,8 @@ static const struct {
     {KV_ELIMIT, "a fixed limit was reached"},
     {KV_ENOTRES, "page not resident (it is on the page file)"},
     {KV_EBUSY, "busy: the page file is owned by another store (in this process or another)"},
+    {KV_EAUTH, "the remote tier refused authentication or permission (AUTH, NOAUTH, NOPERM)"},
+    {KV_ETLS, "the remote tier's TLS failed (certificate files, handshake or verification)"},
 };
 
 const char *kv_strerror(int err)

@@ -65,11 +65,14 @@ int kv_store_prefix_resolve(const kv_config_t *c)
 {
     if (c->prefix_cache > 1)
         return KV_EINVAL;
+    int rc = kv_pfx_sec_resolve(c);
+    if (rc)
+        return rc;
     if (!c->prefix_cache)
         return (c->prefix_model || c->prefix_model_len || c->prefix_remote ||
                 c->prefix_remote_timeout_ms || c->prefix_remote_ns || c->prefix_remote_mac ||
                 c->prefix_remote_mac_prev) ? KV_EINVAL : 0;
-    int rc = kv_pfx_remote_resolve(c);
+    rc = kv_pfx_remote_resolve(c);
     if (rc)
         return rc;
     if (!c->prefix_model || c->prefix_model_len == 0)
@@ -386,6 +389,7 @@ void kv_store_prefix_stats(const kv_store_t *s, kv_stats_t *out)
     out->prefix_remote_put = p->r_put;
     out->prefix_remote_dropped = p->r_dropped;
     out->prefix_remote_unauth = p->r_unauth;
+    kv_pfx_sec_stats(s, out);
     kv_pfx_file_stats(s, out);
 }
 
@@ -408,7 +412,7 @@ int kv_store_prefix_check(const kv_store_t *s)
     if (!ext)
         return KV_ENOMEM;
     int rc = 0;
-    uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len + p->url_bytes +
+    uint64_t nodes = 0, refs = 0, bytes = sizeof *p + p->model_len + p->url_bytes + p->sec_bytes +
                                           p->rstr_bytes[0] + p->rstr_bytes[1] +
                                           p->rstr_bytes[2] +
                                           (uint64_t)p->n_buckets * sizeof *p->buckets;

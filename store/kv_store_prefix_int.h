@@ -74,6 +74,8 @@ typedef struct kv_pfx {
     char *rstr[3];                /* copies of cfg.prefix_remote_ns, _mac,  */
     size_t rstr_bytes[3];         /* _mac_prev (NULL: not set), their bytes */
     uint64_t r_hits, r_tokens, r_bad, r_errors, r_bytes_in, r_put, r_dropped, r_unauth;
+    char *sec;                    /* copies of cfg.prefix_remote_password_* */
+    size_t sec_bytes;             /* and _tls_* (kv_store_prefix_sec.c)     */
     /* page-file tier (kv_store_prefix_file.c); 0 without offload_path */
     uint64_t f_nodes, f_slots;    /* nodes on the file; slots of all copies */
     uint64_t f_mem;               /* kv_mem bytes of the copies (meta_bytes) */
@@ -168,6 +170,18 @@ void kv_pfx_ctx_release(kv_store_t *s, kv_pfx_node_t *x);
 /* kv_store_prefix_remote.c */
 /* Validate the remote fields of a config: 0, KV_EINVAL, KV_ERANGE. */
 int kv_pfx_remote_resolve(const kv_config_t *c);
+/* kv_store_prefix_sec.c: the credential and TLS fields. resolve: KV_EINVAL
+ * (one without prefix_remote, empty, both password sources, a certificate
+ * without its key, TLS files with "redis://"). copy: into p->sec (s->cfg
+ * then points there), KV_ENOMEM; free undoes it. password: the password
+ * read from its file or variable into buf[cap] ("" without one); -errno,
+ * KV_EINVAL (unset or empty), KV_ERANGE (longer than 512 bytes); the
+ * caller wipes buf. stats: the refusal counters of both clients. */
+int kv_pfx_sec_resolve(const kv_config_t *c);
+int kv_pfx_sec_copy(kv_store_t *s);
+void kv_pfx_sec_free(kv_store_t *s);
+int kv_pfx_sec_password(const kv_config_t *c, char *buf, size_t cap);
+void kv_pfx_sec_stats(const kv_store_t *s, kv_stats_t *out);
 int kv_pfx_remote_init(kv_store_t *s);  /* after s->pfx is set; KV_ENOMEM... */
 void kv_pfx_remote_fini(kv_store_t *s); /* NULL-safe; first in fini         */
 /* Queue a linked node for the remote (never blocks; a full queue drops,

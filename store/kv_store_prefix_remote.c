@@ -36,10 +36,15 @@
  * fetch's client refuses as unauthenticated is counted in r_bad and
  * r_unauth (remote/ counts it corrupt and unauth).
  *
+ * Init: the password is read from its file or variable and the paths are
+ * copied (kv_store_prefix_sec.c), both clients are made with them and the
+ * MAC keys, and the server is probed once: a refusal (KV_EAUTH), a TLS
+ * failure (KV_ETLS) or memory running out (KV_ENOMEM) fails the store's
+ * create; a server that is down does not.
+ *
  * Ownership: s->pfx owns the client and the publisher and the copies of the
  * config's strings; the publisher owns its copies of queued values.
  */
-#include <openssl/crypto.h>
 #include <string.h>
 
 #include "alloc/kv_mem.h"
@@ -109,20 +114,26 @@ static int keep_str(kv_pfx_t *p, const char **field, char **copy, size_t *bytes)
     return 0;
 }
 
-/* The clients, with the keys read from their sources (wiped after). */
+/* The clients, with the password and the MAC keys read from their sources
+ * (wiped after). */
 static int make_clients(kv_store_t *s)
 {
     kv_pfx_t *p = s->pfx;
     uint8_t key[2][KV_REMOTE_MAC_KEY_MAX];
     size_t kl[2] = {0, 0};
-    int rc = 0;
-    if (s->cfg.prefix_remote_mac)
+    char pass[KV_REMOTE_MAX_SECRET + 3]; /* (and "\r\n") */
+    int rc = kv_pfx_sec_password(&s->cfg, pass, sizeof pass);
+    if (!rc && s->cfg.prefix_remote_mac)
         rc = kv_remote_secret_load(s->cfg.prefix_remote_mac, key[0], &kl[0]);
     if (!rc && s->cfg.prefix_remote_mac_prev)
         rc = kv_remote_secret_load(s->cfg.prefix_remote_mac_prev, key[1], &kl[1]);
     kv_remote_config_t rc_cfg = {.url = s->cfg.prefix_remote,
                                  .ns = s->cfg.prefix_remote_ns,
                                  .timeout_ms = s->cfg.prefix_remote_timeout_ms,
+                                 .password = !rc && pass[0] ? pass : NULL,
+                                 .tls_ca_file = s->cfg.prefix_remote_tls_ca,
+                                 .tls_cert_file = s->cfg.prefix_remote_tls_cert,
+                                 .tls_key_file = s->cfg.prefix_remote_tls_key,
                                  .mac_key = kl[0] ? key[0] : NULL,
                                  .mac_key_len = (uint32_t)kl[0],
                                  .mac_prev = kl[1] ? key[1] : NULL,
@@ -131,7 +142,8 @@ static int make_clients(kv_store_t *s)
         rc = kv_remote_create(&rc_cfg, &p->remote);
     if (!rc)
         rc = kv_remote_pub_create(&rc_cfg, PUB_ITEMS, PUB_BYTES, 0, &p->pub);
-    OPENSSL_cleanse(key, sizeof key);
+    kv_remote_wipe(key, sizeof key);
+    kv_remote_wipe(pass, sizeof pass);
     return rc;
 }
 
@@ -148,7 +160,13 @@ int kv_pfx_remote_init(kv_store_t *s)
     for (int i = 0; i < 3 && !rv; i++)
         rv = keep_str(p, f[i], &p->rstr[i], &p->rstr_bytes[i]);
     if (!rv)
+        rv = kv_pfx_sec_copy(s);
+    if (!rv)
         rv = make_clients(s);
+    if (!rv) { /* refused credentials, TLS or memory fail create; a server down does not */
+        int pr = kv_remote_probe(p->remote);
+        rv = pr == KV_EAUTH || pr == KV_ETLS || pr == KV_ENOMEM ? pr : 0;
+    }
     if (rv) {
         kv_pfx_remote_fini(s);
         return rv;
@@ -187,6 +205,7 @@ void kv_pfx_remote_fini(kv_store_t *s)
     }
     s->cfg.prefix_remote = NULL;
     s->cfg.prefix_remote_ns = s->cfg.prefix_remote_mac = s->cfg.prefix_remote_mac_prev = NULL;
+    kv_pfx_sec_free(s);
 }
 
 /* ---- publish -------------------------------------------------------------------- */
@@ -391,8 +410,8 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
             int r = it[i].status;
             if (r == KV_ENOENT || r == KV_ERANGE) /* absent, corrupt, or a longer node */
                 break;
-            if (r) {
-                p->r_errors++;
+            if (r) { /* (a refusal is counted apart: prefix_remote_denied) */
+                p->r_errors += r != KV_EAUTH;
                 break;
             }
             r = install(s, it[i].dst, it[i].len, *got, end, *last, targets, &h[end / B - 1], &x);

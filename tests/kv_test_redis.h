@@ -11,6 +11,11 @@
  * (scripts/setup.sh installs it) and 1 when the servers do not come up.
  * kv_tredis_cmd() sends one command to node i with a blocking hiredis
  * context (for test set-up: resharding by hand, corrupt values, ...).
+ * kv_tredis_certs() makes TLS test certificates with the openssl command.
+ * kv_tredis_start_ex() starts servers with more redis-server arguments
+ * (passwords, ACL users, TLS files), the redis-cli arguments the script's
+ * own probes then need, TLS only (single mode), and the AUTH arguments
+ * kv_tredis_cmd sends first ("user pass" or "pass"; plaintext servers).
  */
 #ifndef KV_TEST_REDIS_H
 #define KV_TEST_REDIS_H
@@ -35,6 +40,7 @@ typedef struct kv_tredis {
     char url[1024]; /* redis://127.0.0.1:P[,...]                       */
     int n;          /* nodes: 1 or 3                                   */
     int port[3];
+    char auth[512]; /* kv_tredis_connect's AUTH arguments, "" = none   */
 } kv_tredis_t;
 
 static kv_tredis_t *kv_tredis_all[KV_TREDIS_MAX];
@@ -88,8 +94,11 @@ static inline int kv_tredis_read_int(const kv_tredis_t *t, int i, const char *wh
     return v;
 }
 
-/* Start a "single" server or a "cluster" of 3 masters. */
-static inline void kv_tredis_start(kv_tredis_t *t, const char *mode)
+/* Start a "single" server or a "cluster" of 3 masters; server_args,
+ * cli_args (kv_redis.sh's KV_REDIS_ARGS, KV_REDIS_CLI; NULL = none), tls
+ * (KV_REDIS_TLS) and auth (see above; NULL = none). */
+static inline void kv_tredis_start_ex(kv_tredis_t *t, const char *mode, const char *server_args,
+                                      const char *cli_args, int tls, const char *auth)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
         fprintf(stderr, "skipped: redis-server not installed (scripts/setup.sh)\n");
@@ -112,13 +121,57 @@ static inline void kv_tredis_start(kv_tredis_t *t, const char *mode)
         }
     char args[512];
     snprintf(args, sizeof args, "start '%s' %s %ld", t->dir, mode, (long)getpid());
-    if (kv_tredis_script(args, t->url, sizeof t->url) != 0 || strncmp(t->url, "redis://", 8)) {
+    setenv("KV_REDIS_ARGS", server_args ? server_args : "", 1);
+    setenv("KV_REDIS_CLI", cli_args ? cli_args : "", 1);
+    setenv("KV_REDIS_TLS", tls ? "1" : "0", 1);
+    int rc = kv_tredis_script(args, t->url, sizeof t->url);
+    unsetenv("KV_REDIS_ARGS");
+    unsetenv("KV_REDIS_CLI");
+    unsetenv("KV_REDIS_TLS");
+    snprintf(t->auth, sizeof t->auth, "%s", auth ? auth : "");
+    if (rc != 0 || strncmp(t->url, "redis://", 8)) {
         fprintf(stderr, "kv_tredis_start: %s servers did not start\n", mode);
         exit(1);
     }
     t->n = strcmp(mode, "cluster") == 0 ? 3 : 1;
     for (int i = 0; i < t->n; i++)
         t->port[i] = kv_tredis_read_int(t, i, "port");
+}
+
+static inline void kv_tredis_start(kv_tredis_t *t, const char *mode)
+{
+    kv_tredis_start_ex(t, mode, NULL, NULL, 0, NULL);
+}
+
+/* Certificates for TLS tests, made with the openssl command in directory
+ * dir (existing): ca.crt (a CA), srv.crt/srv.key (a server certificate of
+ * that CA for IP 127.0.0.1 and DNS localhost), cli.crt/cli.key (a client
+ * certificate of that CA), other.crt (another CA), junk.pem (not PEM).
+ * Exits 77 (skipped) without openssl, 1 when it fails. */
+static inline void kv_tredis_certs(const char *dir)
+{
+    if (system("command -v openssl >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: openssl not installed\n");
+        exit(77);
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "(cd '%s' && set -e && k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+             "openssl req -x509 $k -keyout ca.key -out ca.crt -days 2 -subj /CN=kv-test-ca && "
+             "openssl req -x509 $k -keyout other.key -out other.crt -days 2 -subj /CN=kv-other && "
+             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' >srv.ext && "
+             "openssl req $k -keyout srv.key -out srv.csr -subj /CN=kv-server && "
+             "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out srv.crt -days 2 -extfile srv.ext && "
+             "openssl req $k -keyout cli.key -out cli.csr -subj /CN=kv-client && "
+             "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out cli.crt -days 2 && printf 'not a certificate\\n' >junk.pem"
+             ") >'%s/openssl.log' 2>&1",
+             dir, dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "openssl failed: see %s/openssl.log\n", dir);
+        exit(1);
+    }
 }
 
 static inline pid_t kv_tredis_pid(const kv_tredis_t *t, int i)
@@ -145,8 +198,19 @@ static inline redisContext *kv_tredis_connect(const kv_tredis_t *t, int i)
 {
     struct timeval tv = {5, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", t->port[i], tv);
-    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK)
-        return c;
+    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
+        if (!t->auth[0])
+            return c;
+        char a1[256] = "", a2[256] = "";
+        int k = sscanf(t->auth, "%255s %255s", a1, a2);
+        redisReply *r = k == 2 ? redisCommand(c, "AUTH %s %s", a1, a2)
+                               : redisCommand(c, "AUTH %s", a1);
+        int ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r)
+            freeReplyObject(r);
+        if (ok)
+            return c;
+    }
     if (c)
         redisFree(c);
     return NULL;

@@ -61,6 +61,9 @@ enum {
     KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
     KV_ENOTRES     = -1011, /* page not resident (on the page file, see offload) */
     KV_EBUSY       = -1012, /* the page file is owned by another store (offload) */
+    KV_EAUTH       = -1013, /* the remote tier refused our credentials or ACL    */
+    KV_ETLS        = -1014, /* the remote tier's TLS: files, handshake or        */
+                            /* certificate verification failed                   */
 };
 
 /* A short English description of an error code (never NULL). */
@@ -171,8 +174,28 @@ typedef struct kv_config {
                           /* copied at create                                */
     const char *prefix_remote; /* remote tier: "redis://host:port" or a   */
                           /* Redis Cluster's seeds "redis://h1:p1,h2:p2";   */
-                          /* NULL = none; copied at create (docs/prefix.md) */
+                          /* "rediss://": TLS; "redis://user:pass@h:p" or   */
+                          /* "redis://:pass@h:p": AUTH (prefer the two      */
+                          /* fields below: a url may be seen in a process   */
+                          /* list); NULL = none; copied at create           */
+                          /* (docs/prefix.md, "Authentication and TLS")     */
     uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
+    /* remote tier: credentials and TLS (docs/prefix.md, "Authentication and */
+    /* TLS"). All NULL: none. Each needs prefix_remote; paths and names are   */
+    /* copied at create, where the password is read (never kept in            */
+    /* kv_config_t).                                                          */
+    const char *prefix_remote_password_file; /* a file whose first line is the */
+                          /* AUTH password (1..512 bytes; a trailing "\r\n"  */
+                          /* is not part of it); -errno if it cannot be read */
+    const char *prefix_remote_password_env; /* the name of an environment     */
+                          /* variable holding the password (set, non-empty); */
+                          /* at most one of the two, and not with a password */
+                          /* in the url (KV_EINVAL)                          */
+    const char *prefix_remote_tls_ca; /* rediss: CA file (PEM) that verifies */
+                          /* the servers; NULL = the system's store          */
+    const char *prefix_remote_tls_cert; /* rediss: client certificate chain   */
+                          /* (PEM), for servers that ask for one             */
+    const char *prefix_remote_tls_key; /* its private key (PEM); both or none */
     /* remote tier, per deployment: key prefix and value authentication     */
     /* (docs/prefix.md, "Deployments"); all NULL: keys "kvp:<hash>", values */
     /* unsigned (crc32c only) as before. Each needs prefix_remote.          */
@@ -317,6 +340,14 @@ typedef struct kv_stats {
                                    /* unsigned or without a valid MAC under the */
                                    /* current or previous key; without it,     */
                                    /* signed values                            */
+    /* remote tier, continued: refusals (docs/prefix.md, "Authentication and */
+    /* TLS"); fetches and publishes both, none in prefix_remote_errors        */
+    uint64_t prefix_remote_denied; /* keys the server refused (KV_EAUTH: AUTH  */
+                                   /* refused, -NOAUTH, -WRONGPASS, -NOPERM)   */
+    uint64_t prefix_remote_auth_failures; /* connections whose AUTH was refused */
+    uint64_t prefix_remote_tls_failures; /* TLS handshakes that failed (the    */
+                                   /* certificate not verified, not a TLS      */
+                                   /* server, no answer by the connect timeout) */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -359,7 +390,12 @@ KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
  * not built; KV_CONFIG_INT8_ATTN on a CPU without it), KV_ENOMEM: memory
  * ran out, or -- before anything is allocated -- the
  * metadata of a full store (kv_config_estimate: meta_max) exceeds the
- * machine's physical memory (meta_cap): lower max_seqs or host_pages. */
+ * machine's physical memory (meta_cap): lower max_seqs or host_pages.
+ * With a remote tier (prefix_remote): KV_EAUTH (the server refused the
+ * credentials, or wants some), KV_ETLS (a TLS file cannot be loaded, the
+ * handshake or the certificate check failed), -errno (the password file
+ * cannot be read), KV_EINVAL (a password env variable unset or empty, an
+ * empty password file). */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
 /* Destroy a store and everything in it. NULL is a no-op. With a page file:
@@ -748,7 +784,15 @@ KV_API int kv_seq_score_begin(kv_store_t *store, kv_seq_id_t pass, kv_seq_id_t o
  * it, every value carries an HMAC-SHA-256 under the deployment's key,
  * checked (constant time) before anything of the value is used; a value
  * without a valid MAC is a miss, counted in prefix_remote_bad and
- * prefix_remote_unauth (docs/prefix.md, Security). */
+ * prefix_remote_unauth (docs/prefix.md, Security).
+ * Credentials (the url's, prefix_remote_password_file or _env) are sent
+ * with AUTH on every connection; "rediss://" verifies the server's
+ * certificate and name (prefix_remote_tls_*). kv_store_create contacts the
+ * server once (within prefix_remote_timeout_ms) and fails with KV_EAUTH
+ * when it refuses the credentials (or wants some), KV_ETLS when the TLS
+ * handshake or certificate check fails; a server that is down does not
+ * fail it. Later refusals count in prefix_remote_denied (never a silent
+ * miss). */
 
 /* Both calls below are mutating calls (serialized with the others).
  * Attach the longest cached prefix of tokens[0..n) to seq, which must be
@@ -813,6 +857,14 @@ KV_API int kv_seq_prefix_match_compressed(kv_store_t *store, kv_seq_id_t seq,
                                           const int32_t *tokens, uint32_t n,
                                           const void *salt, size_t salt_len,
                                           uint32_t *matched);
+
+/* The remote tier's url (kv_config_t.prefix_remote) with every password
+ * replaced by "***" ("redis://app:***@h:6379"), fit for a log or a report,
+ * into buf: NUL-terminated, truncated to cap - 1 bytes (a truncation never
+ * shows a password either). Also for urls kv_store_create would refuse.
+ * Returns the redacted url's full length, or KV_EINVAL (url NULL, or buf
+ * NULL with cap > 0). */
+KV_API int kv_prefix_remote_redact(const char *url, char *buf, size_t cap);
 
 /* ---- memory pressure --------------------------------------------------- */
 

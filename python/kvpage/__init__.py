@@ -19,11 +19,12 @@ from ._lib import lib_path, version
 from .config import (CONFIG_INT8_ATTN, CONFIG_NO_TCACHE, OFFLOAD_OPEN, OFFLOAD_PREAD,
                      OFFLOAD_WAIT, Config, Estimate, Format, FormatInfo, Residency, Stats,
                      estimate, format_info, format_note)
-from .errors import (KV_EBUSY, KV_ECORRUPT, KV_EINVAL, KV_EIO, KV_ELIMIT, KV_ENOENT, KV_ENOMEM,
-                     KV_ENOTRES, KV_ENOTSUP, KV_ERANGE, KV_ESTATE, KV_EVERSION, KV_OK, KvBusy,
-                     KvClosed, KvCorrupt, KvError, KvInvalid, KvIOError, KvLimit, KvNoMemory,
-                     KvNotFound, KvNotResident, KvNotSupported, KvOSError, KvRange, KvState,
-                     KvVersion, code_name, error_class, reaper_wait, strerror)
+from .errors import (KV_EAUTH, KV_EBUSY, KV_ECORRUPT, KV_EINVAL, KV_EIO, KV_ELIMIT, KV_ENOENT,
+                     KV_ENOMEM, KV_ENOTRES, KV_ENOTSUP, KV_ERANGE, KV_ESTATE, KV_ETLS, KV_EVERSION,
+                     KV_OK, KvAuth, KvBusy, KvClosed, KvCorrupt, KvError, KvInvalid, KvIOError,
+                     KvLimit, KvNoMemory, KvNotFound, KvNotResident, KvNotSupported, KvOSError,
+                     KvRange, KvState, KvTLS, KvVersion, code_name, error_class, reaper_wait,
+                     strerror)
 from .policy import Method, Policy, PolicyInfo, check_pressure
 from .store import Seq, Store
 
@@ -32,10 +33,12 @@ __all__ = [
     "Store", "Seq", "Config", "Stats", "Estimate", "Residency", "Format", "FormatInfo",
     "Policy", "PolicyInfo", "Method", "KvError", "KvInvalid", "KvNoMemory", "KvRange",
     "KvNotFound", "KvState", "KvClosed", "KvNotSupported", "KvVersion", "KvCorrupt",
-    "KvIOError", "KvLimit", "KvNotResident", "KvBusy", "KvOSError", "error_class",
+    "KvIOError", "KvLimit", "KvNotResident", "KvBusy", "KvAuth", "KvTLS", "KvOSError",
+    "error_class",
     "reaper_wait", "estimate", "format_info", "format_note",
     "check_pressure", "strerror", "code_name", "version", "lib_path",
     "CONFIG_NO_TCACHE", "CONFIG_INT8_ATTN", "OFFLOAD_WAIT", "OFFLOAD_OPEN", "OFFLOAD_PREAD",
     "KV_OK", "KV_EINVAL", "KV_ENOMEM", "KV_ERANGE", "KV_ENOENT", "KV_ESTATE", "KV_ENOTSUP",
-    "KV_EVERSION", "KV_ECORRUPT", "KV_EIO", "KV_ELIMIT", "KV_ENOTRES", "KV_EBUSY",
+    "KV_EVERSION", "KV_ECORRUPT", "KV_EIO", "KV_ELIMIT", "KV_ENOTRES", "KV_EBUSY", "KV_EAUTH",
+    "KV_ETLS",
 ]

@@ -48,6 +48,9 @@ class kv_config_t(Structure):
         ("prefix_cache", c_uint32), ("prefix_model_len", c_uint32),
         ("prefix_model", c_void_p), ("prefix_remote", c_char_p),
         ("prefix_remote_timeout_ms", c_uint32),
+        ("prefix_remote_password_file", c_char_p), ("prefix_remote_password_env", c_char_p),
+        ("prefix_remote_tls_ca", c_char_p), ("prefix_remote_tls_cert", c_char_p),
+        ("prefix_remote_tls_key", c_char_p),
         ("prefix_remote_ns", c_char_p), ("prefix_remote_mac", c_char_p),
         ("prefix_remote_mac_prev", c_char_p),
     ]
@@ -80,7 +83,8 @@ class kv_stats_t(Structure):
         "prefix_file_hits", "prefix_file_tokens", "prefix_file_bytes_in",
         "prefix_file_bytes_out", "prefix_file_demoted", "prefix_file_dropped",
         "prefix_file_bad", "prefix_file_restored", "prefix_ctx_nodes",
-        "prefix_ctx_published", "prefix_ctx_hits", "prefix_ctx_misses", "prefix_remote_unauth")]
+        "prefix_ctx_published", "prefix_ctx_hits", "prefix_ctx_misses", "prefix_remote_unauth",
+        "prefix_remote_denied", "prefix_remote_auth_failures", "prefix_remote_tls_failures")]
 
 
 class kv_estimate_t(Structure):

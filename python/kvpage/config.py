@@ -51,8 +51,8 @@ class Config:
     shape (n_layers, n_q_heads, n_kv_heads, head_dim) and host_pages; the
     other fields default as kv_config_default() sets them (0 = the library's
     default). pressure, offload_path and the prefix_remote* strings
-    (prefix_remote, _ns, _mac "file:PATH"/"env:NAME", _mac_prev) are str
-    (or None).
+    (prefix_remote, _password_file, _password_env, _tls_ca, _tls_cert,
+    _tls_key, _ns, _mac "file:PATH"/"env:NAME", _mac_prev) are str (or None).
     Prefix cache (docs/prefix.md): prefix_cache=True needs prefix_model, the
     model fingerprint (bytes, 1..65536; e.g. the SHA-256 of the weights
     file; the store copies it at create), else KvError(KV_EINVAL) from the
@@ -84,6 +84,11 @@ class Config:
     prefix_model: bytes = b""
     prefix_remote: Optional[str] = None
     prefix_remote_timeout_ms: int = _D.prefix_remote_timeout_ms
+    prefix_remote_password_file: Optional[str] = None
+    prefix_remote_password_env: Optional[str] = None
+    prefix_remote_tls_ca: Optional[str] = None
+    prefix_remote_tls_cert: Optional[str] = None
+    prefix_remote_tls_key: Optional[str] = None
     prefix_remote_ns: Optional[str] = None
     prefix_remote_mac: Optional[str] = None
     prefix_remote_mac_prev: Optional[str] = None
@@ -128,8 +133,10 @@ class Config:
 
 
 _U64 = ("host_pages", "offload_fault_seed")
-_STRINGS = ("pressure", "offload_path", "prefix_remote", "prefix_remote_ns",
-            "prefix_remote_mac", "prefix_remote_mac_prev")
+_STRINGS = ("pressure", "offload_path", "prefix_remote", "prefix_remote_password_file",
+            "prefix_remote_password_env", "prefix_remote_tls_ca", "prefix_remote_tls_cert",
+            "prefix_remote_tls_key", "prefix_remote_ns", "prefix_remote_mac",
+            "prefix_remote_mac_prev")
 
 
 def u_int(name: str, value: Any, bits: int = 32) -> int:
@@ -220,6 +227,9 @@ class Stats:
     prefix_ctx_hits: int
     prefix_ctx_misses: int
     prefix_remote_unauth: int
+    prefix_remote_denied: int
+    prefix_remote_auth_failures: int
+    prefix_remote_tls_failures: int
 
     def compression_ratio(self) -> float:
         """The header's honest ratio: fp16_bytes / (kv_bytes + meta_bytes)."""

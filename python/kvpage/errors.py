@@ -50,6 +50,8 @@ KV_EIO = _c.KV_EIO
 KV_ELIMIT = _c.KV_ELIMIT
 KV_ENOTRES = _c.KV_ENOTRES
 KV_EBUSY = _c.KV_EBUSY
+KV_EAUTH = _c.KV_EAUTH
+KV_ETLS = _c.KV_ETLS
 
 _NAMES = {v: k for k, v in vars(_c).items() if k.startswith("KV_E")}
 
@@ -184,6 +186,18 @@ class KvBusy(KvError, OSError):
     _errno = _errno.EBUSY
 
 
+class KvAuth(KvError, PermissionError):
+    """KV_EAUTH: the remote tier's server refused the credentials or the
+    user's permissions (-NOAUTH, -WRONGPASS, -NOPERM; docs/prefix.md)."""
+    code = KV_EAUTH
+
+
+class KvTLS(KvError, ConnectionError):
+    """KV_ETLS: the TLS handshake with the remote tier's server failed
+    (certificate, name, protocol, or no TLS there; docs/prefix.md)."""
+    code = KV_ETLS
+
+
 class KvOSError(KvError, OSError):
     """-errno from the OS (e.g. -EEXIST for a new page file over an existing
     one): .errno is the positive errno."""
@@ -191,7 +205,8 @@ class KvOSError(KvError, OSError):
 
 _CLASSES: Dict[int, Type[KvError]] = {
     c.code: c for c in (KvInvalid, KvNoMemory, KvRange, KvNotFound, KvState, KvNotSupported,
-                        KvVersion, KvCorrupt, KvIOError, KvLimit, KvNotResident, KvBusy)}
+                        KvVersion, KvCorrupt, KvIOError, KvLimit, KvNotResident, KvBusy,
+                        KvAuth, KvTLS)}
 
 
 def error_class(code: int) -> Type[KvError]:

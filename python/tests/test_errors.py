@@ -18,7 +18,8 @@ BUILTIN = {kvpage.KV_EINVAL: ValueError, kvpage.KV_ENOMEM: MemoryError,
            kvpage.KV_ERANGE: ValueError, kvpage.KV_ENOENT: LookupError,
            kvpage.KV_ESTATE: RuntimeError, kvpage.KV_ENOTSUP: NotImplementedError,
            kvpage.KV_EVERSION: ValueError, kvpage.KV_ECORRUPT: OSError,
-           kvpage.KV_EIO: OSError, kvpage.KV_EBUSY: OSError}
+           kvpage.KV_EIO: OSError, kvpage.KV_EBUSY: OSError,
+           kvpage.KV_EAUTH: PermissionError, kvpage.KV_ETLS: ConnectionError}
 
 
 def raises_kv(code, fn, *args, **kw):
@@ -51,7 +52,7 @@ def test_kverror_fields():
     assert str(e) == f"{kvpage.strerror(-1002)} (KV_ENOMEM, -1002): why"
     assert e.message == kvpage.strerror(-1002) and e.message in str(e) and "why" in str(e)
     codes = [getattr(kvpage, n) for n in kvpage.__all__ if n.startswith("KV_E")]
-    assert len(codes) == 12 and len({kvpage.strerror(c) for c in codes}) == 12
+    assert len(codes) == 16 and len({kvpage.strerror(c) for c in codes}) == 16
     assert kvpage.code_name(-errno.ENOSPC) == "ENOSPC"
     assert kvpage.strerror(-errno.ENOSPC) == "No space left on device"
 

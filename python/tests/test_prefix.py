@@ -193,3 +193,38 @@ def test_remote_deployment_fields(monkeypatch):
     with pytest.raises(kvpage.KvError) as e:
         kvpage.Store(host_pages=16, **remote, **SHAPE)
     assert e.value.code == kvpage.KV_EINVAL
+
+
+def test_remote_security_fields(tmp_path, monkeypatch):
+    """The remote tier's credential and TLS fields (docs/prefix.md,
+    "Authentication and TLS"): copied and read back; bad input named at
+    create; the refusal counters are in Stats. No server is contacted
+    (nothing listens on port 1: a server that is down does not fail create)."""
+    pw = tmp_path / "pw"
+    pw.write_text("secret\n")
+    monkeypatch.setenv("KVPAGE_TEST_PW", "secret")
+    base = dict(host_pages=16, prefix_cache=True, prefix_model=MODEL,
+                prefix_remote="redis://app@127.0.0.1:1", prefix_remote_timeout_ms=50, **SHAPE)
+    with kvpage.Store(prefix_remote_password_file=str(pw), **base) as st:
+        assert st.config.prefix_remote_password_file == str(pw)
+        s = st.stats()
+        assert (s.prefix_remote_denied, s.prefix_remote_auth_failures,
+                s.prefix_remote_tls_failures) == (0, 0, 0)
+    with kvpage.Store(prefix_remote_password_env="KVPAGE_TEST_PW", **base) as st:
+        assert st.config.prefix_remote_password_env == "KVPAGE_TEST_PW"
+    bad = [dict(prefix_remote_password_file=str(pw), prefix_remote_password_env="KVPAGE_TEST_PW"),
+           dict(prefix_remote_password_env="KVPAGE_TEST_UNSET_VARIABLE"),
+           dict(prefix_remote_tls_ca=str(pw)),  # TLS files with redis://
+           dict(prefix_remote_tls_cert=str(pw))]
+    for extra in bad:
+        with pytest.raises(kvpage.KvError) as e:
+            kvpage.Store(**extra, **base)
+        assert e.value.code == kvpage.KV_EINVAL
+    with pytest.raises(kvpage.KvError) as e:
+        kvpage.Store(prefix_remote_password_file=str(tmp_path / "missing"), **base)
+    assert e.value.name == "ENOENT"
+    with pytest.raises(kvpage.KvError) as e:
+        kvpage.Store(**dict(base, prefix_remote="rediss://127.0.0.1:1",
+                            prefix_remote_tls_ca=str(pw)))
+    assert e.value.code == kvpage.KV_ETLS  # not a certificate
+    assert kvpage.KV_EAUTH == -1013 and kvpage.code_name(kvpage.KV_ETLS) == "KV_ETLS"

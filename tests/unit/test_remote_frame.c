@@ -109,14 +109,15 @@ static void test_config(void)
 {
     kv_remote_config_t z = {0};
     const char *good[] = {"redis://127.0.0.1:6379", "redis://a:1,b:2", "redis://a:1,redis://b:2",
-                          "redis://[::1]:6379", "redis://host-name.x_y:65535"};
+                          "redis://[::1]:6379", "redis://host-name.x_y:65535",
+                          "redis://u:p@h:1", "redis://:p@h:1,h:2", "rediss://h:1"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         CHECK_OK(create_rc(good[i], NULL, z));
     const char *bad[] = {"", "redis://", "redis://h", "redis://h:", "redis://h:0",
                          "redis://h:65536", "redis://h:1234567", "http://h:1",
                          "redis://user@h:1", "redis://h:1/0", "redis://h:1,", "redis://h:1,,h:2",
                          "redis://[::1:1", "redis://[]:1", "redis://h:1 ", "redis:// h:1",
-                         "redis://h:-1", "rediss://h:1"};
+                         "redis://h:-1", "rediss://h:1,redis://h:2"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK_EQ(create_rc(bad[i], NULL, z), KV_EINVAL);
     static char url[64 * 12 + 16], host[300];

@@ -36,7 +36,7 @@ typedef struct run_opts {
     uint64_t max_new, seed, threads, runs;
     double temp;
     kv_cli_outs_t out; /* --json, --md */
-    kv_cli_remote_t deploy; /* --remote-ns, --remote-mac, --remote-mac-prev */
+    kv_cli_remote_t ropt; /* --remote-password-*, --remote-tls-*, --remote-ns, --remote-mac* */
     int prefix_cache;
     int prefix_compressed; /* the context published compressed */
 } run_opts_t;
@@ -73,8 +73,10 @@ static const kv_cli_opt_t run_opts[] = {
      "compression (docs/prefix.md, \"Compressed contexts\")"},
     {"--remote", KV_CLI_STR, offsetof(run_opts_t, remote), 0, 0, 0, 0, "URL",
      "prefix cache shared through Redis/Valkey: redis://host:port,\n"
-     "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache)"},
-    KV_CLI_REMOTE_OPTS(run_opts_t, deploy),
+     "or a cluster's seeds redis://h1:p1,h2:p2 (with --prefix-cache);\n"
+     "rediss://: TLS; redis://user@host:port: AUTH as user (the password\n"
+     "from --remote-password-*; reports show a url's password as ***)"},
+    KV_CLI_REMOTE_OPTS(run_opts_t, ropt),
     {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
      "prefix-cache isolation key: runs with other salts never share"},
     {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
@@ -101,7 +103,7 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
                         "--prefix-cache\n");
         return 2;
     }
-    if (kv_cli_remote_check("run", &o->deploy, o->remote))
+    if (kv_cli_remote_check("run", &o->ropt, o->remote))
         return 2;
     kv_policy_t *pol = NULL;
     char perr[256] = "";
@@ -268,6 +270,10 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
     kv_cli_rep_u(&rep, "prefix_remote_bad", st->prefix_remote_bad);
     kv_cli_rep_u(&rep, "prefix_remote_unauth", st->prefix_remote_unauth);
     kv_cli_rep_u(&rep, "prefix_remote_errors", st->prefix_remote_errors);
+    kv_cli_rep_u(&rep, "prefix_remote_denied", st->prefix_remote_denied);
+    kv_cli_rep_u(&rep, "prefix_remote_tls_failures", st->prefix_remote_tls_failures);
+    char shown[1024];
+    kv_cli_rep_s(&rep, "remote", kv_cli_remote_shown(r->o->remote, shown, sizeof shown));
     kv_cli_rep_u(&rep, "prefix_file_tokens", st->prefix_file_tokens);
     kv_cli_rep_u(&rep, "prefix_file_nodes", st->prefix_file_nodes);
     kv_cli_rep_u(&rep, "prefix_file_demoted", st->prefix_file_demoted);
@@ -308,13 +314,17 @@ static int run_report(const run_out_t *r, kv_cli_outs_t *out)
                        "nodes on the file / demoted", (unsigned long long)st->prefix_file_nodes,
                        (unsigned long long)st->prefix_file_demoted);
             if (r->o->remote)
-                printf("  %-36s %16llu\n  %-36s %9llu / %llu / %llu\n",
-                       "tokens from the remote (all runs)",
+                printf("  %-36s %s\n  %-36s %16llu\n  %-36s %9llu / %llu / %llu\n"
+                       "  %-36s %9llu / %llu\n",
+                       "remote", shown, "tokens from the remote (all runs)",
                        (unsigned long long)st->prefix_remote_tokens,
                        "remote values bad / unauth / errors",
                        (unsigned long long)st->prefix_remote_bad,
                        (unsigned long long)st->prefix_remote_unauth,
-                       (unsigned long long)st->prefix_remote_errors);
+                       (unsigned long long)st->prefix_remote_errors,
+                       "remote keys refused / TLS failures",
+                       (unsigned long long)st->prefix_remote_denied,
+                       (unsigned long long)st->prefix_remote_tls_failures);
         }
         printf("\n(ratio < 1 for plain FP16 pages: the last page of each of the %u "
                "(layer, kv head) lists is partly filled)\n",
@@ -399,7 +409,7 @@ int kv_cmd_run(int argc, char **argv)
         cfg.prefix_model = fp;
         cfg.prefix_model_len = 64;
         cfg.prefix_remote = o.remote;
-        kv_cli_remote_apply(&o.deploy, &cfg);
+        kv_cli_remote_apply(&o.ropt, &cfg);
     }
     if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
         run_fail("creating the store", rc, NULL);

@@ -55,9 +55,11 @@ typedef struct stress_opts {
     double prefix_share;
     const char *remote;    /* --remote URL|local, or NULL         */
     uint64_t remote_timeout, remote_restarts, remote_corrupt;
-    kv_cli_remote_t deploy; /* --remote-ns, --remote-mac, --remote-mac-prev */
     kv_cli_outs_t out;     /* --json, --md                        */
+    kv_cli_remote_t ropt;  /* --remote-password-*, --remote-tls-*, */
+                           /* --remote-ns, --remote-mac*          */
     char offload_file[4096]; /* the page file (a name in DIR)     */
+    char remote_shown[1024]; /* --remote as printed: no password  */
 } stress_opts_t;
 
 #define OPT(name, kind, field, lo, hi, arg, help) \
@@ -123,8 +125,11 @@ static const kv_cli_opt_t stress_opt_table[] = {
          "fraction of requests that start with a system prompt (default 0.9)"),
     OPT("--remote", KV_CLI_STR, remote, 0, 0, "URL|local",
         "the prefix cache's remote tier: a Redis/Valkey URL\n"
-        "(redis://host:port[,...]), or 'local': a private redis-server\n"
-        "this run starts (needed for --remote-restarts)"),
+        "(redis://host:port[,...]; rediss://: TLS; redis://user@host:port:\n"
+        "AUTH as user, the password from --remote-password-*; reports show\n"
+        "a url's password as ***), or 'local': a private redis-server this\n"
+        "run starts (needed for --remote-restarts)"),
+    KV_CLI_REMOTE_OPTS(stress_opts_t, ropt),
     OPT("--remote-timeout", KV_CLI_UINT, remote_timeout, 1, 60000, "MS",
         "bound of one remote fetch (kv_config_t.prefix_remote_timeout_ms,\n"
         "default 200)"),
@@ -134,7 +139,6 @@ static const kv_cli_opt_t stress_opt_table[] = {
     OPT("--remote-corrupt", KV_CLI_UINT, remote_corrupt, 0, UINT32_MAX, "N",
         "overwrite N existing values in the server with corrupt ones\n"
         "(hiredis, not kvpage's client), spread over the first 90% of the run"),
-    KV_CLI_REMOTE_OPTS(stress_opts_t, deploy),
     KV_CLI_OUT_OPTS(stress_opts_t, out),
     OPT("--progress", KV_CLI_FLAG, progress, 0, 0, NULL,
         "progress line on stderr about once a second (default: when stderr is a tty)"),
@@ -219,8 +223,9 @@ static void stress_chaos_step(const stress_opts_t *o, stress_chaos_t *ch, double
         uint64_t target = (uint64_t)(f * (double)o->remote_corrupt);
         uint64_t want = target > r->injected ? target - r->injected : 0;
         if (want)
-            stress_redis_corrupt(r, o->deploy.ns ? o->deploy.ns : "kvp", want > STRESS_CORRUPT_BURST ? STRESS_CORRUPT_BURST
-                                                                      : (uint32_t)want);
+            stress_redis_corrupt(r, o->ropt.ns ? o->ropt.ns : "kvp",
+                                 want > STRESS_CORRUPT_BURST ? STRESS_CORRUPT_BURST
+                                                             : (uint32_t)want);
     }
 }
 
@@ -255,7 +260,9 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         kv_cli_rep_u(r, k[i], v[i]);
     kv_cli_rep_d(r, "share", o->prefix_share, -1);
-    kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote) : NULL);
+    kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote_shown) : NULL);
+    kv_cli_rep_u(r, "remote_denied", f->prefix_remote_denied);
+    kv_cli_rep_u(r, "remote_tls_failures", f->prefix_remote_tls_failures);
     kv_cli_rep_u(r, "remote_restarts", ch->red.restarts);
     kv_cli_rep_u(r, "remote_restart_failures", ch->red.restart_failures);
     kv_cli_rep_u(r, "corrupt_injected", ch->red.injected);
@@ -412,8 +419,10 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
         if (o->remote)
             printf("  %-28s %s: %llu nodes fetched (%llu tokens), %llu bad values refused, "
                    "%llu keys unanswered, %llu queued, %llu dropped; %llu restarts (%llu "
-                   "failed), %llu corrupt values written\n", "remote",
-                   ch->have ? ch->red.url : o->remote, (unsigned long long)f->prefix_remote_hits,
+                   "failed), %llu corrupt values written; %llu keys refused, %llu TLS "
+                   "failures\n", "remote",
+                   ch->have ? ch->red.url : o->remote_shown,
+                   (unsigned long long)f->prefix_remote_hits,
                    (unsigned long long)f->prefix_remote_tokens,
                    (unsigned long long)f->prefix_remote_bad,
                    (unsigned long long)f->prefix_remote_errors,
@@ -421,7 +430,9 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
                    (unsigned long long)f->prefix_remote_dropped,
                    (unsigned long long)ch->red.restarts,
                    (unsigned long long)ch->red.restart_failures,
-                   (unsigned long long)ch->red.injected);
+                   (unsigned long long)ch->red.injected,
+                   (unsigned long long)f->prefix_remote_denied,
+                   (unsigned long long)f->prefix_remote_tls_failures);
     }
     printf("  %-28s %14llu\n", "violations", (unsigned long long)d->vf.violations);
     printf("  %-28s %14llu\n", "leaks", (unsigned long long)d->vf.leaks);
@@ -443,7 +454,7 @@ static void stress_repro(const stress_opts_t *o, uint64_t ops)
                 "--prefix-salts %llu --prefix-share %.17g%s%s (the remote's chaos is not "
                 "replayed exactly)\n", (unsigned long long)o->prefix_prompts,
                 (unsigned long long)o->prefix_len, (unsigned long long)o->prefix_salts,
-                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote : "");
+                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote_shown : "");
     if (o->offload) {
         fprintf(stderr, "    --offload '%s' --offload-pages %llu", o->offload,
                 (unsigned long long)o->offload_pages);
@@ -512,13 +523,19 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
         fprintf(stderr, "kvpage stress: --remote needs --prefix-cache\n");
         return 2;
     }
+    if (kv_cli_remote_given(&o->ropt) && (!o->remote || !strcmp(o->remote, "local"))) {
+        fprintf(stderr, "kvpage stress: --remote-password-* and --remote-tls-* need "
+                        "--remote URL (not local: that server has no password or TLS)\n");
+        return 2;
+    }
+    kv_cli_remote_shown(o->remote, o->remote_shown, sizeof o->remote_shown);
     if ((o->remote_restarts && (!o->remote || strcmp(o->remote, "local"))) ||
         (o->remote_corrupt && !o->remote)) {
         fprintf(stderr, "kvpage stress: --remote-restarts needs --remote local (a server "
                         "this run owns), --remote-corrupt needs --remote\n");
         return 2;
     }
-    if (kv_cli_remote_check("stress", &o->deploy, o->remote))
+    if (kv_cli_remote_check("stress", &o->ropt, o->remote))
         return 2;
     if (o->prefix && o->offload) {
         fprintf(stderr, "kvpage stress: --prefix-cache and --offload are not combined yet\n");
@@ -544,8 +561,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                                   .prompt_len = (uint32_t)o->prefix_len,
                                   .salts = (uint32_t)o->prefix_salts,
                                   .share = o->prefix_share, .remote = o->remote,
-                                  .timeout_ms = (uint32_t)o->remote_timeout,
-                                  .deploy = o->deploy}};
+                                  .ropt = o->ropt,
+                                  .timeout_ms = (uint32_t)o->remote_timeout}};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||
         stress_mix_parse(o->policy, cfg->layers, mix, err, sizeof err)) {
         fprintf(stderr, "kvpage stress: %s\n", err);

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvpage/kvpage.h"
+
 int kv_cmd_demo(int argc, char **argv);
 int kv_cmd_run(int argc, char **argv);
 int kv_cmd_eval(int argc, char **argv);
@@ -155,10 +157,25 @@ int kv_cli_outs_open(const char *cmd, kv_cli_outs_t *o);
  * failed (a write error, a full disk). */
 int kv_cli_outs_finish(const char *cmd, kv_cli_outs_t *o, const kv_cli_report_t *r);
 
-/* The remote tier's deployment options (kv_cli_remote.c): key prefix and
- * MAC key sources, as kv_config_t.prefix_remote_ns / _mac / _mac_prev. */
+typedef struct kv_cli_opt {
+    const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
+    kv_cli_kind_t kind;
+    size_t off;         /* offsetof(options struct, field)               */
+    uint64_t lo, hi;    /* UINT range                                    */
+    double dlo, dhi;    /* DOUBLE range                                  */
+    const char *arg;    /* value name in the usage, e.g. "N", "SPEC";    */
+                        /* ALIAS: the name of the entry it stands for    */
+    const char *help;   /* usage text; may hold '\n' for more lines      */
+} kv_cli_opt_t;
+
+/* The remote tier's options that the commands taking --remote share (run,
+ * stress; kv_cli_remote.c): credentials and TLS, as kv_config_t's
+ * prefix_remote_password_file/_env and prefix_remote_tls_*, and the
+ * deployment's key prefix and MAC key sources, as prefix_remote_ns, _mac,
+ * _mac_prev. NULL: not given. */
 typedef struct kv_cli_remote {
-    const char *ns, *mac, *mac_prev; /* NULL: not given                      */
+    const char *password_file, *password_env, *tls_ca, *tls_cert, *tls_key;
+    const char *ns, *mac, *mac_prev;
 } kv_cli_remote_t;
 #define KV_CLI_REMOTE_NS_HELP                                                          \
     "key prefix of this deployment's remote values: keys are NS:<hash>\n"              \
@@ -171,32 +188,38 @@ typedef struct kv_cli_remote {
 #define KV_CLI_REMOTE_PREV_HELP                                                        \
     "the key before a rotation (same SRC syntax): values it signed are\n"              \
     "still accepted, new ones are signed with --remote-mac"
-/* The three option-table entries, for an options struct holding a
- * kv_cli_remote_t named field: KV_CLI_REMOTE_OPTS(run_opts_t, deploy). */
+/* The option-table entries, for an options struct holding a kv_cli_remote_t
+ * named field: KV_CLI_REMOTE_OPTS(run_opts_t, ropt). */
 #define KV_CLI_REMOTE_OPTS(type, field)                                                \
+    {"--remote-password-file", KV_CLI_STR, offsetof(type, field.password_file), 0, 0, 0, \
+     0, "FILE", "the remote's AUTH password: the first line of FILE\n"                   \
+     "(user, if any, in the URL: redis://user@host:port)"},                            \
+    {"--remote-password-env", KV_CLI_STR, offsetof(type, field.password_env), 0, 0, 0,  \
+     0, "NAME", "the remote's AUTH password: environment variable NAME"},              \
+    {"--remote-tls-ca", KV_CLI_STR, offsetof(type, field.tls_ca), 0, 0, 0, 0, "FILE",   \
+     "rediss://: CA certificates (PEM) that verify the server\n"                       \
+     "(default: the system's store)"},                                                 \
+    {"--remote-tls-cert", KV_CLI_STR, offsetof(type, field.tls_cert), 0, 0, 0, 0,       \
+     "FILE", "rediss://: client certificate (PEM), with --remote-tls-key"},            \
+    {"--remote-tls-key", KV_CLI_STR, offsetof(type, field.tls_key), 0, 0, 0, 0, "FILE", \
+     "rediss://: the client certificate's private key (PEM)"},                         \
     {"--remote-ns", KV_CLI_STR, offsetof(type, field.ns), 0, 0, 0, 0, "NS",             \
      KV_CLI_REMOTE_NS_HELP},                                                           \
     {"--remote-mac", KV_CLI_STR, offsetof(type, field.mac), 0, 0, 0, 0, "SRC",          \
      KV_CLI_REMOTE_MAC_HELP},                                                          \
     {"--remote-mac-prev", KV_CLI_STR, offsetof(type, field.mac_prev), 0, 0, 0, 0,       \
      "SRC", KV_CLI_REMOTE_PREV_HELP}
+/* 1 if a credential or TLS option was given (--remote-password-*,
+ * --remote-tls-*). */
+int kv_cli_remote_given(const kv_cli_remote_t *r);
 /* 0, or 2 after a message on stderr: an option given without --remote
  * (remote NULL), --remote-mac-prev without --remote-mac. */
-int kv_cli_remote_check(const char *cmd, const kv_cli_remote_t *o, const char *remote);
-struct kv_config;
-/* Set the three kv_config_t fields from o (NULL where not given). */
-void kv_cli_remote_apply(const kv_cli_remote_t *o, struct kv_config *c);
-
-typedef struct kv_cli_opt {
-    const char *name;   /* "--seconds" (also matched as "--seconds=V")   */
-    kv_cli_kind_t kind;
-    size_t off;         /* offsetof(options struct, field)               */
-    uint64_t lo, hi;    /* UINT range                                    */
-    double dlo, dhi;    /* DOUBLE range                                  */
-    const char *arg;    /* value name in the usage, e.g. "N", "SPEC";    */
-                        /* ALIAS: the name of the entry it stands for    */
-    const char *help;   /* usage text; may hold '\n' for more lines      */
-} kv_cli_opt_t;
+int kv_cli_remote_check(const char *cmd, const kv_cli_remote_t *r, const char *remote);
+/* Set c's eight fields from r. */
+void kv_cli_remote_apply(const kv_cli_remote_t *r, kv_config_t *c);
+/* url as reports and messages show it: its password hidden
+ * (kv_prefix_remote_redact), in buf; NULL for NULL. */
+const char *kv_cli_remote_shown(const char *url, char *buf, size_t cap);
 
 /* Parse argv[1..argc) (argv[0] = the subcommand) into o. Every argument
  * must be a known option. Returns 0; 1 when --help/-h printed the usage to

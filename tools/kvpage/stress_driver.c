@@ -143,7 +143,7 @@ int stress_driver_create(const stress_cfg_t *cfg, stress_driver_t *d, FILE *log,
         kc.prefix_remote = cfg->pfx.remote;
         kc.prefix_remote_timeout_ms = cfg->pfx.remote ? cfg->pfx.timeout_ms : 0;
         if (cfg->pfx.remote)
-            kv_cli_remote_apply(&cfg->pfx.deploy, &kc);
+            kv_cli_remote_apply(&cfg->pfx.ropt, &kc);
     }
     int rc = kv_store_create(&kc, &d->st);
     if (rc) {

@@ -53,8 +53,8 @@ typedef struct stress_pfx_cfg {
     double share;        /* fraction of requests that start with a system */
                          /* prompt (the others: unique prompts)           */
     const char *remote;  /* kv_config_t.prefix_remote, or NULL            */
+    kv_cli_remote_t ropt; /* its credential, TLS and deployment fields   */
     uint32_t timeout_ms; /* kv_config_t.prefix_remote_timeout_ms          */
-    kv_cli_remote_t deploy; /* kv_config_t.prefix_remote_ns, _mac, _mac_prev */
 } stress_pfx_cfg_t;
 
 /* What the prefix calls did. */

@@ -194,6 +194,11 @@ int stress_redis_attach(stress_redis_t *r, const char *url, uint64_t seed, char 
     memset(r, 0, sizeof *r);
     r->rng = seed ^ 0xC0FFEEull;
     r->crc_ok = -1;
+    if (strchr(url, '@')) { /* (and never print such a url: it may hold a password) */
+        snprintf(err, err_len, "--remote-corrupt: a server without credentials only "
+                               "(redis://host:port)");
+        return KV_EINVAL;
+    }
     const char *h = strncmp(url, "redis://", 8) == 0 ? url + 8 : NULL;
     const char *colon = h ? strchr(h, ':') : NULL;
     if (!h || !colon || colon == h || (size_t)(colon - h) >= sizeof r->host ||
