@@ -12,6 +12,7 @@
  * Ownership: the store owns pool, page table and backend; destroy frees all.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,7 +36,12 @@
 #define KV_MAX_RESIDUAL   65536u
 
 
-kv_config_t kv_config_default(void)
+/* The first kv_config_t served by size (tests/compat's frozen header ends
+ * here): fields added later are appended after it, and a caller's struct
+ * that ends before them gets their defaults. */
+#define KV_CONFIG_SIZE_MIN (offsetof(kv_config_t, prefix_remote_mac_prev) + sizeof(const char *))
+
+static kv_config_t config_defaults(void)
 {
     kv_config_t c;
     memset(&c, 0, sizeof c);
@@ -43,6 +49,18 @@ kv_config_t kv_config_default(void)
     c.version = KV_CONFIG_VERSION;
     c.backend = KV_BACKEND_CPU;
     return c;
+}
+
+int kv_config_init(kv_config_t *cfg, uint32_t size)
+{
+    if (!cfg)
+        return KV_EINVAL;
+    if (size < KV_CONFIG_SIZE_MIN || size > sizeof(kv_config_t))
+        return KV_EVERSION;
+    kv_config_t c = config_defaults();
+    c.struct_size = size;
+    memcpy(cfg, &c, size);
+    return 0;
 }
 
 int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes)
@@ -60,9 +78,12 @@ int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out)
 {
     if (!cfg)
         return KV_EINVAL;
-    if (cfg->struct_size != sizeof(kv_config_t) || cfg->version != KV_CONFIG_VERSION)
+    if (cfg->struct_size < KV_CONFIG_SIZE_MIN || cfg->struct_size > sizeof(kv_config_t) ||
+        cfg->version != KV_CONFIG_VERSION)
         return KV_EVERSION;
-    kv_config_t c = *cfg;
+    kv_config_t c = config_defaults(); /* a shorter caller's struct: its fields */
+    memcpy(&c, cfg, cfg->struct_size);
+    c.struct_size = sizeof c;
     if (c.n_layers == 0 || c.n_layers > KV_MAX_LAYERS)
         return KV_ERANGE;
     if (c.n_kv_heads == 0 || c.n_kv_heads > KV_MAX_KV_HEADS)

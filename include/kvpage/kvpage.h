@@ -224,9 +224,29 @@ typedef struct kv_config {
                               /* sequences (else create it: -EEXIST if there) */
 #define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite I/O queue even where io_uring runs */
 
-/* A config with struct_size/version set, defaults filled in, and the model
- * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
-KV_API kv_config_t kv_config_default(void);
+/* Fill the first size bytes of *cfg (size = the caller's sizeof(kv_config_t))
+ * with the defaults, struct_size = size and version set, the model shape
+ * zero (the caller sets n_layers, heads, head_dim, host_pages). A caller
+ * built against an older header, whose kv_config_t ends before fields added
+ * since, gets its own fields and kv_store_create gives the rest their
+ * defaults. Errors: KV_EINVAL (NULL), KV_EVERSION (size larger than this
+ * library's kv_config_t or smaller than the first one served by size). */
+KV_API int kv_config_init(kv_config_t *cfg, uint32_t size);
+
+/* A config with the defaults (kv_config_init with this header's size):
+ * inline, so a program keeps its own struct's size when the library's
+ * grows. On KV_EVERSION (a library older than the header) struct_size is
+ * still set, and kv_store_create refuses it with KV_EVERSION. */
+static inline kv_config_t kv_config_default(void)
+{
+    kv_config_t c;
+    unsigned char *b = (unsigned char *)&c;
+    for (size_t i = 0; i < sizeof c; i++)
+        b[i] = 0;
+    if (kv_config_init(&c, (uint32_t)sizeof c))
+        c.struct_size = (uint32_t)sizeof c;
+    return c;
+}
 
 /* Store-wide statistics (see kv_store_stats). Byte counts are exact.
  * The caller sets struct_size before the call, e.g.

@@ -138,7 +138,7 @@ _store = c_void_p
 _PROTOTYPES = {
     "kv_strerror": (c_char_p, [c_int]),
     "kv_version": (c_char_p, []),
-    "kv_config_default": (kv_config_t, []),
+    "kv_config_init": (c_int, [P(kv_config_t), c_uint32]),
     "kv_config_estimate": (c_int, [P(kv_config_t), P(kv_estimate_t)]),
     "kv_store_create": (c_int, [P(kv_config_t), P(c_void_p)]),
     "kv_store_destroy": (None, [_store]),
@@ -230,7 +230,18 @@ for _name, (_res, _args) in _PROTOTYPES.items():
 version: str = lib.kv_version().decode()
 if int(version.split(".")[0]) != MAJOR:
     raise ImportError(f"kvpage: {lib_path} is version {version}; this binding needs {MAJOR}.x")
-if lib.kv_config_default().struct_size != ctypes.sizeof(kv_config_t):
-    raise ImportError(f"kvpage: {lib_path}: kv_config_t is {lib.kv_config_default().struct_size}"
-                      f" bytes, the binding's mirror {ctypes.sizeof(kv_config_t)}: mismatched "
-                      "header and library")
+
+
+def config_default() -> kv_config_t:
+    """kv_config_default() of the header: kv_config_init with the mirror's
+    size (a library whose kv_config_t differs refuses it: ImportError
+    below)."""
+    c = kv_config_t()
+    if lib.kv_config_init(ctypes.byref(c), ctypes.sizeof(c)) != 0:
+        raise ImportError(f"kvpage: {lib_path}: kv_config_init refuses the binding's "
+                          f"kv_config_t of {ctypes.sizeof(c)} bytes: mismatched header and "
+                          "library")
+    return c
+
+
+config_default()

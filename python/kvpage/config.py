@@ -41,7 +41,7 @@ OFFLOAD_WAIT = _c.KV_OFFLOAD_WAIT    # offload_flags: read non-resident pages ba
 OFFLOAD_OPEN = _c.KV_OFFLOAD_OPEN    # offload_flags: open an existing page file, restore it
 OFFLOAD_PREAD = _c.KV_OFFLOAD_PREAD  # offload_flags: pread/pwrite even where io_uring runs
 
-_D = lib.kv_config_default()
+_D = _lib.config_default()
 
 
 @dataclass
@@ -98,7 +98,7 @@ class Config:
         struct keeps alive (ctypes holds them in the struct's _objects; the
         prefix_model buffer in the struct's attribute _prefix_model_buf), so
         the struct is valid for kv_store_create as long as it lives."""
-        c = lib.kv_config_default()
+        c = _lib.config_default()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "prefix_model":

@@ -11,7 +11,12 @@
  *   - an even older, shorter struct (struct_size cut after any field) gets
  *     exactly its fields, equal to a full call's, and nothing beyond;
  *   - struct_size 0 (not set), 4 (struct_size alone) or larger than the
- *     library's kv_stats_t is KV_EVERSION with nothing written.
+ *     library's kv_stats_t is KV_EVERSION with nothing written;
+ *   - kv_config_t: the store is made from this header's kv_config_default
+ *     (inline over kv_config_init with this header's size); kv_config_init
+ *     writes exactly the size it is given (a canary behind it) and refuses
+ *     (KV_EVERSION, nothing written) a size larger than the library's
+ *     struct or smaller than the first one served by size.
  */
 #include <stddef.h>
 #include <string.h>
@@ -108,8 +113,27 @@ static void test_refused(kv_store_t *st)
     CHECK_EQ(kv_store_stats(NULL, &s), KV_EINVAL);
 }
 
+static void test_config_init(void)
+{
+    struct {
+        kv_config_t c;
+        unsigned char tail[256];
+    } p;
+    memset(&p, CANARY, sizeof p);
+    CHECK_OK(kv_config_init(&p.c, (uint32_t)sizeof p.c));
+    CHECK_EQ(p.c.struct_size, sizeof p.c);
+    CHECK_EQ(p.c.version, KV_CONFIG_VERSION);
+    CHECK(untouched(p.tail, sizeof p.tail));
+    memset(&p, CANARY, sizeof p);
+    CHECK_EQ(kv_config_init(&p.c, (uint32_t)sizeof p.c - 8), KV_EVERSION);
+    CHECK_EQ(kv_config_init(&p.c, (uint32_t)sizeof p + 8), KV_EVERSION);
+    CHECK_EQ(kv_config_init(NULL, (uint32_t)sizeof p.c), KV_EINVAL);
+    CHECK(untouched((const unsigned char *)&p, sizeof p));
+}
+
 int main(void)
 {
+    test_config_init();
     kv_store_t *st = make_store();
     if (!st)
         return kv_test_end();

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 
     const char *(*version)(void);
     const char *(*strerror_)(int);
-    kv_config_t (*config_default)(void);
+    int (*config_init)(kv_config_t *, uint32_t);
     int (*store_create)(const kv_config_t *, kv_store_t **);
     void (*store_destroy)(kv_store_t *);
     int (*seq_create)(kv_store_t *, kv_seq_id_t *);
@@ -65,13 +65,13 @@ int main(int argc, char **argv)
     /* POSIX: a function pointer is stored through a void * of the same size */
     *(void **)&version = sym("kv_version");
     *(void **)&strerror_ = sym("kv_strerror");
-    *(void **)&config_default = sym("kv_config_default");
+    *(void **)&config_init = sym("kv_config_init");
     *(void **)&store_create = sym("kv_store_create");
     *(void **)&store_destroy = sym("kv_store_destroy");
     *(void **)&seq_create = sym("kv_seq_create");
     *(void **)&append = sym("kv_append");
     *(void **)&decode = sym("kv_attn_decode");
-    if (!version || !strerror_ || !config_default || !store_create || !store_destroy ||
+    if (!version || !strerror_ || !config_init || !store_create || !store_destroy ||
         !seq_create || !append || !decode)
         return 1;
     if (strcmp(version(), KV_EXPECT_VERSION) != 0)
@@ -80,7 +80,9 @@ int main(int argc, char **argv)
         return FAIL("kv_strerror gives one text for two codes");
 
     enum { D = 16, T = 3 };
-    kv_config_t cfg = config_default();
+    kv_config_t cfg;
+    if (config_init(&cfg, (uint32_t)sizeof cfg))
+        return 1;
     cfg.n_layers = 1;
     cfg.n_q_heads = 1;
     cfg.n_kv_heads = 1;

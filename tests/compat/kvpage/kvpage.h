@@ -30,10 +30,11 @@
  */
 #ifndef KVPAGE_KVPAGE_H
 #define KVPAGE_KVPAGE_H
-/* FROZEN COPY of include/kvpage/kvpage.h as of the first kv_stats_t that
- * carries struct_size, for tests/compat/test_stats_compat.c: a caller built
- * against an older header than the library's. Never update it: later
- * headers only add fields at the ends of the structs. KV_FROZEN_HEADER tells
+/* FROZEN COPY of include/kvpage/kvpage.h as of the first kv_config_t and
+ * kv_stats_t served by size (kv_config_default inline over kv_config_init),
+ * for tests/compat/test_stats_compat.c: a caller built against an older
+ * header than the library's. Never update it: later headers only add fields
+ * at the ends of the structs. KV_FROZEN_HEADER tells
  * the test it got this copy. */
 #define KV_FROZEN_HEADER 1
 
@@ -67,6 +68,9 @@ enum {
     KV_ELIMIT      = -1010, /* a fixed limit was reached (max_seqs, max tokens)   */
     KV_ENOTRES     = -1011, /* page not resident (on the page file, see offload) */
     KV_EBUSY       = -1012, /* the page file is owned by another store (offload) */
+    KV_EAUTH       = -1013, /* the remote tier refused our credentials or ACL    */
+    KV_ETLS        = -1014, /* the remote tier's TLS: files, handshake or        */
+                            /* certificate verification failed                   */
 };
 
 /* A short English description of an error code (never NULL). */
@@ -177,8 +181,47 @@ typedef struct kv_config {
                           /* copied at create                                */
     const char *prefix_remote; /* remote tier: "redis://host:port" or a   */
                           /* Redis Cluster's seeds "redis://h1:p1,h2:p2";   */
-                          /* NULL = none; copied at create (docs/prefix.md) */
+                          /* "rediss://": TLS; "redis://user:pass@h:p" or   */
+                          /* "redis://:pass@h:p": AUTH (prefer the two      */
+                          /* fields below: a url may be seen in a process   */
+                          /* list); NULL = none; copied at create           */
+                          /* (docs/prefix.md, "Authentication and TLS")     */
     uint32_t prefix_remote_timeout_ms; /* bound of one remote fetch; 0 = 1000 */
+    /* remote tier: credentials and TLS (docs/prefix.md, "Authentication and */
+    /* TLS"). All NULL: none. Each needs prefix_remote; paths and names are   */
+    /* copied at create, where the password is read (never kept in            */
+    /* kv_config_t).                                                          */
+    const char *prefix_remote_password_file; /* a file whose first line is the */
+                          /* AUTH password (1..512 bytes; a trailing "\r\n"  */
+                          /* is not part of it); -errno if it cannot be read */
+    const char *prefix_remote_password_env; /* the name of an environment     */
+                          /* variable holding the password (set, non-empty); */
+                          /* at most one of the two, and not with a password */
+                          /* in the url (KV_EINVAL)                          */
+    const char *prefix_remote_tls_ca; /* rediss: CA file (PEM) that verifies */
+                          /* the servers; NULL = the system's store          */
+    const char *prefix_remote_tls_cert; /* rediss: client certificate chain   */
+                          /* (PEM), for servers that ask for one             */
+    const char *prefix_remote_tls_key; /* its private key (PEM); both or none */
+    /* remote tier, per deployment: key prefix and value authentication     */
+    /* (docs/prefix.md, "Deployments"); all NULL: keys "kvp:<hash>", values */
+    /* unsigned (crc32c only) as before. Each needs prefix_remote.          */
+    const char *prefix_remote_ns; /* key prefix: every server key is       */
+                          /* "<ns>:<64 hex digits>" (an ACL user limited to   */
+                          /* "~<ns>:*" suffices); 1..64 printable ASCII bytes, */
+                          /* no space; NULL = "kvp"; copied at create          */
+    const char *prefix_remote_mac; /* the deployment's MAC key, as          */
+                          /* "file:PATH" (the file holds it) or "env:NAME"    */
+                          /* (the environment variable holds it): 64..128 hex */
+                          /* digits (32..64 bytes), whitespace around ignored;*/
+                          /* read once at create (the store keeps the key,    */
+                          /* never this string's target). Every value is then */
+                          /* signed (HMAC-SHA-256) and only values signed     */
+                          /* with this key or prefix_remote_mac_prev are      */
+                          /* accepted. NULL = unsigned values; copied         */
+    const char *prefix_remote_mac_prev; /* the key before a rotation, same  */
+                          /* syntax: still accepted, never used to sign;     */
+                          /* needs prefix_remote_mac; NULL = none; copied     */
 } kv_config_t;
 
 /* kv_config_t.offload_flags */
@@ -188,9 +231,29 @@ typedef struct kv_config {
                               /* sequences (else create it: -EEXIST if there) */
 #define KV_OFFLOAD_PREAD 0x4u /* pread/pwrite I/O queue even where io_uring runs */
 
-/* A config with struct_size/version set, defaults filled in, and the model
- * shape left zero (the caller must set n_layers, heads, head_dim, host_pages). */
-KV_API kv_config_t kv_config_default(void);
+/* Fill the first size bytes of *cfg (size = the caller's sizeof(kv_config_t))
+ * with the defaults, struct_size = size and version set, the model shape
+ * zero (the caller sets n_layers, heads, head_dim, host_pages). A caller
+ * built against an older header, whose kv_config_t ends before fields added
+ * since, gets its own fields and kv_store_create gives the rest their
+ * defaults. Errors: KV_EINVAL (NULL), KV_EVERSION (size larger than this
+ * library's kv_config_t or smaller than the first one served by size). */
+KV_API int kv_config_init(kv_config_t *cfg, uint32_t size);
+
+/* A config with the defaults (kv_config_init with this header's size):
+ * inline, so a program keeps its own struct's size when the library's
+ * grows. On KV_EVERSION (a library older than the header) struct_size is
+ * still set, and kv_store_create refuses it with KV_EVERSION. */
+static inline kv_config_t kv_config_default(void)
+{
+    kv_config_t c;
+    unsigned char *b = (unsigned char *)&c;
+    for (size_t i = 0; i < sizeof c; i++)
+        b[i] = 0;
+    if (kv_config_init(&c, (uint32_t)sizeof c))
+        c.struct_size = (uint32_t)sizeof c;
+    return c;
+}
 
 /* Store-wide statistics (see kv_store_stats). Byte counts are exact.
  * The caller sets struct_size before the call, e.g.
@@ -256,7 +319,8 @@ typedef struct kv_stats {
                                 /* what eviction frees                             */
     uint64_t prefix_hits;       /* kv_seq_prefix_match calls that matched tokens   */
     uint64_t prefix_misses;     /* ... that matched none                           */
-    uint64_t prefix_tokens_reused; /* tokens matched, summed over calls            */
+    uint64_t prefix_tokens_reused; /* tokens matched, summed over calls (blocks    */
+                                   /* and compressed contexts)                     */
     uint64_t prefix_published;  /* nodes created by kv_seq_prefix_publish          */
     uint64_t prefix_evicted;    /* nodes evicted from the pool (memory pressure):  */
                                 /* dropped, or demoted to the page file            */
@@ -292,6 +356,25 @@ typedef struct kv_stats {
                                    /* I/O error), dropped with their descendants;  */
                                    /* records that failed restore's checks         */
     uint64_t prefix_file_restored; /* nodes found on the file at KV_OFFLOAD_OPEN   */
+    /* compressed contexts (kv_seq_prefix_publish_compressed)                 */
+    uint64_t prefix_ctx_nodes;     /* context nodes cached (in prefix_nodes)       */
+    uint64_t prefix_ctx_published; /* context nodes created                        */
+    uint64_t prefix_ctx_hits;      /* kv_seq_prefix_match_compressed hits          */
+    uint64_t prefix_ctx_misses;    /* ... misses                                   */
+    /* remote tier, continued                                                */
+    uint64_t prefix_remote_unauth; /* of prefix_remote_bad, values refused as   */
+                                   /* unauthenticated: with prefix_remote_mac,  */
+                                   /* unsigned or without a valid MAC under the */
+                                   /* current or previous key; without it,     */
+                                   /* signed values                            */
+    /* remote tier, continued: refusals (docs/prefix.md, "Authentication and */
+    /* TLS"); fetches and publishes both, none in prefix_remote_errors        */
+    uint64_t prefix_remote_denied; /* keys the server refused (KV_EAUTH: AUTH  */
+                                   /* refused, -NOAUTH, -WRONGPASS, -NOPERM)   */
+    uint64_t prefix_remote_auth_failures; /* connections whose AUTH was refused */
+    uint64_t prefix_remote_tls_failures; /* TLS handshakes that failed (the    */
+                                   /* certificate not verified, not a TLS      */
+                                   /* server, no answer by the connect timeout) */
 } kv_stats_t;
 /* Compression ratio, honest: fp16_bytes / (kv_bytes + meta_bytes) (partly
  * filled pages, FP16 residual tails and metadata all count; a MERGED page
@@ -326,12 +409,20 @@ typedef struct kv_estimate {
 KV_API int kv_config_estimate(const kv_config_t *cfg, kv_estimate_t *out);
 
 /* Create a store. *out is set only on success. Errors: KV_EINVAL (NULL,
- * inconsistent shape), KV_ERANGE (a field outside its range), KV_EVERSION
+ * inconsistent shape; a prefix_remote_ns or prefix_remote_mac* that is
+ * malformed or set without prefix_remote, an env: variable that is not set,
+ * a key that is not 64..128 hex digits), KV_ERANGE (a field outside its
+ * range), -errno (a file: key that cannot be read), KV_EVERSION
  * (struct_size or version other than this header's), KV_ENOTSUP (backend
  * not built; KV_CONFIG_INT8_ATTN on a CPU without it), KV_ENOMEM: memory
  * ran out, or -- before anything is allocated -- the
  * metadata of a full store (kv_config_estimate: meta_max) exceeds the
- * machine's physical memory (meta_cap): lower max_seqs or host_pages. */
+ * machine's physical memory (meta_cap): lower max_seqs or host_pages.
+ * With a remote tier (prefix_remote): KV_EAUTH (the server refused the
+ * credentials, or wants some), KV_ETLS (a TLS file cannot be loaded, the
+ * handshake or the certificate check failed), -errno (the password file
+ * cannot be read), KV_EINVAL (a password env variable unset or empty, an
+ * empty password file). */
 KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
 
 /* Destroy a store and everything in it. NULL is a no-op. With a page file:
@@ -715,8 +806,20 @@ KV_API int kv_seq_score_begin(kv_store_t *store, kv_seq_id_t pass, kv_seq_id_t o
  * before it becomes a pool node. A server that is down, slow (beyond
  * prefix_remote_timeout_ms) or returns a bad value shortens the match and
  * counts (kv_stats_t.prefix_remote_*); it is never an error of the call.
- * Keep the server private to the engines that share it: anyone who can
- * write to it can store well-formed wrong KV (docs/prefix.md, Security). */
+ * Without prefix_remote_mac, anyone who can write to the server can store
+ * well-formed wrong KV: keep it private to the engines that share it. With
+ * it, every value carries an HMAC-SHA-256 under the deployment's key,
+ * checked (constant time) before anything of the value is used; a value
+ * without a valid MAC is a miss, counted in prefix_remote_bad and
+ * prefix_remote_unauth (docs/prefix.md, Security).
+ * Credentials (the url's, prefix_remote_password_file or _env) are sent
+ * with AUTH on every connection; "rediss://" verifies the server's
+ * certificate and name (prefix_remote_tls_*). kv_store_create contacts the
+ * server once (within prefix_remote_timeout_ms) and fails with KV_EAUTH
+ * when it refuses the credentials (or wants some), KV_ETLS when the TLS
+ * handshake or certificate check fails; a server that is down does not
+ * fail it. Later refusals count in prefix_remote_denied (never a silent
+ * miss). */
 
 /* Both calls below are mutating calls (serialized with the others).
  * Attach the longest cached prefix of tokens[0..n) to seq, which must be
@@ -740,6 +843,55 @@ KV_API int kv_seq_prefix_match(kv_store_t *store, kv_seq_id_t seq, const int32_t
  * a list), KV_ENOMEM, KV_EIO. */
 KV_API int kv_seq_prefix_publish(kv_store_t *store, kv_seq_id_t seq, const int32_t *tokens,
                                  uint32_t n, const void *salt, size_t salt_len);
+
+/* Compressed contexts. A context is the first n tokens of a request that
+ * later requests share (a document, a system prompt, a conversation so
+ * far), compressed by seq's policy at kv_seq_prefill_end before anything
+ * that follows it exists; the rest of a request (a question, the next
+ * turn) is appended after the prefill end and decoded with kv_seq_step_end.
+ * Publishing the compressed cache lets a later request with the same
+ * context, salt and policy spec skip its prefill, its scoring pass and its
+ * compression: the match installs the publisher's state after its prefill
+ * end (the same pages, shared copy-on-write, positions and policy state, as
+ * kv_seq_fork gives a fork), so everything after it computes exactly what
+ * it computes on the publisher; a hit equals a cold run of the request bit
+ * for bit. The context's key is its n token ids (any n >= 1), the same
+ * fingerprint and salt as blocks, and a distinct kind; a context node
+ * lives in the pool only (evicted like a node, never written to the page
+ * file or the remote tier) and counts in kv_stats_t.prefix_nodes,
+ * prefix_pages and prefix_ctx_*.
+ *
+ * Publish seq's compressed context tokens[0..n): after kv_seq_prefill_end
+ * of exactly n prompt tokens and before any kv_seq_step_end or append.
+ * Idempotent (an existing node is kept). Errors (nothing published):
+ * KV_EINVAL (NULL, n 0, salt_len > 65536), KV_ENOTSUP (cache off; a list
+ * holds merged pages, e.g. MiniCache), KV_ENOENT, KV_ESTATE (no policy, no
+ * prefill end yet, a step end or an append since, n not the prompt length,
+ * a KVzip scoring pass), KV_ENOMEM, KV_EIO, and kv_seq_fork's residency
+ * errors. */
+KV_API int kv_seq_prefix_publish_compressed(kv_store_t *store, kv_seq_id_t seq,
+                                            const int32_t *tokens, uint32_t n,
+                                            const void *salt, size_t salt_len);
+
+/* Install the compressed context tokens[0..n) into seq: empty, its policy
+ * set and not prefill-ended. *matched = n on a hit (seq is then as the
+ * publisher was after kv_seq_prefill_end: do not call it again; append the
+ * rest and call kv_seq_step_end), 0 on a miss (nothing changed: prefill
+ * the context, kv_seq_prefill_end, publish). Errors (nothing changed):
+ * KV_EINVAL, KV_ENOTSUP, KV_ENOENT, KV_ESTATE (seq not empty, no policy,
+ * prefill ended, a scoring pass), KV_ENOMEM, KV_EIO. */
+KV_API int kv_seq_prefix_match_compressed(kv_store_t *store, kv_seq_id_t seq,
+                                          const int32_t *tokens, uint32_t n,
+                                          const void *salt, size_t salt_len,
+                                          uint32_t *matched);
+
+/* The remote tier's url (kv_config_t.prefix_remote) with every password
+ * replaced by "***" ("redis://app:***@h:6379"), fit for a log or a report,
+ * into buf: NUL-terminated, truncated to cap - 1 bytes (a truncation never
+ * shows a password either). Also for urls kv_store_create would refuse.
+ * Returns the redacted url's full length, or KV_EINVAL (url NULL, or buf
+ * NULL with cap > 0). */
+KV_API int kv_prefix_remote_redact(const char *url, char *buf, size_t cap);
 
 /* ---- memory pressure --------------------------------------------------- */
 
