@@ -557,11 +557,11 @@ int kv_pfx_hasher(kv_store_t *s, kv_seq_id_t seq, const uint8_t *targets, const 
     return rc;
 }
 
-/* Validate a match/publish call and hash the full blocks of tokens[0..n):
- * *h = [*nb] hashes (kv_mem, *h_bytes), NULL when *nb is 0. */
-static int call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uint32_t n,
-                      const void *salt, size_t salt_len, pfx_rule_t *rule,
-                      kv_prefix_hash_t **h, uint32_t *nb, size_t *h_bytes)
+/* kv_store_prefix_int.h */
+int kv_pfx_call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uint32_t n,
+                      const void *salt, size_t salt_len, const uint8_t *targets,
+                      pfx_rule_t *rule, kv_prefix_hash_t **h, uint32_t *nb, size_t *h_bytes,
+                      kv_prefix_hash_t *end)
 {
     *h = NULL;
     *nb = 0;
@@ -575,7 +575,7 @@ static int call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uin
     if (!kv_page_seq_live(s->pt, seq))
         return KV_ENOENT;
     kv_prefix_hasher_t *hs;
-    int rc = kv_pfx_hasher(s, seq, NULL, salt, salt_len, &hs, rule);
+    int rc = kv_pfx_hasher(s, seq, targets, salt, salt_len, &hs, rule);
     if (rc)
         return rc;
     const uint32_t B = kv_prefix_hash_block_tokens(hs);
@@ -594,6 +594,14 @@ static int call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uin
             *h_bytes = 0;
             blocks = 0;
         }
+    }
+    if (rc == 0 && end && (rc = kv_prefix_hash_end(hs, blocks ? &(*h)[blocks - 1] : NULL,
+                                                   (const uint32_t *)tokens + blocks * B,
+                                                   n - blocks * B, end))) {
+        kv_mem_free(*h, *h_bytes);
+        *h = NULL;
+        *h_bytes = 0;
+        blocks = 0;
     }
     kv_prefix_hash_destroy(hs);
     *nb = blocks;
@@ -620,7 +628,7 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
     size_t hb;
     /* at most n - 1 tokens, and the policy's window left to the engine */
     uint32_t cap = n ? n - 1 : 0;
-    int rc = call_begin(s, seq, tokens, n, salt, salt_len, &rule, &h, &nb, &hb);
+    int rc = kv_pfx_call_begin(s, seq, tokens, n, salt, salt_len, NULL, &rule, &h, &nb, &hb, NULL);
     if (rc)
         return rc;
     kv_pfx_t *p = s->pfx;
@@ -789,7 +797,7 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
     kv_prefix_hash_t *h;
     uint32_t nb;
     size_t hb;
-    int rc = call_begin(s, seq, tokens, n, salt, salt_len, &rule, &h, &nb, &hb);
+    int rc = kv_pfx_call_begin(s, seq, tokens, n, salt, salt_len, NULL, &rule, &h, &nb, &hb, NULL);
     if (rc)
         return rc;
     if (rule.off || nb == 0) {

@@ -41,37 +41,25 @@ void kv_pfx_ctx_release(kv_store_t *s, kv_pfx_node_t *x)
     s->pfx->ctx_nodes--;
 }
 
-/* Validate a call and compute the context's key: the end hash of
- * tokens[0..n) under seq's fingerprint and salt, with seq's layer formats
- * as they are before a prefill end (a publisher's: ps->target0). */
+/* Validate a call and compute the context's key: the end key of
+ * tokens[0..n) (kv_pfx_call_begin) under seq's fingerprint and salt, with
+ * seq's layer formats as they are before a prefill end (a publisher's:
+ * ps->target0). */
 static int ctx_key(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uint32_t n,
                    const void *salt, size_t salt_len, kv_prefix_hash_t *key)
 {
-    if (!s || !n || !tokens || (salt_len && !salt) || salt_len > PFX_MAX_SALT)
+    if (!s || !n || !tokens)
         return KV_EINVAL;
-    if (!s->pfx)
-        return KV_ENOTSUP;
-    if (!kv_page_seq_live(s->pt, seq))
-        return KV_ENOENT;
-    const kv_pol_seq_t *ps = kv_pol_get(s, seq);
-    kv_prefix_hasher_t *hs;
+    const kv_pol_seq_t *ps = kv_page_seq_live(s->pt, seq) ? kv_pol_get(s, seq) : NULL;
     pfx_rule_t rule;
-    int rc = kv_pfx_hasher(s, seq, ps && ps->decoding ? ps->target0 : NULL, salt, salt_len,
-                           &hs, &rule);
-    if (rc)
-        return rc;
-    const uint32_t B = kv_prefix_hash_block_tokens(hs), nb = n / B;
-    kv_prefix_hash_t last;
-    if (nb) { /* the chain's last block: one pass, no array */
-        for (uint32_t j = 0; j < nb && rc >= 0; j++)
-            rc = kv_prefix_hash_blocks(hs, j ? &last : NULL, (const uint32_t *)tokens + j * B,
-                                       B, &last, 1);
-    }
-    if (rc >= 0)
-        rc = kv_prefix_hash_end(hs, nb ? &last : NULL, (const uint32_t *)tokens + nb * B,
-                                n - nb * B, key);
-    kv_prefix_hash_destroy(hs);
-    return rc < 0 ? rc : 0;
+    kv_prefix_hash_t *h;
+    uint32_t nb;
+    size_t hb;
+    int rc = kv_pfx_call_begin(s, seq, tokens, n, salt, salt_len,
+                               ps && ps->decoding ? ps->target0 : NULL, &rule, &h, &nb, &hb,
+                               key);
+    kv_mem_free(h, hb);
+    return rc;
 }
 
 int kv_seq_prefix_publish_compressed(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,

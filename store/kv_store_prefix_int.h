@@ -101,6 +101,16 @@ typedef struct pfx_rule {
  * canonical spec. Also fills *rule. */
 int kv_pfx_hasher(kv_store_t *s, kv_seq_id_t seq, const uint8_t *targets, const void *salt,
                   size_t salt_len, kv_prefix_hasher_t **out, pfx_rule_t *rule);
+/* Validate a match/publish call and hash the full blocks of tokens[0..n)
+ * under seq's fingerprint (targets: as kv_pfx_hasher): *h = [*nb] hashes
+ * (kv_mem, *h_bytes), NULL when *nb is 0. end: NULL, or also the key of
+ * the compressed context tokens[0..n) (kv_prefix_hash_end after the last
+ * full block). Errors: KV_EINVAL, KV_ENOTSUP (cache off), KV_ENOENT,
+ * KV_ENOMEM, KV_EIO; nothing allocated then. */
+int kv_pfx_call_begin(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, uint32_t n,
+                      const void *salt, size_t salt_len, const uint8_t *targets,
+                      pfx_rule_t *rule, kv_prefix_hash_t **h, uint32_t *nb, size_t *h_bytes,
+                      kv_prefix_hash_t *end);
 kv_pfx_node_t *kv_pfx_lookup(const kv_pfx_t *p, const kv_prefix_hash_t *k);
 /* A zeroed node block for n_lists lists, n_ents entries and n_pos
  * positions (bytes, off, ents; with n_pos, pos and target set), NULL
