@@ -51,6 +51,7 @@ typedef struct stress_opts {
     const char *offload;   /* --offload FILE_OR_DIR, or NULL      */
     int progress, offload_pread;
     int prefix;            /* --prefix-cache                      */
+    int prefix_compressed; /* --prefix-compressed                 */
     uint64_t prefix_prompts, prefix_len, prefix_salts;
     double prefix_share;
     const char *remote;    /* --remote URL|local, or NULL         */
@@ -123,6 +124,10 @@ static const kv_cli_opt_t stress_opt_table[] = {
         "salts (tenants) requests are spread over (default 2)"),
     OPTD("--prefix-share", prefix_share, 0, 1, "F",
          "fraction of requests that start with a system prompt (default 0.9)"),
+    OPT("--prefix-compressed", KV_CLI_FLAG, prefix_compressed, 0, 0, NULL,
+        "system prompts as compressed contexts: requests under a policy\n"
+        "(not none or minicache) match, or compress and publish, their\n"
+        "system prompt with kv_seq_prefix_*_compressed; needs --prefix-cache"),
     OPT("--remote", KV_CLI_STR, remote, 0, 0, "URL|local",
         "the prefix cache's remote tier: a Redis/Valkey URL\n"
         "(redis://host:port[,...]; rediss://: TLS; redis://user@host:port:\n"
@@ -247,7 +252,9 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         "hits_verified", "own_hits", "publishes", "salt_probes", "drained_nodes",
         "nodes_at_stop", "pages_at_stop", "store_hits", "store_misses", "tokens_reused",
         "published", "evicted", "evicted_pages", "remote_hits", "remote_tokens", "remote_bad",
-        "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped", "remote_unauth"};
+        "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped", "remote_unauth",
+        "ctx_matches", "ctx_hits", "ctx_hits_verified", "ctx_publishes", "ctx_nodes_made",
+        "store_ctx_hits", "store_ctx_misses", "store_ctx_published"};
     const uint64_t v[] = {
         o->prefix_prompts, o->prefix_len, o->prefix_salts, n->matches, n->hits,
         n->tokens_matched, n->hits_verified, n->own_hits, n->publishes, n->salt_probes,
@@ -255,11 +262,14 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         f->prefix_misses, f->prefix_tokens_reused, f->prefix_published, f->prefix_evicted,
         f->prefix_evicted_pages, f->prefix_remote_hits, f->prefix_remote_tokens,
         f->prefix_remote_bad, f->prefix_remote_errors, f->prefix_remote_bytes_in,
-        f->prefix_remote_put, f->prefix_remote_dropped, f->prefix_remote_unauth};
+        f->prefix_remote_put, f->prefix_remote_dropped, f->prefix_remote_unauth,
+        n->ctx_matches, n->ctx_hits, n->ctx_hits_verified, n->ctx_publishes, n->ctx_nodes_made,
+        f->prefix_ctx_hits, f->prefix_ctx_misses, f->prefix_ctx_published};
     _Static_assert(sizeof k / sizeof k[0] == sizeof v / sizeof v[0], "prefix");
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         kv_cli_rep_u(r, k[i], v[i]);
     kv_cli_rep_d(r, "share", o->prefix_share, -1);
+    kv_cli_rep_b(r, "compressed", o->prefix_compressed);
     kv_cli_rep_s(r, "remote", o->remote ? (ch->have ? ch->red.url : o->remote_shown) : NULL);
     kv_cli_rep_u(r, "remote_denied", f->prefix_remote_denied);
     kv_cli_rep_u(r, "remote_tls_failures", f->prefix_remote_tls_failures);
@@ -416,6 +426,12 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
                (unsigned long long)n->drained_nodes);
         printf("  %-28s %14llu  (each matched nothing)\n", "salt probes",
                (unsigned long long)n->salt_probes);
+        if (o->prefix_compressed)
+            printf("  %-28s %14llu  (%llu hits, %llu equal to their publisher; %llu "
+                   "publishes made %llu nodes)\n", "compressed contexts",
+                   (unsigned long long)n->ctx_matches, (unsigned long long)n->ctx_hits,
+                   (unsigned long long)n->ctx_hits_verified,
+                   (unsigned long long)n->ctx_publishes, (unsigned long long)n->ctx_nodes_made);
         if (o->remote)
             printf("  %-28s %s: %llu nodes fetched (%llu tokens), %llu bad values refused, "
                    "%llu keys unanswered, %llu queued, %llu dropped; %llu restarts (%llu "
@@ -451,10 +467,11 @@ static void stress_repro(const stress_opts_t *o, uint64_t ops)
             (unsigned long long)o->verify_every, o->offload || o->prefix ? " \\" : "");
     if (o->prefix)
         fprintf(stderr, "    --prefix-cache --prefix-prompts %llu --prefix-len %llu "
-                "--prefix-salts %llu --prefix-share %.17g%s%s (the remote's chaos is not "
+                "--prefix-salts %llu --prefix-share %.17g%s%s%s (the remote's chaos is not "
                 "replayed exactly)\n", (unsigned long long)o->prefix_prompts,
                 (unsigned long long)o->prefix_len, (unsigned long long)o->prefix_salts,
-                o->prefix_share, o->remote ? " --remote " : "", o->remote ? o->remote_shown : "");
+                o->prefix_share, o->prefix_compressed ? " --prefix-compressed" : "",
+                o->remote ? " --remote " : "", o->remote ? o->remote_shown : "");
     if (o->offload) {
         fprintf(stderr, "    --offload '%s' --offload-pages %llu", o->offload,
                 (unsigned long long)o->offload_pages);
@@ -519,8 +536,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
     }
     if (o->offload && stress_offload_file(o))
         return 2;
-    if (!o->prefix && o->remote) {
-        fprintf(stderr, "kvpage stress: --remote needs --prefix-cache\n");
+    if (!o->prefix && (o->remote || o->prefix_compressed)) {
+        fprintf(stderr, "kvpage stress: --remote and --prefix-compressed need --prefix-cache\n");
         return 2;
     }
     if (kv_cli_remote_given(&o->ropt) && (!o->remote || !strcmp(o->remote, "local"))) {
@@ -560,7 +577,8 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
                           .pfx = {.on = o->prefix, .prompts = (uint32_t)o->prefix_prompts,
                                   .prompt_len = (uint32_t)o->prefix_len,
                                   .salts = (uint32_t)o->prefix_salts,
-                                  .share = o->prefix_share, .remote = o->remote,
+                                  .share = o->prefix_share,
+                                  .compressed = o->prefix_compressed, .remote = o->remote,
                                   .ropt = o->ropt,
                                   .timeout_ms = (uint32_t)o->remote_timeout}};
     if (stress_dist_parse(o->dist, &cfg->dist, err, sizeof err) ||

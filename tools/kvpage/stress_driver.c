@@ -48,6 +48,8 @@ static const struct {
     [STRESS_OP_SYNC] = {"sync", 0, 0, DRV_ACC_IO},
     [STRESS_OP_PREFIX_MATCH] = {"prefix_match", 0, 0, 0},
     [STRESS_OP_PREFIX_PUBLISH] = {"prefix_publish", 0, 0, DRV_ACC_POSITIVE},
+    [STRESS_OP_CTX_MATCH] = {"ctx_match", 0, 0, 0},
+    [STRESS_OP_CTX_PUBLISH] = {"ctx_publish", 0, 0, 0},
 };
 
 static const char *const drv_evs[STRESS_EV_COUNT] = {
@@ -287,14 +289,21 @@ static int drv_issue(stress_driver_t *d, stress_call_t *c)
     case STRESS_OP_SYNC:
         return kv_store_offload_sync(d->st);
     case STRESS_OP_PREFIX_MATCH:
-    case STRESS_OP_PREFIX_PUBLISH: {
+    case STRESS_OP_PREFIX_PUBLISH:
+    case STRESS_OP_CTX_MATCH:
+    case STRESS_OP_CTX_PUBLISH: {
         char salt[32];
-        int n = snprintf(salt, sizeof salt, "tenant-%u", s->req.salt);
+        const size_t n = (size_t)snprintf(salt, sizeof salt, "tenant-%u", s->req.salt);
+        const kv_seq_id_t id = s->sh.id;
         if (c->op == STRESS_OP_PREFIX_PUBLISH)
-            return kv_seq_prefix_publish(d->st, s->sh.id, d->pfx.tok, c->matched, salt,
-                                         (size_t)n);
-        return kv_seq_prefix_match(d->st, s->sh.id, d->pfx.tok, s->req.len[0], salt,
-                                   (size_t)n, &c->matched);
+            return kv_seq_prefix_publish(d->st, id, d->pfx.tok, c->matched, salt, n);
+        if (c->op == STRESS_OP_PREFIX_MATCH)
+            return kv_seq_prefix_match(d->st, id, d->pfx.tok, s->req.len[0], salt, n,
+                                       &c->matched);
+        if (c->op == STRESS_OP_CTX_PUBLISH)
+            return kv_seq_prefix_publish_compressed(d->st, id, d->pfx.tok, c->matched, salt, n);
+        return kv_seq_prefix_match_compressed(d->st, id, d->pfx.tok, c->matched, salt, n,
+                                              &c->matched);
     }
     case STRESS_OP_COUNT:
         break;

@@ -70,6 +70,8 @@ typedef enum stress_op {
     STRESS_OP_SYNC,          /* kv_store_offload_sync */
     STRESS_OP_PREFIX_MATCH,  /* kv_seq_prefix_match   */
     STRESS_OP_PREFIX_PUBLISH, /* kv_seq_prefix_publish */
+    STRESS_OP_CTX_MATCH,     /* kv_seq_prefix_match_compressed   */
+    STRESS_OP_CTX_PUBLISH,   /* kv_seq_prefix_publish_compressed */
     STRESS_OP_COUNT
 } stress_op_t;
 
@@ -171,6 +173,8 @@ typedef struct stress_call {
     kv_seq_id_t out;   /* CREATE, FORK: the new sequence               */
     uint32_t matched;  /* PREFIX_MATCH: tokens attached; PREFIX_PUBLISH: */
                        /* n (tokens of d->pfx.tok); returns the covered  */
+                       /* CTX_*: in, the context's tokens; CTX_MATCH:    */
+                       /* out, tokens installed                          */
 } stress_call_t;
 
 typedef struct stress_driver {
@@ -265,6 +269,15 @@ const char *stress_pfx_fingerprint(stress_driver_t *d);
 uint32_t stress_pfx_match(stress_driver_t *d, int i);
 void stress_pfx_publish(stress_driver_t *d, int i, uint32_t n);
 uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0);
+/* Compressed contexts (cfg.pfx.compressed; stress_prefix.h). ctx: the
+ * context length (the system prompt's L_j) when request r takes that path,
+ * else 0. ctx_match: match slot i's context, checked against the digest
+ * of its publisher and the shadow advanced to it on a hit; returns the
+ * tokens installed (L_j or 0). ctx_publish: after slot i's prefill_end of
+ * its context; records the digest when a node was made. */
+uint32_t stress_pfx_ctx(const stress_driver_t *d, const stress_req_t *r);
+uint32_t stress_pfx_ctx_match(stress_driver_t *d, int i);
+void stress_pfx_ctx_publish(stress_driver_t *d, int i);
 
 /* One iteration (stress_step.c). */
 void stress_driver_step(stress_driver_t *d);

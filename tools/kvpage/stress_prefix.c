@@ -4,7 +4,8 @@
  * (stress_prefix.h): requests drawn from a few system prompts and salts,
  * kv_seq_prefix_match at admission, kv_seq_prefix_publish after each
  * prefill chunk, every match checked against what was published, and the
- * final drain of the cache.
+ * final drain of the cache; with cfg.compressed, system prompts as
+ * compressed contexts (stress_pfx_ctx*).
  *
  * Invariant: pub[(salt * prompts + j) * n_pol + pol] >= every prefix of
  * system prompt j the store can hold under (salt, pol): it is raised by
@@ -39,10 +40,15 @@ static int32_t pfx_token(uint64_t seed, uint64_t origin, uint32_t pos)
     return (int32_t)(stress_rng_next(&s) & 0x7FFFFFFF);
 }
 
+/* Index of (salt, system prompt, policy) in pub and ctx_digest. */
+static size_t pfx_key(const stress_driver_t *d, uint32_t salt, int32_t sys, uint32_t pol)
+{
+    return ((size_t)salt * d->cfg.pfx.prompts + (uint32_t)sys) * d->pfx.n_pol + pol;
+}
+
 static uint32_t *pfx_pub(stress_driver_t *d, uint32_t salt, int32_t sys, uint32_t pol)
 {
-    const stress_pfx_cfg_t *c = &d->cfg.pfx;
-    return &d->pfx.pub[((size_t)salt * c->prompts + (uint32_t)sys) * d->pfx.n_pol + pol];
+    return &d->pfx.pub[pfx_key(d, salt, sys, pol)];
 }
 
 int stress_pfx_init(stress_driver_t *d)
@@ -58,7 +64,10 @@ int stress_pfx_init(stress_driver_t *d)
     p->len = calloc(c->prompts, sizeof *p->len);
     p->pub = calloc((size_t)c->salts * c->prompts * p->n_pol, sizeof *p->pub);
     p->tok = malloc(((size_t)d->cfg.dist.hi[0] + c->prompt_len) * sizeof *p->tok);
-    if (!p->len || !p->pub || !p->tok)
+    if (c->compressed)
+        p->ctx_digest = calloc((size_t)c->salts * c->prompts * p->n_pol,
+                               sizeof *p->ctx_digest);
+    if (!p->len || !p->pub || !p->tok || (c->compressed && !p->ctx_digest))
         return KV_ENOMEM;
     /* lengths spread over [len/2, len], most not block-aligned */
     for (uint32_t j = 0; j < c->prompts; j++) {
@@ -88,6 +97,7 @@ void stress_pfx_destroy(stress_pfx_t *p)
 {
     free(p->len);
     free(p->pub);
+    free(p->ctx_digest);
     free(p->tok);
     memset(p, 0, sizeof *p);
 }
@@ -194,6 +204,24 @@ uint32_t stress_pfx_match(stress_driver_t *d, int i)
     return m;
 }
 
+/* Every copy of the request with this content origin (its live slots and
+ * queued entries: a request with parallel samples whose forks are
+ * preempted is requeued once per sample) now knows that `got` tokens of its
+ * prompt were published. */
+static void pfx_own_raise(stress_driver_t *d, uint64_t content, uint32_t got)
+{
+    for (uint32_t i = 0; i <= d->cfg.max_seqs; i++) {
+        stress_req_t *r = &d->slots[i].req;
+        if (d->slots[i].used && r->content == content && r->published < got)
+            r->published = got;
+    }
+    for (uint32_t j = 0; j < d->q_len; j++) {
+        stress_req_t *r = &d->queue[(d->q_head + j) % d->q_cap];
+        if (r->content == content && r->published < got)
+            r->published = got;
+    }
+}
+
 void stress_pfx_publish(stress_driver_t *d, int i, uint32_t n)
 {
     stress_slot_t *s = &d->slots[i];
@@ -210,8 +238,7 @@ void stress_pfx_publish(stress_driver_t *d, int i, uint32_t n)
     if ((uint32_t)got > n)
         stress_violation(&d->vf, "seq %u: kv_seq_prefix_publish of %u tokens says %d are "
                          "cached", s->sh.id, n, got);
-    if ((uint32_t)got > r->published)
-        r->published = (uint32_t)got;
+    pfx_own_raise(d, r->content, (uint32_t)got);
     if (r->sys >= 0) {
         uint32_t *pub = pfx_pub(d, r->salt, r->sys, r->pol);
         uint32_t sys_part = (uint32_t)got < d->pfx.len[r->sys] ? (uint32_t)got
@@ -219,6 +246,82 @@ void stress_pfx_publish(stress_driver_t *d, int i, uint32_t n)
         if (sys_part > *pub)
             *pub = sys_part;
     }
+}
+
+uint32_t stress_pfx_ctx(const stress_driver_t *d, const stress_req_t *r)
+{
+    const stress_pol_t *pol = &d->cfg.mix->pol[r->pol];
+    if (!d->cfg.pfx.on || !d->cfg.pfx.compressed || r->sys < 0 || !pol->policy ||
+        pol->chk.merge_hi > pol->chk.merge_lo)
+        return 0;
+    return d->pfx.len[r->sys];
+}
+
+/* Digest of slot i's lists (a violation when it cannot be read). */
+static uint64_t ctx_digest(stress_driver_t *d, int i)
+{
+    uint64_t h = 0;
+    int rc = stress_verify_digest(&d->vf, d->slots[i].sh.id, &h);
+    if (rc)
+        stress_violation(&d->vf, "seq %u: reading its compressed context back: %s",
+                         d->slots[i].sh.id, kv_strerror(rc));
+    return rc ? 0 : h;
+}
+
+uint32_t stress_pfx_ctx_match(stress_driver_t *d, int i)
+{
+    stress_slot_t *s = &d->slots[i];
+    const stress_req_t *r = &s->req;
+    const uint32_t n = stress_pfx_ctx(d, r);
+    pfx_fill(d, r);
+    stress_call_t c = {.op = STRESS_OP_CTX_MATCH, .slot = i, .matched = n};
+    const int rc = stress_call(d, &c);
+    pfx_peak(d);
+    if (rc)
+        return 0; /* KV_ENOMEM, checked by stress_call: prefill the context */
+    d->pfx.n.ctx_matches++;
+    snprintf(d->vf.context, sizeof d->vf.context, "op %llu (compressed context match)",
+             (unsigned long long)d->ops);
+    if (c.matched != 0 && c.matched != n)
+        stress_violation(&d->vf, "seq %u: a compressed context of %u tokens matched %u",
+                         s->sh.id, n, c.matched);
+    if (c.matched != n)
+        return 0;
+    d->pfx.n.ctx_hits++;
+    for (uint32_t l = 0; l < d->cfg.layers; l++)
+        stress_shadow_append(&s->sh, l, n);
+    stress_verify_seq(&d->vf, &s->sh);
+    const uint64_t want = d->pfx.ctx_digest[pfx_key(d, r->salt, r->sys, r->pol)];
+    const uint64_t got = ctx_digest(d, i);
+    if (got && got == want)
+        d->pfx.n.ctx_hits_verified++;
+    else if (got)
+        stress_violation(&d->vf, "seq %u (salt %u, system prompt %d, policy %u): the "
+                         "compressed context it matched %s", s->sh.id, r->salt, r->sys,
+                         r->pol, want ? "differs from what its publisher held"
+                                      : "was never published under its salt and policy");
+    return n;
+}
+
+void stress_pfx_ctx_publish(stress_driver_t *d, int i)
+{
+    const stress_req_t *r = &d->slots[i].req;
+    kv_stats_t before = {.struct_size = sizeof before}, after = before;
+    pfx_fill(d, r);
+    kv_store_stats(d->st, &before);
+    stress_call_t c = {.op = STRESS_OP_CTX_PUBLISH, .slot = i, .matched = stress_pfx_ctx(d, r)};
+    const int rc = stress_call(d, &c);
+    pfx_peak(d);
+    if (rc)
+        return;
+    d->pfx.n.ctx_publishes++;
+    kv_store_stats(d->st, &after);
+    if (after.prefix_ctx_published == before.prefix_ctx_published)
+        return; /* the node was there already: its digest is recorded */
+    d->pfx.n.ctx_nodes_made++;
+    snprintf(d->vf.context, sizeof d->vf.context, "op %llu (compressed context publish)",
+             (unsigned long long)d->ops);
+    d->pfx.ctx_digest[pfx_key(d, r->salt, r->sys, r->pol)] = ctx_digest(d, i);
 }
 
 uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0)

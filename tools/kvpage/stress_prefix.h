@@ -20,11 +20,28 @@
  *   - matched is a multiple of the block size and < the prompt;
  *   - matched <= the longest prefix of this (salt, system prompt, policy)
  *     ever published (or of this request's own prompt, published by an
- *     earlier incarnation): nothing is matched that was not published
+ *     earlier incarnation or by another copy of it: a request whose
+ *     parallel samples are preempted is requeued once per sample, each copy
+ *     with the same prompt): nothing is matched that was not published
  *     under the same salt and policy; a request whose system prompt was
  *     published only under other salts ("salt probe", counted) matches 0;
  *   - every row of a hit reads back as the cold values (stress_verify_seq
  *     right after the match).
+ *
+ * Compressed contexts (cfg.compressed, stress_pfx_ctx): a request with a
+ * system prompt under a policy that compresses (any but none and MiniCache,
+ * whose merged pages a context cannot hold) takes the system prompt as its
+ * context: kv_seq_prefix_match_compressed at admission; on a miss the
+ * context is prefilled, compressed at kv_seq_prefill_end and published
+ * (kv_seq_prefix_publish_compressed); then the rest of the prompt is
+ * appended and ended with kv_seq_step_end. Checked besides the shadow:
+ *   - a hit installs exactly the context's n tokens (*matched == L_j);
+ *   - a hit reads back bit for bit as the sequence that published the
+ *     node it came from: each publish that made a node (prefix_ctx_published
+ *     grew) records a digest of the publisher's lists (kv_read of every
+ *     list: lengths, positions, K, V) under (salt, system prompt, policy);
+ *     a hit must match that digest, and a hit where none was recorded is a
+ *     context served across salts or policies.
  * At the end (stress_pfx_drain) the cache must hold every page still used
  * and give all of them up to a sequence that fills the pool (KV_ENOMEM only
  * once no node is left), so stress_verify_empty then finds an empty pool;
@@ -52,6 +69,8 @@ typedef struct stress_pfx_cfg {
     uint32_t salts;      /* salts (tenants), 1..16                        */
     double share;        /* fraction of requests that start with a system */
                          /* prompt (the others: unique prompts)           */
+    int compressed;      /* --prefix-compressed: system prompts as        */
+                         /* compressed contexts (top of this file)        */
     const char *remote;  /* kv_config_t.prefix_remote, or NULL            */
     kv_cli_remote_t ropt; /* its credential, TLS and deployment fields   */
     uint32_t timeout_ms; /* kv_config_t.prefix_remote_timeout_ms          */
@@ -70,6 +89,14 @@ typedef struct stress_pfx_count {
     uint64_t salt_probes;    /* matches of a system prompt published only  */
                              /* under other salts (must match 0)           */
     uint64_t drained_nodes;  /* nodes the final drain made the store evict */
+    /* compressed contexts (cfg.compressed)                                */
+    uint64_t ctx_matches;    /* kv_seq_prefix_match_compressed calls        */
+                             /* that returned 0                            */
+    uint64_t ctx_hits;       /* ... that installed the context             */
+    uint64_t ctx_hits_verified; /* hits equal to their publisher's digest  */
+    uint64_t ctx_publishes;  /* kv_seq_prefix_publish_compressed calls     */
+                             /* that returned 0                            */
+    uint64_t ctx_nodes_made; /* ... that made a node (digest recorded)     */
 } stress_pfx_count_t;
 
 typedef struct stress_pfx {
@@ -78,6 +105,8 @@ typedef struct stress_pfx {
     uint32_t *len;           /* [prompts] L_j                              */
     uint32_t *pub;           /* [salts][prompts][n_pol] longest system-    */
                              /* prompt prefix published (tokens)           */
+    uint64_t *ctx_digest;    /* [salts][prompts][n_pol] digest of the last */
+                             /* context node made (0: none yet)            */
     int32_t *tok;            /* scratch: one prompt's ids [max prompt]     */
     uint64_t next_content;   /* content origins handed out                 */
     char fp[96];             /* the model fingerprint: unique per run      */

@@ -24,7 +24,9 @@
  * With shared prefixes (cfg.pfx.on, stress_prefix.c) admission matches the
  * prompt against the prefix cache after attaching the policy, prefills only
  * the rest, and publishes the prompt after each prefill chunk (before
- * prefill_end).
+ * prefill_end); with compressed contexts a request whose system prompt is
+ * its context matches or prefills, compresses and publishes that, then
+ * appends the rest of its prompt and ends it with step_end.
  * With a page file (cfg.offload_path) an iteration starts with
  *   settle  kv_seq_wait every sequence with I/O in flight (stress_offload.c),
  * and only sequences whose pages are all resident decode or branch.
@@ -93,6 +95,54 @@ static void eng_fork(stress_driver_t *d, int parent, stress_ev_t ev)
     stress_verify_same(&d->vf, p->sh.id, s->sh.id);
 }
 
+/* Append prompt tokens [from, to) of slot i to every layer, in one chunk or
+ * two (1 in 4), with kv_attn_prefill over up to STRESS_PREFILL_ROWS new
+ * rows in about half the layers; `publish`: kv_seq_prefix_publish the
+ * prompt so far after each chunk. Returns 0 or the failing call's error. */
+static int eng_prefill(stress_driver_t *d, int i, uint32_t from, uint32_t to, int publish)
+{
+    const uint32_t rest = to - from;
+    uint32_t chunk[2] = {rest, 0};
+    if (rest >= 2 && stress_rng_below(&d->rng, 4) == 0) {
+        chunk[0] = 1 + stress_rng_below(&d->rng, rest - 1);
+        chunk[1] = rest - chunk[0];
+    }
+    int rc = 0;
+    for (int ch = 0; ch < 2 && chunk[ch] && !rc; ch++) {
+        for (uint32_t l = 0; l < d->cfg.layers && !rc; l++) {
+            rc = eng_call(d, STRESS_OP_APPEND, i, l, chunk[ch], 1);
+            if (!rc && stress_rng_below(&d->rng, 2) == 0) {
+                uint32_t rows = chunk[ch] < STRESS_PREFILL_ROWS ? chunk[ch] : STRESS_PREFILL_ROWS;
+                eng_call(d, STRESS_OP_ATTN_PREFILL, i, l, rows, 1);
+            }
+        }
+        if (!rc && publish) /* what is prefilled, before prefill_end */
+            stress_pfx_publish(d, i, from + chunk[0] + (ch ? chunk[1] : 0));
+    }
+    return rc;
+}
+
+/* Slot i's prompt: its system prompt as a compressed context of ctx tokens
+ * (matched, or prefilled, compressed and published), the rest appended
+ * after the prefill end and ended with a step. */
+static int eng_prefill_ctx(stress_driver_t *d, int i, uint32_t ctx)
+{
+    int rc = 0;
+    if (!stress_pfx_ctx_match(d, i)) {
+        rc = eng_prefill(d, i, 0, ctx, 0);
+        if (!rc)
+            rc = eng_call(d, STRESS_OP_PREFILL_END, i, 0, 0, 1);
+        if (!rc)
+            stress_pfx_ctx_publish(d, i);
+    }
+    if (!rc && d->slots[i].req.len[0] > ctx) {
+        rc = eng_prefill(d, i, ctx, d->slots[i].req.len[0], 0);
+        if (!rc)
+            rc = eng_call(d, STRESS_OP_STEP_END, i, 0, 0, 1);
+    }
+    return rc;
+}
+
 /* Prefill request r into a new sequence. Returns 0 (admitted, dropped or
  * failed) or -1: the request must wait (re-queue it). */
 static int eng_admit_one(stress_driver_t *d, stress_req_t *r)
@@ -110,27 +160,16 @@ static int eng_admit_one(stress_driver_t *d, stress_req_t *r)
         stress_driver_release(d, i, STRESS_EV_DROPPED);
         return 0;
     }
-    const uint32_t m = stress_pfx_match(d, i); /* tokens from the prefix cache */
-    const uint32_t rest = r->len[0] - m;
-    uint32_t chunk[2] = {rest, 0};
-    if (rest >= 2 && stress_rng_below(&d->rng, 4) == 0) {
-        chunk[0] = 1 + stress_rng_below(&d->rng, rest - 1);
-        chunk[1] = rest - chunk[0];
+    const uint32_t ctx = stress_pfx_ctx(d, r);
+    int rc;
+    if (ctx) {
+        rc = eng_prefill_ctx(d, i, ctx);
+    } else {
+        const uint32_t m = stress_pfx_match(d, i); /* tokens from the prefix cache */
+        rc = eng_prefill(d, i, m, r->len[0], 1);
+        if (!rc)
+            rc = eng_call(d, STRESS_OP_PREFILL_END, i, 0, 0, 1);
     }
-    int rc = 0;
-    for (int ch = 0; ch < 2 && chunk[ch] && !rc; ch++) {
-        for (uint32_t l = 0; l < d->cfg.layers && !rc; l++) {
-            rc = eng_call(d, STRESS_OP_APPEND, i, l, chunk[ch], 1);
-            if (!rc && stress_rng_below(&d->rng, 2) == 0) {
-                uint32_t rows = chunk[ch] < STRESS_PREFILL_ROWS ? chunk[ch] : STRESS_PREFILL_ROWS;
-                eng_call(d, STRESS_OP_ATTN_PREFILL, i, l, rows, 1);
-            }
-        }
-        if (!rc) /* publish what is prefilled, before prefill_end */
-            stress_pfx_publish(d, i, m + chunk[0] + (ch ? chunk[1] : 0));
-    }
-    if (!rc)
-        rc = eng_call(d, STRESS_OP_PREFILL_END, i, 0, 0, 1);
     if (rc) {
         int alone = d->n_live == 1;
         r->published = s->req.published; /* requeued: what it published stays */

@@ -309,6 +309,39 @@ uint64_t stress_verify_same(stress_verifier_t *vf, kv_seq_id_t a, kv_seq_id_t b)
     return bad;
 }
 
+static uint64_t verify_fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+int stress_verify_digest(stress_verifier_t *vf, kv_seq_id_t seq, uint64_t *digest)
+{
+    const size_t row = (size_t)vf->head_dim * sizeof(float);
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (uint32_t l = 0; l < vf->n_layers; l++)
+        for (uint32_t hd = 0; hd < vf->n_kv_heads; hd++) {
+            uint32_t len = 0;
+            int rc = kv_seq_len(vf->st, seq, l, hd, &len);
+            if (!rc && verify_grow(vf, len))
+                rc = KV_ENOMEM;
+            if (!rc && len) {
+                vf->reads++;
+                rc = kv_read(vf->st, seq, l, hd, 0, len, vf->k, vf->v, vf->pos);
+            }
+            if (rc)
+                return rc;
+            h = verify_fnv(h, &len, sizeof len);
+            h = verify_fnv(h, vf->pos, len * sizeof(int32_t));
+            h = verify_fnv(h, vf->k, len * row);
+            h = verify_fnv(h, vf->v, len * row);
+        }
+    *digest = h ? h : 1;
+    return 0;
+}
+
 uint64_t stress_verify_store(stress_verifier_t *vf, const stress_shadow_t *const *live,
                              uint32_t n_live)
 {

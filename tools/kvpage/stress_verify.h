@@ -14,6 +14,9 @@
  *                          must once its pages are known to be on the file;
  *   stress_verify_same     two sequences hold bit-identical lists (a fork
  *                          right after kv_seq_fork);
+ *   stress_verify_digest   (not a check) a 64-bit digest of one sequence's
+ *                          lists, to compare with one taken earlier
+ *                          (compressed contexts, stress_prefix.h);
  *   stress_verify_store    kv_store_check() == 0, pages_used + pages_free ==
  *                          capacity, pages_used == the sum of pages by
  *                          format, kv_bytes == the sum of bytes by format,
@@ -89,6 +92,10 @@ void stress_leak(stress_verifier_t *vf, const char *fmt, ...)
  * vf->violations; stress_verify_empty adds to vf->leaks instead). */
 uint64_t stress_verify_seq(stress_verifier_t *vf, const stress_shadow_t *s);
 uint64_t stress_verify_same(stress_verifier_t *vf, kv_seq_id_t a, kv_seq_id_t b);
+/* FNV-1a over every (layer, kv_head) list of seq in order: its length, then
+ * kv_read's positions, K and V. Returns 0 with *digest (never 0), or the
+ * error of kv_seq_len / kv_read, or KV_ENOMEM (scratch). */
+int stress_verify_digest(stress_verifier_t *vf, kv_seq_id_t seq, uint64_t *digest);
 uint64_t stress_verify_store(stress_verifier_t *vf, const stress_shadow_t *const *live,
                              uint32_t n_live);
 /* Snapshot the statistics and (s non-NULL) s's list lengths before a call. */
