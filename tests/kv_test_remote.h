@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_test_remote.h — helpers of the remote tier's tests: deterministic keys
- * and payloads, one-blob set/get, and a client for a url with short
- * timeouts.
+ * and payloads, one-blob set/get, a client for a url with short timeouts,
+ * and the allocation-failure loops every client configuration runs.
  */
 #ifndef KV_TEST_REMOTE_H
 #define KV_TEST_REMOTE_H
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc/kv_mem.h"
 #include "kv_test.h"
 #include "remote/kv_remote.h"
 
@@ -87,6 +88,69 @@ static inline int kv_tr_get(kv_remote_t *r, uint64_t id, size_t cap, size_t *len
     if (len)
         *len = g.len;
     return rc < 0 ? rc : g.status;
+}
+
+/* The n-th allocation of kv_remote_create(cfg) fails, n = 1, 2, ... until
+ * it succeeds: KV_ENOMEM and no client each time, nothing leaked. Returns
+ * the failures (checked >= 1). */
+static inline int kv_tr_create_failures(const kv_remote_config_t *cfg)
+{
+    const uint64_t live = kv_mem_live_bytes();
+    int failures = 0, created = 0;
+    for (uint64_t n = 1; n < 100 && !created; n++) {
+        kv_remote_t *r = NULL;
+        kv_fault_arm(n);
+        int rc = kv_remote_create(cfg, &r);
+        int fired = kv_fault_fired();
+        kv_fault_arm(0);
+        CHECK(fired ? rc == KV_ENOMEM && !r : rc == 0);
+        failures += fired;
+        created = !fired;
+        kv_remote_destroy(r);
+        CHECK_EQ(kv_mem_live_bytes(), live);
+    }
+    CHECK(created && failures >= 1);
+    return failures;
+}
+
+/* On a fresh client of cfg each time (so its first call connects, and
+ * authenticates or shakes hands as cfg says), the n-th allocation of a get
+ * of blob id (cap bytes; stored before) fails, n = 1, 2, ... until the get
+ * succeeds: KV_ENOMEM, or the key's status KV_ENOMEM / KV_EIO, never a
+ * refusal counted as AUTH or TLS; the next get on that client works; nothing
+ * leaked. Returns the failures (checked >= 1). */
+static inline int kv_tr_get_failures(const kv_remote_config_t *cfg, uint64_t id, size_t cap)
+{
+    const uint64_t live = kv_mem_live_bytes();
+    int failures = 0, done = 0;
+    uint8_t *buf = malloc(cap);
+    CHECK(buf != NULL);
+    for (uint64_t n = 1; n < 100 && !done && buf; n++) {
+        kv_remote_t *r = NULL;
+        CHECK_OK(kv_remote_create(cfg, &r));
+        kv_remote_get_t g = {.key = kv_tr_key(id), .dst = buf, .cap = cap};
+        kv_fault_arm(n);
+        int rc = kv_remote_get(r, &g, 1);
+        int fired = kv_fault_fired();
+        kv_fault_arm(0);
+        if (fired) {
+            failures++;
+            CHECK(rc == KV_ENOMEM || (rc == 0 && (g.status == KV_ENOMEM || g.status == KV_EIO)));
+        } else {
+            CHECK_EQ(rc, 1);
+            done = 1;
+        }
+        kv_remote_stats_t st;
+        CHECK_OK(kv_remote_stats(r, &st));
+        CHECK_EQ(st.auth_failures, 0);
+        CHECK_EQ(st.tls_failures, 0);
+        CHECK_OK(kv_tr_get(r, id, cap, NULL)); /* and then it works */
+        kv_remote_destroy(r);
+    }
+    free(buf);
+    CHECK(done && failures >= 1);
+    CHECK_EQ(kv_mem_live_bytes(), live);
+    return failures;
 }
 
 #endif /* KV_TEST_REMOTE_H */

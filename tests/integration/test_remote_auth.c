@@ -413,43 +413,9 @@ static void test_alloc_failures(void)
 {
     char url[256];
     url_of(&acl, "app:apppw", url, sizeof url);
-    uint64_t live = kv_mem_live_bytes();
     kv_remote_config_t cfg = {.url = url, .timeout_ms = 2000};
-    int created = 0;
-    for (uint64_t n = 1; n < 64 && !created; n++) {
-        kv_remote_t *r = NULL;
-        kv_fault_arm(n);
-        int rc = kv_remote_create(&cfg, &r);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        CHECK(fired ? rc == KV_ENOMEM && !r : rc == 0);
-        created = !fired;
-        kv_remote_destroy(r);
-        CHECK_EQ(kv_mem_live_bytes(), live);
-    }
-    CHECK(created);
-    int done = 0, failures = 0;
-    for (uint64_t n = 1; n < 64 && !done; n++) {
-        kv_remote_t *r = client(url, NULL);
-        uint8_t buf[1000];
-        kv_remote_get_t g = {.key = kv_tr_key(1), .dst = buf, .cap = sizeof buf};
-        kv_fault_arm(n);
-        int rc = kv_remote_get(r, &g, 1);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        if (fired) {
-            failures++;
-            CHECK(rc == KV_ENOMEM || (rc == 0 && (g.status == KV_ENOMEM || g.status == KV_EIO)));
-        } else {
-            CHECK_EQ(rc, 1);
-            done = 1;
-        }
-        CHECK_EQ(stats(r).auth_failures, 0);
-        CHECK_OK(kv_tr_get(r, 1, 1000, NULL)); /* and then it works */
-        kv_remote_destroy(r);
-    }
-    CHECK(done && failures >= 1);
-    CHECK_EQ(kv_mem_live_bytes(), live);
+    kv_tr_create_failures(&cfg);
+    kv_tr_get_failures(&cfg, 1, 1000);
 }
 
 int main(void)

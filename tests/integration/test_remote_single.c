@@ -350,19 +350,7 @@ static void test_alloc_failures(void)
 {
     uint64_t live = kv_mem_live_bytes();
     kv_remote_config_t cfg = {.url = srv.url, .ns = "af"};
-    int created = 0;
-    for (uint64_t n = 1; n < 64 && !created; n++) {
-        kv_remote_t *r = NULL;
-        kv_fault_arm(n);
-        int rc = kv_remote_create(&cfg, &r);
-        int fired = kv_fault_fired();
-        kv_fault_arm(0);
-        CHECK(fired ? rc == KV_ENOMEM && !r : rc == 0);
-        created = !fired;
-        kv_remote_destroy(r);
-        CHECK_EQ(kv_mem_live_bytes(), live);
-    }
-    CHECK(created);
+    kv_tr_create_failures(&cfg);
     for (int call = 0; call < 3; call++) {
         int done = 0, failures = 0;
         for (uint64_t n = 1; n < 64 && !done; n++) {
