@@ -131,6 +131,31 @@ typedef struct kv_merge_params {
     float *scratch;               /* NULL or KV_CONVERT_SCRATCH_FLOATS    */
 } kv_merge_params_t;
 
+/* KVzip's scoring of one prefill call of a reconstruction pass at one layer
+ * (store/kv_policy_kvzip.c): for every row i < n_rows and q head g, the
+ * softmax of scale * q.k over the first n_vis0 + i keys of kv head g / G
+ * (the sinks, the chunk, the pass's tokens up to the row), and for every
+ * chunk key j (key n_sink + j) score[h][j] = max(score[h][j], its
+ * probability). Maxima only: the result does not depend on how rows are
+ * split over threads, and a call repeated gives the same scores. Each
+ * probability is exp(l - m) / z with l the logit, m the row's largest, z
+ * the sum of exp(l - m) in key order (double), the logit an FP32 dot
+ * product in a fixed order (kv_cpu_score.c) times scale. */
+typedef struct kv_zip_score_params {
+    const float *q;        /* [n_rows][n_q_heads][head_dim] query rows     */
+    const float *k;        /* [n_kv_heads][n_keys][head_dim]              */
+    float *const *score;   /* [n_kv_heads] -> [n_chunk] probabilities      */
+    uint32_t n_q_heads, n_kv_heads, head_dim;
+    uint32_t n_keys;       /* keys per kv head                            */
+    uint32_t n_sink;       /* the first n_sink keys are not scored         */
+    uint32_t n_chunk;      /* keys [n_sink, n_sink + n_chunk) are          */
+    uint32_t n_rows;       /* query rows                                  */
+    uint32_t n_vis0;       /* keys row 0 sees (row i: n_vis0 + i); >=     */
+                           /* n_sink + n_chunk, n_vis0 + n_rows - 1 <=     */
+                           /* n_keys                                      */
+    float scale;           /* softmax scale (> 0)                         */
+} kv_zip_score_params_t;
+
 typedef struct kv_backend_ops {
     const char *name;
     /* 0, KV_EINVAL (inconsistent params), KV_ENOTSUP (format), KV_ENOMEM. */
@@ -144,6 +169,9 @@ typedef struct kv_backend_ops {
     int  (*convert)(void *ctx, const kv_convert_params_t *p);
     int  (*merge_select)(void *ctx, const kv_merge_params_t *p);
     int  (*merge)(void *ctx, const kv_merge_params_t *p);
+    /* KVzip scoring (above): 0, KV_EINVAL, KV_ENOMEM. NULL: the CPU
+     * reference through kv_backend_zip_score, on the calling thread. */
+    int  (*zip_score)(void *ctx, const kv_zip_score_params_t *p);
 } kv_backend_ops_t;
 
 typedef struct kv_backend {
@@ -173,5 +201,7 @@ void kv_backend_destroy(kv_backend_t *b);
 int kv_backend_convert(const kv_backend_t *b, const kv_convert_params_t *p);
 int kv_backend_merge_select(const kv_backend_t *b, const kv_merge_params_t *p);
 int kv_backend_merge(const kv_backend_t *b, const kv_merge_params_t *p);
+/* KVzip scoring on backend b: its op, else the CPU reference (one thread). */
+int kv_backend_zip_score(const kv_backend_t *b, const kv_zip_score_params_t *p);
 
 #endif /* KV_BACKEND_H */

@@ -25,7 +25,8 @@
  * after the owner's last append); the owner must not change during the
  * pass (checked on every call: KV_ESTATE).
  * Cost: per chunk of c tokens and r reconstruction rows, r * (c + r) dot
- * products per q head and layer, on the calling thread.
+ * products per q head and layer, on the store's backend
+ * (kv_backend_zip_score: the CPU backend's worker threads).
  */
 #include <math.h>
 
@@ -71,33 +72,10 @@ int kv_seq_score_begin(kv_store_t *s, kv_seq_id_t pass, kv_seq_id_t owner, uint3
     return 0;
 }
 
-/* Scratch of one observe call: keys of one list (sinks, chunk, the pass's
- * tokens) and one row's logits over them. */
-typedef struct zip_scratch {
-    float *k;      /* [n_keys][D] */
-    float *logit;  /* [n_keys]    */
-    size_t bytes;
-} zip_scratch_t;
-
-static float dot(const float *a, const float *b, uint32_t n)
-{
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* four chains: the loop vectorizes */
-    uint32_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++)
-        s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
-}
-
 int kv_pol_kvzip_observe(kv_store_t *s, const kv_prefill_t *a, const kv_pol_seq_t *ps)
 {
     const uint32_t H = s->cfg.n_kv_heads, Hq = s->cfg.n_q_heads, D = s->cfg.head_dim;
-    const uint32_t G = Hq / H, T = ps->zip_len, t0 = ps->zip_t0, t1 = ps->zip_t1;
+    const uint32_t T = ps->zip_len, t0 = ps->zip_t0, t1 = ps->zip_t1;
     kv_pol_seq_t *po = kv_pol_get(s, ps->zip_owner);
     if (!kv_page_seq_live(s->pt, ps->zip_owner) || !po || po->decoding ||
         po->pol.sel != KV_POL_SEL_KVZIP ||
@@ -110,45 +88,33 @@ int kv_pol_kvzip_observe(kv_store_t *s, const kv_prefill_t *a, const kv_pol_seq_
         return 0; /* no reconstruction row in this call */
     const uint32_t ns = ps->pol.sink < t0 ? ps->pol.sink : t0, nc = t1 - t0, nr = len - T;
     const uint32_t nk = ns + nc + nr;
-    zip_scratch_t sc = {.bytes = (size_t)nk * (D + 1) * sizeof(float)};
-    if (!(sc.k = kv_mem_alloc(sc.bytes)))
+    /* scratch: per kv head its keys (sinks, chunk, the pass's tokens), then
+     * the score vectors' addresses */
+    const size_t kb = (size_t)H * nk * D * sizeof(float), bytes = kb + H * sizeof(float *);
+    float *k = kv_mem_alloc(bytes);
+    if (!k)
         return KV_ENOMEM;
-    sc.logit = sc.k + (size_t)nk * D;
-    const float scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)D);
+    float **score = (float **)(void *)((char *)k + kb);
     int rc = 0;
     for (uint32_t h = 0; h < H && !rc; h++) {
-        if ((rc = kv_page_read(s->pt, a->seq, a->layer, h, 0, ns, sc.k, NULL, NULL)) ||
-            (rc = kv_page_read(s->pt, a->seq, a->layer, h, t0, nc, sc.k + (size_t)ns * D,
-                               NULL, NULL)) ||
-            (rc = kv_page_read(s->pt, a->seq, a->layer, h, T, nr,
-                               sc.k + (size_t)(ns + nc) * D, NULL, NULL)))
-            break;
-        float *score = po->win[a->layer * H + h].v + t0;
-        for (uint32_t row = r0; row < len; row++) {
-            const uint32_t n = ns + nc + (row - T + 1); /* causal: own tokens to row */
-            for (uint32_t g = h * G; g < h * G + G; g++) {
-                const float *q = a->q + ((size_t)(row - first) * Hq + g) * D;
-                float m = -INFINITY;
-                for (uint32_t j = 0; j < n; j++) {
-                    sc.logit[j] = scale * dot(q, sc.k + (size_t)j * D, D);
-                    m = sc.logit[j] > m ? sc.logit[j] : m;
-                }
-                double z = 0; /* one exponential per key, kept for the chunk's */
-                for (uint32_t j = 0; j < n; j++) {
-                    sc.logit[j] = expf(sc.logit[j] - m);
-                    z += sc.logit[j];
-                }
-                const float inv = (float)(1.0 / z);
-                for (uint32_t j = 0; j < nc; j++) {
-                    float p = sc.logit[ns + j] * inv;
-                    score[j] = p > score[j] ? p : score[j];
-                }
-            }
-        }
+        float *kh = k + (size_t)h * nk * D;
+        score[h] = po->win[a->layer * H + h].v + t0;
+        if (!(rc = kv_page_read(s->pt, a->seq, a->layer, h, 0, ns, kh, NULL, NULL)) &&
+            !(rc = kv_page_read(s->pt, a->seq, a->layer, h, t0, nc, kh + (size_t)ns * D, NULL,
+                                NULL)))
+            rc = kv_page_read(s->pt, a->seq, a->layer, h, T, nr, kh + (size_t)(ns + nc) * D,
+                              NULL, NULL);
     }
+    kv_zip_score_params_t zp = {
+        .q = a->q + (size_t)(r0 - first) * Hq * D, .k = k, .score = score, .n_q_heads = Hq,
+        .n_kv_heads = H, .head_dim = D, .n_keys = nk, .n_sink = ns, .n_chunk = nc,
+        .n_rows = len - r0, .n_vis0 = ns + nc + (r0 - T + 1),
+        .scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)D)};
+    if (!rc)
+        rc = kv_backend_zip_score(&s->backend, &zp);
     if (!rc)
         po->zip_scored = 1;
-    kv_mem_free(sc.k, sc.bytes);
+    kv_mem_free(k, bytes);
     return rc;
 }
 

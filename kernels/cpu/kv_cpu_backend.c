@@ -17,6 +17,7 @@
 #include "alloc/kv_mem.h"
 #include "kv_cpu.h"
 #include "kv_cpu_convert.h"
+#include "kv_cpu_score.h"
 
 #define KV_CPU_MAX_THREADS 1024u
 
@@ -37,6 +38,7 @@ static const kv_backend_ops_t cpu_ops = {
     .convert = kv_cpu_convert,
     .merge_select = kv_cpu_merge_select,
     .merge = kv_cpu_merge,
+    .zip_score = kv_cpu_zip_score,
 };
 
 int kv_backend_cpu_create(uint32_t n_threads, uint32_t flags,

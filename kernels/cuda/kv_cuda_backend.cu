@@ -415,14 +415,16 @@ void cuda_destroy(void *ctx)
     (void)cudaGetLastError(); /* a failed free is not a later call's error */
 }
 
+/* zip_score NULL: KVzip's scoring runs on the CPU reference (its keys are
+ * read from host pages). */
 const kv_backend_ops_t staged_ops = {
-    "cuda", cuda_decode, cuda_prefill, cuda_destroy, cuda_convert, NULL, NULL,
+    "cuda", cuda_decode, cuda_prefill, cuda_destroy, cuda_convert, NULL, NULL, NULL,
 };
 
 const kv_backend_ops_t device_ops = {
     "cuda-device",          cuda_decode,  cuda_prefill,
     cuda_destroy,           cuda_convert, cuda_merge_unsupported,
-    cuda_merge_unsupported,
+    cuda_merge_unsupported, NULL,
 };
 
 } // namespace
