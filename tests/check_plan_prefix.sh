@@ -14,7 +14,9 @@
 #   - --prefix-compressed (the shared prefix a compressed context): every
 #     policy's hit is exactly F x prompt (a context is any length), and an
 #     evicting policy (h2o) caches fewer shared pages than the same prefix
-#     shared as appended blocks.
+#     shared as appended blocks;
+#   - KVzip is planned (its scoring pass simulated): the same pages per
+#     sequence as SnapKV at the same c (both keep c of the prompt per list).
 # usage: check_plan_prefix.sh KVPAGE
 set -euo pipefail
 kv=$1
@@ -22,7 +24,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 base=(plan --model llama-2-7b --gpu H100-80G --weights-gb 13.5 --workload fixed:1000,100
-      --policies fp16,kivi2,h2o,snapkv --json -)
+      --policies fp16,kivi2,h2o,snapkv:c=0.3,kvzip:c=0.3 --json -)
 "$kv" "${base[@]}" >plain.json
 "$kv" "${base[@]}" --prefix-hit 0.6 >p1.json
 "$kv" "${base[@]}" --prefix-hit 0.6 --prefix-groups 40 --rate 2 >p40.json
@@ -57,6 +59,10 @@ for run, groups in ((p1, 1), (p40, 40)):
         if name.startswith("h2o"):
             check(x["hit"] == (int(0.6 * prompt) // 16 * 16) / prompt and x["shared_pages"] > 0,
                   f"h2o: hit {x['hit']} (the node at the shared chunk's end has a snapshot)")
+by = {r["policy"]: r for r in plain["results"]}
+check(by["kvzip:c=0.3"]["pages_per_seq"] == by["snapkv:c=0.3"]["pages_per_seq"],
+      f"kvzip: {by['kvzip:c=0.3']['pages_per_seq']} pages/seq, snapkv at the same c "
+      f"{by['snapkv:c=0.3']['pages_per_seq']}")
 for a, b in zip(p1["results"], p40["results"]):
     check(b["prefix"]["max_seqs"] <= a["prefix"]["max_seqs"],
           f"{a['policy']}: 40 groups fit more than 1")

@@ -22,7 +22,7 @@ typedef struct sim {
     const plan_sim_cfg_t *c;
     uint32_t H, Hq, D, L;
     uint64_t n_pos;          /* prompt + out: positions of the run         */
-    int mc, sim;             /* MiniCache, SimLayerKV present              */
+    int mc, sim, zip;        /* MiniCache, SimLayerKV, KVzip present       */
     uint32_t sink;           /* SimLayerKV sink tokens                     */
     float strong;            /* s                                          */
     float *k;                /* [chunk][H][D] rows being appended          */
@@ -72,8 +72,29 @@ static void fill_rows(sim_t *S, uint32_t layer, uint64_t t0, uint32_t n)
     }
 }
 
+/* KVzip's scoring of prompt tokens [0, prompt): a pass appends and attends
+ * one reconstruction row per layer (plan_sim.h). */
+static int zip_pass(sim_t *S, uint32_t prompt)
+{
+    kv_seq_id_t pass;
+    int rc = kv_seq_fork(S->st, S->seq, &pass);
+    if (rc)
+        return rc;
+    rc = kv_seq_score_begin(S->st, pass, S->seq, 0, prompt);
+    for (uint32_t l = 0; l < S->L && !rc; l++) {
+        fill_rows(S, l, prompt, 1);
+        rc = kv_append(S->st, pass, l, 1, KV_DTYPE_F32, S->k, S->k, NULL);
+        kv_prefill_t pf = {.layer = l, .seq = pass, .n_new = 1, .q = S->q, .out = S->out};
+        if (!rc)
+            rc = kv_attn_prefill(S->st, &pf);
+    }
+    int frc = kv_seq_free(S->st, pass);
+    return rc ? rc : frc;
+}
+
 /* Append prompt tokens [from, prompt) of every layer in chunks, attend the
- * policy's rows (at most those appended), then kv_seq_prefill_end (when end). */
+ * policy's rows (at most those appended), then (when end) KVzip's scoring
+ * pass and kv_seq_prefill_end. */
 static int prefill(sim_t *S, uint32_t from, uint32_t prompt, int end)
 {
     const plan_sim_cfg_t *c = S->c;
@@ -90,6 +111,8 @@ static int prefill(sim_t *S, uint32_t from, uint32_t prompt, int end)
         if (!rc && rows)
             rc = kv_attn_prefill(S->st, &pf);
     }
+    if (!rc && end && S->zip)
+        rc = zip_pass(S, prompt);
     return rc || !end ? rc : kv_seq_prefill_end(S->st, S->seq);
 }
 
@@ -255,6 +278,7 @@ int plan_sim_run(const plan_sim_cfg_t *c, uint32_t kv_heads, uint32_t prompt,
                .L = c->layers, .n_pos = (uint64_t)prompt + out,
                .mc = (plan_spec_methods(c->policy) & KV_POLICY_MINICACHE) != 0,
                .sim = (plan_spec_methods(c->policy) & KV_POLICY_SIMLAYERKV) != 0,
+               .zip = (plan_spec_methods(c->policy) & KV_POLICY_KVZIP) != 0,
                .sink = (uint32_t)plan_spec_value(c->policy, "simlayerkv", "sink", 4),
                .strong = (float)sqrt(SIM_LOGIT * sqrt((double)c->head_dim))};
     sim_attention(&S, prompt);

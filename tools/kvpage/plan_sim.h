@@ -10,7 +10,11 @@
  * prefill call then attends the rows it reads (SnapKV: its window w;
  * SimLayerKV in prefill mode: its rows; MiniKV, H2O, CaM: the last row: the
  * budgets are token counts, so which tokens are kept may change with the
- * rows attended, not how many); kv_seq_prefill_end; then `out` decode steps
+ * rows attended, not how many); KVzip: a scoring pass (a fork marked by
+ * kv_seq_score_begin over the whole prompt, one reconstruction row per
+ * layer appended and attended, freed: the kept count is the budget
+ * whatever the scores; the pass's pages are a transient the footprint does
+ * not include); kv_seq_prefill_end; then `out` decode steps
  * (one token per layer, kv_seq_step_end after each) with decode attention
  * on the first step for SimLayerKV (decode mode) and on every step for
  * H2O/CaM. kv_store_stats then gives the exact footprint: pages (partly
