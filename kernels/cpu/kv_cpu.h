@@ -10,6 +10,7 @@
  *   kv_cpu_decode.c     batched decode: split-K partitions + (max, sum-exp)
  *   kv_cpu_prefill.c    causal prefill over blocks of query rows
  *   kv_cpu_convert.c    the conversion ops (convert, merge_select, merge)
+ *   kv_cpu_score.c      KVzip's scoring op (zip_score), on the workers
  *   kv_cpu_simd.h       vector types and the per-build operations
  *   kv_cpu_attend.c     the hot loops                       \  compiled once
  *   kv_cpu_fmt_int.c    INT4/INT2 attention from the codes   > per build
