@@ -8,7 +8,7 @@ formats the pages hold, so compressed pages are never expanded to tensors.
     import kvpage.transformers as kt
     model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="kvpage")
     cache = kt.KvpageCache(model.config, policy="snapkv:c=0.25+int4")
-    out = model.generate(**inputs, past_key_values=cache, max_new_tokens=64)
+    out = model.generate(**inputs, cache=cache, max_new_tokens=64)
 
 Importing this module needs torch and transformers (the binding's optional
 extra `kvpage[transformers]`; kvpage itself does not import it) and
@@ -36,8 +36,10 @@ the batch size is known) until close(); reset() frees the sequences.
 Invariants: get_seq_length() is the number of columns (padding included)
 the model has fed, the position transformers gives the next token; the
 store's lists may be shorter (evicted tokens, padding never stored).
-Threads: one forward at a time per cache (the cache a layer's attention
-uses is the one whose update ran last on the calling thread).
+Threads: one forward at a time per cache. The attention finds its cache
+through the update that ran just before it on the calling thread (the same
+layer, the very key tensor update returned); anything else (no cache,
+another Cache class) is a RuntimeError, never a stale store.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class KvpageLayer(CacheLayerMixin):
             raise ValueError(f"KvpageCache: batch of {key_states.shape[0]} rows, the cache "
                              f"holds {len(self._cache.seqs)} sequences")
         self.seen += key_states.shape[-2]
-        _active.cache = self._cache
+        _active.pending = (self._cache, self.layer_idx, key_states)
         return key_states, value_states
 
     def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
@@ -215,7 +217,10 @@ class KvpageCache(Cache):
 
 
 def _rows(x: torch.Tensor) -> np.ndarray:
-    """A CPU float tensor as a NumPy array, without a copy (DLPack)."""
+    """A CPU float tensor as a NumPy array: float32 and float16 without a
+    copy (DLPack), other dtypes (bfloat16) widened to float32."""
+    if x.dtype not in (torch.float32, torch.float16):
+        x = x.float()
     return np.from_dlpack(x.detach())
 
 
@@ -229,13 +234,15 @@ def kvpage_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     bool padding mask of the "kvpage" mask function. Appends the new tokens
     to the store, then attends over the store. Returns (out (batch, q_len,
     n_q_heads, head_dim), None): no attention weights."""
-    cache = getattr(_active, "cache", None)
-    if not isinstance(cache, KvpageCache) or cache.store is None:
-        raise RuntimeError('attn_implementation="kvpage" needs a KvpageCache '
-                           "(generate(..., past_key_values=KvpageCache(model.config)))")
+    layer = module.layer_idx
+    pending = getattr(_active, "pending", None)
+    _active.pending = None
+    if pending is None or pending[1] != layer or pending[2] is not key or pending[0].store is None:
+        raise RuntimeError('attn_implementation="kvpage" needs a KvpageCache as the cache '
+                           "(generate(..., cache=KvpageCache(model.config)))")
+    cache = pending[0]
     if dropout:
         raise NotImplementedError("kvpage attention: dropout is not supported")
-    layer = module.layer_idx
     batch, _, q_len, _ = query.shape
     store, seqs = cache.store, cache.seqs
     scale = float(scaling) if scaling else 0.0

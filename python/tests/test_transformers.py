@@ -173,12 +173,16 @@ def test_batch_of_prompts_of_different_lengths(model):
 
 
 def test_attention_without_kvpage_cache_is_refused(model):
+    """After a KvpageCache forward, a forward without a cache or with a
+    DynamicCache is refused: the attention never reads a stale store."""
     tok, m = model
     m.set_attn_implementation(kt.ATTN_NAME)
-    kt._active.cache = None
-    with pytest.raises(RuntimeError, match="KvpageCache"):
-        with torch.inference_mode():
-            m(input_ids=_text_ids(tok, 8), use_cache=False)
+    ids = _text_ids(tok, 8)
+    with kt.KvpageCache(m.config) as cache, torch.inference_mode():
+        m(input_ids=ids, cache=cache, use_cache=True)
+        for other in (None, DynamicCache(config=m.config)):
+            with pytest.raises(RuntimeError, match="KvpageCache"):
+                m(input_ids=ids, cache=other, use_cache=other is not None)
 
 
 def test_dynamic_cache_bytes_is_what_it_holds(model):
