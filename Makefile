@@ -5,6 +5,8 @@
 #   make test   install what is missing, fetch the model once, build with
 #               -Werror and run ctest, rebuild with ASan+UBSan (leak detection
 #               on) and run ctest again, then run the libFuzzer targets
+# make test also runs scripts/setup_hf.sh (setup-hf): a cached venv with torch
+# and transformers for the kvpage.transformers tests (KVPAGE_NO_HF=1 skips it).
 # Other targets: build, model, demo, bench, fuzz, fuzz-campaign, tsan, install,
 # clean.
 #   make bench  every benchmark in the default build, and kvbench-attn in the
@@ -20,7 +22,7 @@ RELEASE_BUILD ?= build-release
 FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 
-.PHONY: all setup model build run demo test test-plain test-asan fuzz bench install clean
+.PHONY: all setup setup-hf model build run demo test test-plain test-asan fuzz bench install clean
 
 all: build
 
@@ -42,7 +44,10 @@ run: build model
 demo: build
 	./$(BUILD)/bin/kvpage demo
 
-test-plain: build model
+setup-hf:
+	@bash scripts/setup_hf.sh
+
+test-plain: build model setup-hf
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: setup model
