@@ -44,8 +44,10 @@ run: build model
 demo: build
 	./$(BUILD)/bin/kvpage demo
 
+# A failed install (no network, no disk) does not stop the tests: the
+# transformers suite then skips (77) and says why.
 setup-hf:
-	@bash scripts/setup_hf.sh
+	@bash scripts/setup_hf.sh || echo "WARNING: scripts/setup_hf.sh failed: the kvpage.transformers tests will be skipped"
 
 test-plain: build model setup-hf
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
