@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kv_cli.h"
 #include "kv_model.h"
@@ -33,7 +34,8 @@
 
 typedef struct run_opts {
     const char *prompt, *system, *model, *policy, *salt, *remote;
-    uint64_t max_new, seed, threads, runs;
+    const char *offload;   /* --offload FILE, or NULL */
+    uint64_t max_new, seed, threads, runs, offload_pages;
     double temp;
     kv_cli_outs_t out; /* --json, --md */
     kv_cli_remote_t ropt; /* --remote-password-*, --remote-tls-*, --remote-ns, --remote-mac* */
@@ -77,6 +79,14 @@ static const kv_cli_opt_t run_opts[] = {
      "rediss://: TLS; redis://user@host:port: AUTH as user (the password\n"
      "from --remote-password-*; reports show a url's password as ***)"},
     KV_CLI_REMOTE_OPTS(run_opts_t, ropt),
+    {"--offload", KV_CLI_STR, offsetof(run_opts_t, offload), 0, 0, 0, 0, "FILE",
+     "give the store a page file (and FILE.idx): created when absent,\n"
+     "else opened and its contents restored. With --prefix-cache the\n"
+     "cache's nodes are kept on it (evicted ones, and every node at\n"
+     "exit), so a later run in another process matches them\n"
+     "(docs/prefix.md, \"The page-file tier\")"},
+    {"--offload-pages", KV_CLI_UINT, offsetof(run_opts_t, offload_pages), 1, 1u << 26, 0, 0,
+     "N", "slots of a new page file, one page each (default 65536)"},
     {"--salt", KV_CLI_STR, offsetof(run_opts_t, salt), 0, 0, 0, 0, "S",
      "prefix-cache isolation key: runs with other salts never share"},
     {"--runs", KV_CLI_UINT, offsetof(run_opts_t, runs), 1, 64, 0, 0, "N",
@@ -92,7 +102,7 @@ static const kv_cli_opt_t run_opts[] = {
 static int run_parse(int argc, char **argv, run_opts_t *o)
 {
     *o = (run_opts_t){.prompt = RUN_DEFAULT_PROMPT, .policy = "fp16", .max_new = 64,
-                      .seed = 1, .runs = 1};
+                      .seed = 1, .runs = 1, .offload_pages = 65536};
     int rc = kv_cli_parse("run", "Fetch the model once with scripts/fetch_model.sh "
                                  "(make run does it).",
                           run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, o);
@@ -105,6 +115,10 @@ static int run_parse(int argc, char **argv, run_opts_t *o)
     }
     if (kv_cli_remote_check("run", &o->ropt, o->remote))
         return 2;
+    if (o->offload_pages != 65536 && !o->offload) {
+        fprintf(stderr, "kvpage run: --offload-pages needs --offload FILE\n");
+        return 2;
+    }
     kv_policy_t *pol = NULL;
     char perr[256] = "";
     if (kv_policy_parse(o->policy, &pol, perr, sizeof perr)) {
@@ -410,6 +424,11 @@ int kv_cmd_run(int argc, char **argv)
         cfg.prefix_model_len = 64;
         cfg.prefix_remote = o.remote;
         kv_cli_remote_apply(&o.ropt, &cfg);
+    }
+    if (o.offload) { /* an existing file is opened, its contents restored */
+        cfg.offload_path = o.offload;
+        cfg.offload_pages = (uint32_t)o.offload_pages;
+        cfg.offload_flags = access(o.offload, F_OK) == 0 ? KV_OFFLOAD_OPEN : 0;
     }
     if ((rc = kv_store_create(&cfg, &store)) || (rc = kv_store_config(store, &cfg))) {
         run_fail("creating the store", rc, NULL);
