@@ -19,7 +19,8 @@
  * touched.
  *
  * With --prefix-cache the store's prefix cache is on and requests share
- * system prompts (stress_prefix.c); --remote adds its remote tier, and with
+ * system prompts (stress_prefix.c; with --offload its nodes also live on
+ * the page file); --remote adds its remote tier, and with
  * --remote local this command starts, kills and restarts a private
  * redis-server and writes corrupt values into it (stress_remote.c,
  * stress_chaos_step), stopping it at the end.
@@ -254,7 +255,8 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         "published", "evicted", "evicted_pages", "remote_hits", "remote_tokens", "remote_bad",
         "remote_errors", "remote_bytes_in", "remote_put", "remote_dropped", "remote_unauth",
         "ctx_matches", "ctx_hits", "ctx_hits_verified", "ctx_publishes", "ctx_nodes_made",
-        "store_ctx_hits", "store_ctx_misses", "store_ctx_published"};
+        "store_ctx_hits", "store_ctx_misses", "store_ctx_published", "file_hits", "file_tokens",
+        "file_demoted", "file_dropped", "file_bad"};
     const uint64_t v[] = {
         o->prefix_prompts, o->prefix_len, o->prefix_salts, n->matches, n->hits,
         n->tokens_matched, n->hits_verified, n->own_hits, n->publishes, n->salt_probes,
@@ -264,7 +266,9 @@ static void stress_fields_prefix(kv_cli_report_t *r, const stress_opts_t *o,
         f->prefix_remote_bad, f->prefix_remote_errors, f->prefix_remote_bytes_in,
         f->prefix_remote_put, f->prefix_remote_dropped, f->prefix_remote_unauth,
         n->ctx_matches, n->ctx_hits, n->ctx_hits_verified, n->ctx_publishes, n->ctx_nodes_made,
-        f->prefix_ctx_hits, f->prefix_ctx_misses, f->prefix_ctx_published};
+        f->prefix_ctx_hits, f->prefix_ctx_misses, f->prefix_ctx_published, f->prefix_file_hits,
+        f->prefix_file_tokens, f->prefix_file_demoted, f->prefix_file_dropped,
+        f->prefix_file_bad};
     _Static_assert(sizeof k / sizeof k[0] == sizeof v / sizeof v[0], "prefix");
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         kv_cli_rep_u(r, k[i], v[i]);
@@ -426,6 +430,14 @@ static void stress_report_text(const stress_opts_t *o, const stress_driver_t *d,
                (unsigned long long)n->drained_nodes);
         printf("  %-28s %14llu  (each matched nothing)\n", "salt probes",
                (unsigned long long)n->salt_probes);
+        if (o->offload)
+            printf("  %-28s %14llu  (nodes read back, %llu tokens; %llu demoted, %llu "
+                   "dropped, %llu failed a check)\n", "prefix nodes on the file",
+                   (unsigned long long)f->prefix_file_hits,
+                   (unsigned long long)f->prefix_file_tokens,
+                   (unsigned long long)f->prefix_file_demoted,
+                   (unsigned long long)f->prefix_file_dropped,
+                   (unsigned long long)f->prefix_file_bad);
         if (o->prefix_compressed)
             printf("  %-28s %14llu  (%llu hits, %llu equal to their publisher; %llu "
                    "publishes made %llu nodes)\n", "compressed contexts",
@@ -554,8 +566,10 @@ static int stress_setup(int argc, char **argv, stress_opts_t *o, stress_mix_t *m
     }
     if (kv_cli_remote_check("stress", &o->ropt, o->remote))
         return 2;
-    if (o->prefix && o->offload) {
-        fprintf(stderr, "kvpage stress: --prefix-cache and --offload are not combined yet\n");
+    if (o->prefix && o->faults != STRESS_NOT_GIVEN) {
+        fprintf(stderr, "kvpage stress: --faults and --prefix-cache are not combined yet (the "
+                        "final drain of the page file cannot tell an injected ENOSPC from a "
+                        "full file)\n");
         return 2;
     }
     if (o->q_heads % o->kv_heads || o->head_dim % 16) {

@@ -12,6 +12,7 @@
  * each publish before anything else can match it, and never lowered (the
  * store may forget, never invent).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -324,6 +325,25 @@ void stress_pfx_ctx_publish(stress_driver_t *d, int i)
     d->pfx.ctx_digest[pfx_key(d, r->salt, r->sys, r->pol)] = ctx_digest(d, i);
 }
 
+/* Append 16 zero tokens at a time to layer 0 of a new sequence until the
+ * pool refuses a page: *seq (*made = 1 once created), the last result. */
+static int drain_fill(stress_driver_t *d, kv_seq_id_t *seq, uint32_t *made)
+{
+    const uint32_t n = 16, row = d->cfg.kv_heads * d->cfg.head_dim;
+    int32_t pos[16];
+    int rc = kv_seq_create(d->st, seq);
+    *made += rc == 0;
+    float *zero = rc ? NULL : calloc((size_t)n * row, sizeof *zero);
+    rc = rc ? rc : zero ? 0 : KV_ENOMEM;
+    for (int32_t p = 0; rc == 0; p += (int32_t)n) {
+        for (uint32_t t = 0; t < n; t++)
+            pos[t] = p + (int32_t)t;
+        rc = kv_append(d->st, *seq, 0, n, KV_DTYPE_F32, zero, zero, pos);
+    }
+    free(zero);
+    return rc;
+}
+
 uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0)
 {
     stress_verifier_t *vf = &d->vf;
@@ -337,29 +357,45 @@ uint64_t stress_pfx_drain(stress_driver_t *d, uint64_t *meta0)
                     "references, %llu pages only it holds", (unsigned long long)st.pages_used,
                     (unsigned long long)st.prefix_pages, (unsigned long long)st.prefix_pages_only);
     const uint64_t nodes0 = st.prefix_nodes;
-    /* one sequence appends 16 zero tokens at a time to layer 0 until the
-     * pool is full: the store must evict every node before refusing */
-    kv_seq_id_t seq;
-    if (kv_seq_create(d->st, &seq))
-        return vf->leaks - before;
-    const uint32_t n = 16, row = d->cfg.kv_heads * d->cfg.head_dim;
-    float *zero = calloc((size_t)n * row, sizeof *zero);
-    int32_t pos[16];
-    int rc = zero ? 0 : KV_ENOMEM;
-    for (int32_t p = 0; rc == 0; p += (int32_t)n) {
-        for (uint32_t t = 0; t < n; t++)
-            pos[t] = p + (int32_t)t;
-        rc = kv_append(d->st, seq, 0, n, KV_DTYPE_F32, zero, zero, pos);
+    /* sequences fill the pool until a page is refused: the store must have
+     * evicted (or, with a page file, demoted) every node's pool pages by
+     * then; with a page file each full sequence then goes to the file
+     * until the file refuses one: the nodes' copies yield first, so no node
+     * may be left */
+    kv_seq_id_t seqs[64];
+    uint32_t n_seqs = 0;
+    int rc = 0, frc = 0;
+    while (n_seqs < 64) {
+        rc = drain_fill(d, &seqs[n_seqs], &n_seqs);
+        if (rc != KV_ENOMEM || !d->cfg.offload_path || !n_seqs)
+            break;
+        kv_store_stats(d->st, &st);
+        if (st.prefix_pages)
+            break; /* checked below */
+        frc = kv_seq_offload(d->st, seqs[n_seqs - 1]);
+        int wrc = frc ? 0 : kv_seq_wait(d->st, seqs[n_seqs - 1]);
+        if (frc || wrc) {
+            frc = frc ? frc : wrc;
+            break;
+        }
     }
-    free(zero);
     kv_store_stats(d->st, &st);
-    if (rc != KV_ENOMEM || st.prefix_nodes || st.pages_free >= d->cfg.kv_heads)
+    if (rc != KV_ENOMEM || st.prefix_pages || st.pages_free >= d->cfg.kv_heads)
         stress_violation(vf, "filling the pool after the run: append returned %d (%s) with "
-                         "%llu cached nodes left and %llu pages free", rc, kv_strerror(rc),
-                         (unsigned long long)st.prefix_nodes,
+                         "%llu cache references to pool pages left and %llu pages free", rc,
+                         kv_strerror(rc), (unsigned long long)st.prefix_pages,
                          (unsigned long long)st.pages_free);
+    if (d->cfg.offload_path && (frc != -ENOSPC || st.prefix_nodes))
+        stress_violation(vf, "filling the page file after the run: kv_seq_offload returned "
+                         "%d (%s) with %llu cached nodes left (%llu on the file)", frc,
+                         kv_strerror(frc), (unsigned long long)st.prefix_nodes,
+                         (unsigned long long)st.prefix_file_nodes);
+    else if (!d->cfg.offload_path && st.prefix_nodes)
+        stress_violation(vf, "filling the pool after the run: %llu cached nodes left",
+                         (unsigned long long)st.prefix_nodes);
     d->pfx.n.drained_nodes = nodes0 - st.prefix_nodes;
-    kv_seq_free(d->st, seq);
+    for (uint32_t i = 0; i < n_seqs; i++)
+        kv_seq_free(d->st, seqs[i]);
     /* the cache's hash table keeps the size it grew to (a power of two,
      * load factor <= 1: fewer than 2 buckets per node at the peak) */
     kv_store_stats(d->st, &st);

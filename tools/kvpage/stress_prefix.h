@@ -44,7 +44,9 @@
  *     context served across salts or policies.
  * At the end (stress_pfx_drain) the cache must hold every page still used
  * and give all of them up to a sequence that fills the pool (KV_ENOMEM only
- * once no node is left), so stress_verify_empty then finds an empty pool;
+ * once no node holds a pool page); with a page file, full sequences go on
+ * to the file until it refuses one (-ENOSPC only once no node is left on
+ * it either), so stress_verify_empty then finds an empty pool and file;
  * the metadata may keep only the cache's grown hash table (at most 2
  * pointers per node at the peak; ASan's leak check covers the rest).
  *
