@@ -4,7 +4,7 @@
  * in kvpage pages, against the model's dense-attention path (K/V in a
  * plain array) measured in the same run.
  *
- * For each context length (default 1024 and 4096) and each page format
+ * For each context length (default 512 and 4096) and each page format
  * (fp16, int4, int2 via kv_config_t.kv_format): a fresh store and session prefill `ctx`
  * prompt tokens in chunks of 256 (kv_attn_prefill per layer per chunk),
  * then decode --decode tokens greedily (kv_attn_decode per layer). The same
