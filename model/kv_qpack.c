@@ -34,18 +34,49 @@ size_t kv_q_pack_block_bytes(uint32_t type)
     }
 }
 
+/* Where the code of row i (0..7), column c (0..31) lies in the codes of a
+ * Q4_1 / Q8_0 pack block (the layout in kv_quant.h): its byte, and for Q4_1
+ * the shift of its nibble in that byte. */
+static size_t code_pos(uint32_t type, int i, int c, int *shift)
+{
+    const int cp = c / 2, e = 2 * i + (c & 1);
+    if (type == KV_GGML_Q4_1) { /* nibble cp % 4 of word 16 * (cp / 4) + e */
+        *shift = 4 * (cp & 1);
+        return 2 * (size_t)(16 * (cp / 4) + e) + (size_t)((cp & 3) >> 1);
+    }
+    *shift = 0; /* Q8_0: byte cp % 2 of word 16 * (cp / 2) + e */
+    return 2 * (size_t)(16 * (cp / 2) + e) + (size_t)(cp & 1);
+}
+
+/* Code of row i, column c of a Q4_1 (0..15) / Q8_0 (-128..127) pack block
+ * (blk: the block, the codes after its 16 / 32 bytes of scales). */
+static int code_at(uint32_t type, const uint8_t *blk, int i, int c)
+{
+    int sh;
+    const size_t at = code_pos(type, i, c, &sh);
+    if (type == KV_GGML_Q4_1)
+        return (blk[32 + at] >> sh) & 15;
+    return (int8_t)blk[16 + at];
+}
+
 /* Copy row i (0..7) of a pack from one file-layout block of 32 values. */
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int i)
 {
+    int sh;
     switch (type) {
     case KV_GGML_Q4_1:
         memcpy(dst + 2 * i, src, 2);          /* d */
         memcpy(dst + 16 + 2 * i, src + 2, 2); /* m */
-        memcpy(dst + 32 + 16 * i, src + 4, 16);
+        for (int c = 0; c < 32; c++) {        /* file: c < 16 low nibbles, then high */
+            const int q = (src[4 + c % 16] >> (4 * (c / 16))) & 15;
+            const size_t at = code_pos(type, i, c, &sh);
+            dst[32 + at] = (uint8_t)(dst[32 + at] | q << sh);
+        }
         break;
     case KV_GGML_Q8_0:
         memcpy(dst + 2 * i, src, 2);
-        memcpy(dst + 16 + 32 * i, src + 2, 32);
+        for (int c = 0; c < 32; c++)
+            dst[16 + code_pos(type, i, c, &sh)] = src[2 + c];
         break;
     case KV_GGML_F16:
         for (int k = 0; k < 32; k++)
@@ -170,11 +201,8 @@ static void packed_int_scalar(const kv_q_mat_t *w, uint32_t p0, uint32_t p1,
                     memcpy(&h, blk + 2 * i, 2);
                     const float dw = kv_q_half_to_float(h);
                     int32_t isum = 0;
-                    for (int j = 0; j < 32; j++) {
-                        int q = q41 ? (blk[32 + 16 * i + j % 16] >> (4 * (j / 16))) & 15
-                                    : (int8_t)blk[16 + 32 * i + j];
-                        isum += q * xt[b].q[j];
-                    }
+                    for (int j = 0; j < 32; j++)
+                        isum += code_at(w->type, blk, (int)i, j) * xt[b].q[j];
                     acc = fmaf(dw * xt[b].d, (float)isum, acc);
                     if (q41) {
                         memcpy(&h, blk + 16 + 2 * i, 2);

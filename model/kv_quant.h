@@ -14,10 +14,14 @@
  * For kv_q_matmul a matrix is repacked once (kv_q_pack), still quantized
  * (same bytes per weight), in packs of 8 rows. Packed layout: ceil(rows/8)
  * packs (rows past `rows` are zero), each cols/32 pack blocks of:
- *   Q4_1 (160 B): f16 d[8], f16 m[8], then row i's 16 code bytes (the file's
- *                 qs: column j in the low nibble of byte j, column j + 16 in
- *                 its high nibble) for i = 0..7;
- *   Q8_0 (272 B): f16 d[8], then row i's 32 int8 codes for i = 0..7;
+ *   Q4_1 (160 B): f16 d[8], f16 m[8], then 64 little-endian 16-bit words
+ *                 of codes: nibble k (bits 4k..4k+3) of word 16 L + e holds
+ *                 row e / 2, column 2 (4 L + k) + e % 2 (L < 4, e < 16, k < 4);
+ *   Q8_0 (272 B): f16 d[8], then 128 16-bit words of int8 codes: byte k of
+ *                 word 16 L + e holds row e / 2, column 2 (2 L + k) + e % 2
+ *                 (L < 8, k < 2);
+ *                 so one 16-bit lane per (row, column) of a column pair
+ *                 comes out of a word with shifts, the 8 rows side by side;
  *   F16  (512 B): for k = 0..31 f16 w[8];   F32 (1 KiB): for k f32 w[8]
  *                 (8 rows interleaved: one SIMD register per column).
  *

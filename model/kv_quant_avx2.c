@@ -226,11 +226,13 @@ AVX2 void kv_q_packed_avx2(uint32_t type, const uint8_t *packed, size_t stride, 
 }
 
 /* ---- integer matmul (Q4_1 / Q8_0 weights, quantized activations) -------
- * Per pack block and activation row: each of the 8 rows' 32 codes widened
- * to int16 times the row's 32 int16 activations with vpmaddwd into 8 int32
- * lanes (exact), the 8 rows' lanes summed into one vector (one int32 per
- * row), then two FMAs per block in FP32 with the rows in the lanes
- * (kv_quant.h's order). */
+ * Per pack block and activation row: the codes of each column pair come
+ * out of the block's 16-bit words with shifts as 16 int16 lanes, row i's
+ * two columns in lanes 2i, 2i + 1 (kv_quant.h's packed layout); vpmaddwd
+ * with the pair's two activations broadcast gives row i's partial sum in
+ * int32 lane i, so the 16 pairs' products add up to one vector holding the
+ * 8 rows' exact sums with no horizontal reduction. Then two FMAs per block
+ * in FP32 with the rows in the lanes (kv_quant.h's order). */
 
 AVX2 void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n)
 {
@@ -258,26 +260,19 @@ AVX2 void kv_q_quant_x_avx2(const float *x, kv_q_xblk_t *xq, size_t n)
     }
 }
 
-/* Row i's 32 codes of a pack block widened to int16: w[0] columns 0-15,
- * w[1] columns 16-31. */
-KINLINE void kwiden(uint32_t type, const uint8_t *blk, int i, __m256i *w)
+/* Activations 2 cp and 2 cp + 1 of a block in every int32 lane. */
+KINLINE __m256i kpair(const int16_t *q, int cp)
 {
-    if (type == 3) { /* Q4_1: low nibbles are columns 0-15, high 16-31 */
-        __m256i b16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * i)));
-        w[0] = _mm256_and_si256(b16, _mm256_set1_epi16(15));
-        w[1] = _mm256_srli_epi16(b16, 4);
-    } else { /* Q8_0 */
-        const uint8_t *q = blk + 16 + 32 * i;
-        w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
-        w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
-    }
+    int32_t v;
+    memcpy(&v, q + 2 * cp, 4);
+    return _mm256_set1_epi32(v);
 }
 
 #define KV_Q_PREFETCH 2048 /* bytes ahead of the block being multiplied */
 
 /* One pack (8 rows) against T activation rows (xb: the first row's nb
  * blocks, the next rows nb blocks apart): y[t * ldy + i] for rows i < nr.
- * Each row's codes are widened once per block for the T rows; per output
+ * The codes are widened once per block for the T rows; per output
  * the operations are the same for every T (the batch invariance). */
 KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk_t *xb, int T,
                   float *y, size_t ldy, uint32_t nr)
@@ -293,39 +288,50 @@ KINLINE void kint(uint32_t type, const uint8_t *pk, uint32_t nb, const kv_q_xblk
 #pragma GCC unroll 5
         for (size_t o = 0; o < bb; o += 64)
             _mm_prefetch((const char *)pk + KV_Q_PREFETCH + o, _MM_HINT_T0);
-        __m256i x[4][2], half[4][2];
+        /* Two partial sums per activation row (shorter add chains). */
+        __m256i isum[4][2];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            x[t][0] = _mm256_loadu_si256((const __m256i *)xb[(size_t)t * nb + b].q);
-            x[t][1] = _mm256_loadu_si256((const __m256i *)(xb[(size_t)t * nb + b].q + 16));
-        }
-        /* Rows 4h..4h+3: 8 int32 lanes each, summed pairwise with vphaddd
-         * into one vector (lane-half j of row 4h+i at lane 4j+i). */
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4][4];
+        for (int t = 0; t < T; t++)
+            isum[t][0] = isum[t][1] = _mm256_setzero_si256();
+        if (type == 3) { /* 4 loads of 16 words, 4 nibbles (column pairs) each */
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                __m256i w[2];
-                kwiden(type, pk, 4 * h + i, w);
+            for (int L = 0; L < 4; L++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(pk + 32 + 32 * L));
+                const __m256i m4 = _mm256_set1_epi16(15);
+                const __m256i w[4] = {_mm256_and_si256(raw, m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(raw, 8), m4),
+                                      _mm256_srli_epi16(raw, 12)};
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++)
-                    q[t][i] = _mm256_add_epi32(_mm256_madd_epi16(w[0], x[t][0]),
-                                               _mm256_madd_epi16(w[1], x[t][1]));
+                for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++)
+                        isum[t][k & 1] = _mm256_add_epi32(
+                            isum[t][k & 1],
+                            _mm256_madd_epi16(w[k], kpair(xb[(size_t)t * nb + b].q, 4 * L + k)));
             }
+        } else { /* Q8_0: 8 loads of 16 words, 2 bytes (column pairs) each */
+#pragma GCC unroll 8
+            for (int L = 0; L < 8; L++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(pk + 16 + 32 * L));
+                const __m256i w[2] = {_mm256_srai_epi16(_mm256_slli_epi16(raw, 8), 8),
+                                      _mm256_srai_epi16(raw, 8)};
+#pragma GCC unroll 2
+                for (int k = 0; k < 2; k++)
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++)
-                half[t][h] = _mm256_hadd_epi32(_mm256_hadd_epi32(q[t][0], q[t][1]),
-                                               _mm256_hadd_epi32(q[t][2], q[t][3]));
+                    for (int t = 0; t < T; t++)
+                        isum[t][k] = _mm256_add_epi32(
+                            isum[t][k],
+                            _mm256_madd_epi16(w[k], kpair(xb[(size_t)t * nb + b].q, 2 * L + k)));
+            }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pk));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const kv_q_xblk_t *xt = xb + (size_t)t * nb + b;
-            __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(half[t][0], half[t][1], 0x20),
-                                            _mm256_permute2x128_si256(half[t][0], half[t][1], 0x31));
+            const __m256i isum_t = _mm256_add_epi32(isum[t][0], isum[t][1]);
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt->d)),
-                                     _mm256_cvtepi32_ps(isum), acc[t]);
+                                     _mm256_cvtepi32_ps(isum_t), acc[t]);
             if (type == 3)
                 acc[t] = _mm256_fmadd_ps(
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk + 16))),
