@@ -61,6 +61,14 @@ static inline kv_remote_t *kv_tr_client(const char *url, const char *ns, uint32_
     return r;
 }
 
+/* r's counters (kv_remote_stats, checked to succeed). */
+static inline kv_remote_stats_t kv_tr_stats(const kv_remote_t *r)
+{
+    kv_remote_stats_t st;
+    CHECK_OK(kv_remote_stats(r, &st));
+    return st;
+}
+
 /* Store blob id (n bytes, format id) under key(id); the status. */
 static inline int kv_tr_set(kv_remote_t *r, uint64_t id, size_t n)
 {
@@ -140,8 +148,7 @@ static inline int kv_tr_get_failures(const kv_remote_config_t *cfg, uint64_t id,
             CHECK_EQ(rc, 1);
             done = 1;
         }
-        kv_remote_stats_t st;
-        CHECK_OK(kv_remote_stats(r, &st));
+        const kv_remote_stats_t st = kv_tr_stats(r);
         CHECK_EQ(st.auth_failures, 0);
         CHECK_EQ(st.tls_failures, 0);
         CHECK_OK(kv_tr_get(r, id, cap, NULL)); /* and then it works */

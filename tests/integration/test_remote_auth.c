@@ -58,13 +58,6 @@ static kv_remote_t *client(const char *url, const char *password)
     return r;
 }
 
-static kv_remote_stats_t stats(const kv_remote_t *r)
-{
-    kv_remote_stats_t st;
-    CHECK_OK(kv_remote_stats(r, &st));
-    return st;
-}
-
 static void test_acl(void)
 {
     char url[256];
@@ -73,7 +66,7 @@ static void test_acl(void)
     CHECK_OK(kv_remote_probe(r));
     CHECK_OK(kv_tr_set(r, 1, 1000));
     CHECK_OK(kv_tr_get(r, 1, 1000, NULL));
-    kv_remote_stats_t st = stats(r);
+    kv_remote_stats_t st = kv_tr_stats(r);
     CHECK_EQ(st.hits, 1);
     CHECK_EQ(st.auth_failures + st.denied + st.errors, 0);
     /* the server drops our connection: the next call connects and AUTHs again */
@@ -81,7 +74,7 @@ static void test_acl(void)
     CHECK(k && k->type == REDIS_REPLY_INTEGER && k->integer >= 1);
     freeReplyObject(k);
     CHECK_OK(kv_tr_get(r, 1, 1000, NULL));
-    st = stats(r);
+    st = kv_tr_stats(r);
     CHECK_EQ(st.connects, 2);
     CHECK_EQ(st.auth_failures + st.denied, 0);
     /* a key outside the user's pattern: -NOPERM, a named refusal */
@@ -90,7 +83,7 @@ static void test_acl(void)
     CHECK_OK(kv_remote_create(&cfg, &r));
     CHECK_EQ(kv_tr_get(r, 1, 1000, NULL), KV_EAUTH);
     CHECK_EQ(kv_tr_set(r, 2, 10), KV_EAUTH);
-    st = stats(r);
+    st = kv_tr_stats(r);
     CHECK_EQ(st.denied, 2);
     CHECK_EQ(st.errors + st.corrupt, 0);
     kv_remote_destroy(r);
@@ -103,7 +96,7 @@ static void test_acl(void)
     kv_remote_key_t k3 = kv_tr_key(3);
     CHECK_EQ(kv_remote_exists(r, &k3, &ex, 1), 0);
     CHECK_EQ(ex, 0); /* (nothing was stored) */
-    CHECK_EQ(stats(r).denied, 1);
+    CHECK_EQ(kv_tr_stats(r).denied, 1);
     kv_remote_destroy(r);
 
     /* a wrong password: refused at the probe and for every key, also while
@@ -113,7 +106,7 @@ static void test_acl(void)
     CHECK_EQ(kv_tr_get(r, 1, 1000, NULL), KV_EAUTH); /* (in backoff) */
     usleep(150 * 1000);
     CHECK_EQ(kv_tr_get(r, 1, 1000, NULL), KV_EAUTH); /* (tried again) */
-    st = stats(r);
+    st = kv_tr_stats(r);
     CHECK(st.auth_failures >= 2);
     CHECK_EQ(st.denied, 2);
     CHECK_EQ(st.hits + st.errors, 0);
@@ -123,7 +116,7 @@ static void test_acl(void)
     r = client(url_of(&acl, NULL, url, sizeof url), NULL);
     CHECK_EQ(kv_remote_probe(r), KV_EAUTH);
     CHECK_EQ(kv_tr_get(r, 1, 1000, NULL), KV_EAUTH);
-    CHECK(stats(r).auth_failures >= 1);
+    CHECK(kv_tr_stats(r).auth_failures >= 1);
     kv_remote_destroy(r);
 
     /* a password with '@', ':', ',' and '%' in the url, %-escaped */
@@ -204,7 +197,7 @@ static void test_cluster(void)
     for (int i = 0; i < N; i++)
         hits += kv_tr_get(r, 100 + i, 64, NULL) == 0;
     CHECK_EQ(hits, N);
-    kv_remote_stats_t st = stats(r);
+    kv_remote_stats_t st = kv_tr_stats(r);
     CHECK_EQ(st.connects, 3); /* the seed and the two nodes its slot map named */
     CHECK_EQ(st.auth_failures + st.denied + st.errors, 0);
     kv_remote_destroy(r);
@@ -225,7 +218,7 @@ static void test_cluster(void)
     uint32_t slot = kv_remote_slot(key, strlen(key));
     r = client(url, NULL);
     CHECK_OK(kv_tr_set(r, id, 64));
-    CHECK_EQ(stats(r).connects, 1);
+    CHECK_EQ(kv_tr_stats(r).connects, 1);
     for (int i = 0; i < 2; i++) {
         redisReply *e = kv_tredis_cmd(&cl, i, "CLUSTER MYID");
         CHECK(e && e->type == REDIS_REPLY_STRING && e->len < 64);
@@ -251,7 +244,7 @@ static void test_cluster(void)
         freeReplyObject(e);
     }
     CHECK_OK(kv_tr_get(r, id, 64, NULL));
-    st = stats(r);
+    st = kv_tr_stats(r);
     CHECK_EQ(st.moved + st.asked, 1);
     CHECK_EQ(st.connects, 2);
     CHECK_EQ(st.auth_failures + st.denied + st.errors, 0);

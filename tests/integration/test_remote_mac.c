@@ -168,13 +168,6 @@ static int set1(kv_remote_t *r, const kv_remote_key_t *k, size_t len)
     return rc < 0 ? rc : s.status;
 }
 
-static kv_remote_stats_t rstats(const kv_remote_t *r)
-{
-    kv_remote_stats_t s;
-    kv_remote_stats(r, &s);
-    return s;
-}
-
 /* The value under "<ns>:<hex of k>" as a reply (free it), or NULL. */
 static redisReply *raw_get(const kv_tredis_t *t, const char *ns, const kv_remote_key_t *k)
 {
@@ -229,9 +222,9 @@ static void test_client(const kv_tredis_t *t)
     memset(g_out, 0, sizeof g_out);
     CHECK_EQ(get1(plain, &k, NULL), KV_ENOENT);
     CHECK_EQ(get1(r2, &k, NULL), KV_ENOENT);
-    CHECK_EQ(rstats(plain).unauth, 1);
-    CHECK_EQ(rstats(plain).corrupt, 1);
-    CHECK_EQ(rstats(r2).unauth, 1);
+    CHECK_EQ(kv_tr_stats(plain).unauth, 1);
+    CHECK_EQ(kv_tr_stats(plain).corrupt, 1);
+    CHECK_EQ(kv_tr_stats(r2).unauth, 1);
     CHECK_OK(get1(r21, &k, &len));
     CHECK(len == 4000 && memcmp(g_out, g_pay, 4000) == 0);
     /* an unsigned value: the plain client reads it, keyed ones refuse it */
@@ -239,16 +232,16 @@ static void test_client(const kv_tredis_t *t)
     CHECK_OK(get1(plain, &ku, &len));
     CHECK_EQ(get1(w1, &ku, NULL), KV_ENOENT);
     CHECK_EQ(get1(r21, &ku, NULL), KV_ENOENT);
-    CHECK_EQ(rstats(w1).unauth, 1);
-    CHECK_EQ(rstats(r21).unauth, 1);
+    CHECK_EQ(kv_tr_stats(w1).unauth, 1);
+    CHECK_EQ(kv_tr_stats(r21).unauth, 1);
     /* every header byte and sampled payload bytes flipped in the server */
     int refused = 0, unauth = 0;
     for (size_t off = 0; off < KV_REMOTE_HDR_SIGNED_BYTES + 4000; off += off < 96 ? 1 : 397) {
         CHECK_OK(set1(w1, &k, 4000));
         flip(t, "cm", &k, off);
-        kv_remote_stats_t a = rstats(w1);
+        kv_remote_stats_t a = kv_tr_stats(w1);
         int st = get1(w1, &k, NULL);
-        kv_remote_stats_t b = rstats(w1);
+        kv_remote_stats_t b = kv_tr_stats(w1);
         refused += st == KV_ENOENT && b.corrupt == a.corrupt + 1;
         unauth += b.unauth == a.unauth + 1;
         if (st != KV_ENOENT)
@@ -274,17 +267,17 @@ static void test_client(const kv_tredis_t *t)
     memcpy(buf, v->str, v->len);
     memcpy(buf + 56, id1, 4);
     raw_set(t, "cm", &k, buf, v->len);
-    uint64_t u0 = rstats(w1).unauth;
+    uint64_t u0 = kv_tr_stats(w1).unauth;
     CHECK_EQ(get1(w1, &k, NULL), KV_ENOENT);
-    CHECK_EQ(rstats(w1).unauth, u0 + 1);
+    CHECK_EQ(kv_tr_stats(w1).unauth, u0 + 1);
     /* an unknown layout version (3): corrupt, not unauthenticated */
     buf[4] = 3;
     raw_set(t, "cm", &k, buf, v->len);
-    kv_remote_stats_t a = rstats(w1);
+    kv_remote_stats_t a = kv_tr_stats(w1);
     CHECK_EQ(get1(w1, &k, NULL), KV_ENOENT);
     CHECK_EQ(get1(plain, &k, NULL), KV_ENOENT);
-    CHECK_EQ(rstats(w1).corrupt, a.corrupt + 1);
-    CHECK_EQ(rstats(w1).unauth, a.unauth);
+    CHECK_EQ(kv_tr_stats(w1).corrupt, a.corrupt + 1);
+    CHECK_EQ(kv_tr_stats(w1).unauth, a.unauth);
     free(buf);
     freeReplyObject(v);
     /* the key must not be in the client's config copy nor sent anywhere but

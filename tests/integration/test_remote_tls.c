@@ -78,13 +78,6 @@ static int mk(const char *url, const char *ca_file, const char *cert, const char
     return kv_remote_create(&cfg, r);
 }
 
-static kv_remote_stats_t stats(const kv_remote_t *r)
-{
-    kv_remote_stats_t st;
-    CHECK_OK(kv_remote_stats(r, &st));
-    return st;
-}
-
 static void test_roundtrip(void)
 {
     char url[256];
@@ -116,7 +109,7 @@ static void test_roundtrip(void)
     for (int i = 0; i < NB; i++)
         good += gets[i].status == 0 && kv_tr_is(bufs[i], 4096, 1000 + i);
     CHECK_EQ(good, NB);
-    kv_remote_stats_t st = stats(r);
+    kv_remote_stats_t st = kv_tr_stats(r);
     CHECK_EQ(st.connects, 1);
     CHECK_EQ(st.tls_failures + st.auth_failures + st.errors + st.corrupt, 0);
     kv_remote_destroy(r);
@@ -130,7 +123,7 @@ static void test_roundtrip(void)
     snprintf(url, sizeof url, "rediss://:nope@127.0.0.1:%d", tls.port[0]);
     CHECK_OK(mk(url, ca, NULL, NULL, &r));
     CHECK_EQ(kv_tr_get(r, 11, 100, NULL), KV_EAUTH);
-    CHECK_EQ(stats(r).tls_failures, 0);
+    CHECK_EQ(kv_tr_stats(r).tls_failures, 0);
     kv_remote_destroy(r);
 }
 
@@ -146,7 +139,7 @@ static void refused(const char *url, const char *ca_file)
     CHECK_EQ(kv_tr_get(r, 11, 100, NULL), KV_ETLS);
     CHECK_EQ(kv_tr_set(r, 99, 100), KV_ETLS); /* (in backoff: still named) */
     CHECK(kv_tr_now() - t0 < 2.0 + 0.15 + 0.5);
-    kv_remote_stats_t st = stats(r);
+    kv_remote_stats_t st = kv_tr_stats(r);
     CHECK(st.tls_failures >= 2);
     CHECK_EQ(st.connects + st.hits + st.stored, 0);
     kv_remote_destroy(r);
@@ -334,7 +327,7 @@ static void test_killed(void)
             usleep(20 * 1000);
     }
     CHECK(back);
-    CHECK(stats(r).connects >= 2);
+    CHECK(kv_tr_stats(r).connects >= 2);
     free(big);
     kv_remote_destroy(r);
 }
