@@ -36,11 +36,6 @@
 #define KV_MAX_RESIDUAL   65536u
 
 
-/* The first kv_config_t served by size (tests/compat's frozen header ends
- * here): fields added later are appended after it, and a caller's struct
- * that ends before them gets their defaults. */
-#define KV_CONFIG_SIZE_MIN (offsetof(kv_config_t, prefix_remote_mac_prev) + sizeof(const char *))
-
 static kv_config_t config_defaults(void)
 {
     kv_config_t c;
@@ -189,11 +184,15 @@ void kv_store_destroy(kv_store_t *s)
     kv_mem_free(s, sizeof *s);
 }
 
-int kv_store_config(const kv_store_t *s, kv_config_t *out)
+int kv_store_config_into(const kv_store_t *s, kv_config_t *out, uint32_t size)
 {
     if (!s || !out)
         return KV_EINVAL;
-    *out = s->cfg;
+    if (size < KV_CONFIG_SIZE_MIN || size > sizeof(kv_config_t))
+        return KV_EVERSION;
+    kv_config_t c = s->cfg;
+    c.struct_size = size;
+    memcpy(out, &c, size);
     return 0;
 }
 

@@ -36,6 +36,11 @@ struct kv_store {
 
 #define KV_MAX_LAYERS 4096u /* kv_config_t.n_layers, at most */
 
+/* The first kv_config_t served by size (tests/compat's frozen header ends
+ * here): fields added later are appended after it, and a caller's struct
+ * that ends before them gets their defaults. */
+#define KV_CONFIG_SIZE_MIN (offsetof(kv_config_t, prefix_remote_mac_prev) + sizeof(const char *))
+
 /* The page geometry kv_store_create accepts (kvpage.h, kv_config_t):
  * head_dim a multiple of 16 in 16..1024, *page_bytes (0: 64 * head_dim,
  * written back) a multiple of 64, at least one FP16 token, at most 1 MiB.

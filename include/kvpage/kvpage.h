@@ -423,8 +423,19 @@ KV_API int kv_store_create(const kv_config_t *cfg, kv_store_t **out);
  * stays on disk. */
 KV_API void kv_store_destroy(kv_store_t *store);
 
-/* The config the store runs with (defaults resolved). */
-KV_API int kv_store_config(const kv_store_t *store, kv_config_t *out);
+/* The config the store runs with (defaults resolved): the first size bytes
+ * of it into *out (size = the caller's sizeof(kv_config_t); struct_size =
+ * size), so a caller built against an older, smaller kv_config_t gets its
+ * own fields and nothing past them. Errors: KV_EINVAL (NULL), KV_EVERSION
+ * (size as kv_config_init refuses it); nothing is written then. */
+KV_API int kv_store_config_into(const kv_store_t *store, kv_config_t *out, uint32_t size);
+
+/* kv_store_config_into with this header's size: inline, so a program keeps
+ * its own struct's size when the library's grows. */
+static inline int kv_store_config(const kv_store_t *store, kv_config_t *out)
+{
+    return kv_store_config_into(store, out, (uint32_t)sizeof *out);
+}
 
 /* Fill *out with current statistics: the first out->struct_size bytes of
  * kv_stats_t (all of it for a caller built with this header; an older,

@@ -142,7 +142,7 @@ _PROTOTYPES = {
     "kv_config_estimate": (c_int, [P(kv_config_t), P(kv_estimate_t)]),
     "kv_store_create": (c_int, [P(kv_config_t), P(c_void_p)]),
     "kv_store_destroy": (None, [_store]),
-    "kv_store_config": (c_int, [_store, P(kv_config_t)]),
+    "kv_store_config_into": (c_int, [_store, P(kv_config_t), c_uint32]),
     "kv_store_stats": (c_int, [_store, P(kv_stats_t)]),
     "kv_store_check": (c_int, [_store]),
     "kv_seq_create": (c_int, [_store, c_uint32_p]),

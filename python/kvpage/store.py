@@ -158,7 +158,7 @@ class Store(Owned):
 
     def _read_config(self) -> Config:
         c = _lib.kv_config_t()
-        check(lib.kv_store_config(self.handle, ctypes.byref(c)))
+        check(lib.kv_store_config_into(self.handle, ctypes.byref(c), ctypes.sizeof(c)))
         return Config._from_c(c)
 
     def stats(self) -> Stats:

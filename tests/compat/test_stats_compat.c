@@ -16,7 +16,9 @@
  *     (inline over kv_config_init with this header's size); kv_config_init
  *     writes exactly the size it is given (a canary behind it) and refuses
  *     (KV_EVERSION, nothing written) a size larger than the library's
- *     struct or smaller than the first one served by size.
+ *     struct or smaller than the first one served by size; kv_store_config,
+ *     an exported function in this header (an inline over
+ *     kv_store_config_into today), writes this struct and nothing past it.
  */
 #include <stddef.h>
 #include <string.h>
@@ -131,6 +133,27 @@ static void test_config_init(void)
     CHECK(untouched((const unsigned char *)&p, sizeof p));
 }
 
+/* kv_store_config as this header declares it (an exported function): the
+ * library's symbol for older programs writes this struct's fields, nothing
+ * past it. */
+static void test_store_config(kv_store_t *st)
+{
+    struct {
+        kv_config_t c;
+        unsigned char tail[256];
+    } p;
+    memset(&p, CANARY, sizeof p);
+    CHECK_OK(kv_store_config(st, &p.c));
+    CHECK_EQ(p.c.struct_size, sizeof p.c);
+    CHECK_EQ(p.c.n_layers, 2);
+    CHECK_EQ(p.c.n_kv_heads, 2);
+    CHECK_EQ(p.c.head_dim, 64);
+    CHECK_EQ(p.c.page_bytes, 64 * 64); /* the default resolved */
+    CHECK_EQ(p.c.prefix_remote_mac_prev, NULL);
+    CHECK(untouched(p.tail, sizeof p.tail));
+    CHECK_EQ(kv_store_config(st, NULL), KV_EINVAL);
+}
+
 int main(void)
 {
     test_config_init();
@@ -138,6 +161,7 @@ int main(void)
     if (!st)
         return kv_test_end();
     test_own_struct(st);
+    test_store_config(st);
     test_shorter(st, offsetof(kv_stats_t, pages_capacity));  /* the two uint32 */
     test_shorter(st, offsetof(kv_stats_t, kv_bytes));
     test_shorter(st, offsetof(kv_stats_t, prefix_nodes));    /* before the prefix cache */

@@ -337,6 +337,23 @@ static void test_handles(void)
 
     EXPECT(KV_EINVAL, kv_store_config(NULL, &c));
     EXPECT(KV_EINVAL, kv_store_config(S, NULL));
+    {   /* a size the library cannot serve: KV_EVERSION, nothing written */
+        struct {
+            kv_config_t c;
+            unsigned char tail[64];
+        } p;
+        const uint32_t bad[] = {0, 8, (uint32_t)sizeof p.c - 8, (uint32_t)sizeof p};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            memset(&p, 0x5A, sizeof p);
+            EXPECT(KV_EVERSION, kv_store_config_into(S, &p.c, bad[i]));
+            const unsigned char *b = (const unsigned char *)&p;
+            size_t changed = 0;
+            for (size_t j = 0; j < sizeof p; j++)
+                changed += b[j] != 0x5A;
+            CHECK_EQ(changed, 0);
+        }
+        EXPECT(KV_EINVAL, kv_store_config_into(NULL, &p.c, (uint32_t)sizeof p.c));
+    }
     EXPECT(KV_EINVAL, kv_store_stats(NULL, &st));
     EXPECT(KV_EINVAL, kv_store_stats(S, NULL));
     EXPECT(KV_EINVAL, kv_store_check(NULL));
