@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
+#include "formats/kv_fmt_layout.h"
 #include "formats/kv_format.h"
 #include "kv_store_int.h"
 #include "kv_store_prefix_int.h"
@@ -310,13 +311,6 @@ static void cut_before(const kv_pfx_node_t *x, uint32_t *got, kv_pfx_node_t **la
     *got = x->start;
 }
 
-static uint64_t pool_free(const kv_store_t *s)
-{
-    kv_alloc_stats_t as;
-    kv_alloc_stats(s->pool, &as);
-    return as.free;
-}
-
 void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
 {
     kv_pfx_t *p = s->pfx;
@@ -341,7 +335,7 @@ void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
     while (chain[i0] != first)
         i0++;
     /* the nodes to read: from i0 up to the first the pool has no room for */
-    uint64_t room = pool_free(s), tot = 0;
+    uint64_t room = kv_store_pool_free(s), tot = 0;
     uint32_t end = i0;
     for (; end < nc; end++) {
         uint64_t m = chain[end]->on_file ? chain[end]->n_ents : 0;
@@ -498,7 +492,7 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
 {
     const kv_config_t *cf = &s->cfg;
     const uint32_t pb = cf->page_bytes, L = n_lists(s);
-    const uint32_t B = pb / (4u * cf->head_dim);
+    const uint32_t B = kv_fmt_fp16_tpp(cf->head_dim, pb);
     const uint32_t id = (uint32_t)(ents[c0].key >> 24);
     const uint64_t rgen = ents[c0].generation;
     uint8_t *hdr = kv_mem_alloc(pb), *blob = NULL;

@@ -267,10 +267,11 @@ static int page_ok(const kv_store_t *s, uint32_t fmt, const uint8_t *pg, uint32_
 {
     const uint32_t D = s->cfg.head_dim;
     if (fmt == KV_FMT_FP16)
-        return half_finite(pg, 2u * (size_t)tpp * D);
+        return half_finite(pg, (size_t)kv_fmt_fp16_bytes(D, tpp) / 2u);
     kv_fmt_int_layout_t l = kv_fmt_int_layout(D, kv_fmt_int_bits(fmt));
     for (uint32_t g = 0; g < tpp / KV_FMT_INT_GROUP; g++)
-        if (!half_finite(pg + (size_t)g * l.group_bytes + l.k_scale, 4u * D))
+        if (!half_finite(pg + (size_t)g * l.group_bytes + l.k_scale,
+                         (l.group_bytes - l.k_scale) / 2u)) /* the 4 parameter arrays */
             return 0;
     return 1;
 }
@@ -365,7 +366,7 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
                          uint32_t *got, kv_pfx_node_t **last)
 {
     kv_pfx_t *p = s->pfx;
-    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t B = kv_store_fp16_tpp(s);
     const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads;
     kv_remote_get_t *it = kv_mem_calloc(FETCH_KEYS, sizeof *it);
     if (!it)
