@@ -242,11 +242,12 @@ static size_t file_to_input(uint8_t *out, size_t cap)
         fclose(fi);
     kv_le_put16(out + at, (uint32_t)n);
     at += 2 + n;
-    for (uint32_t i = 0; i < g.capacity && at + 64 + g.page_bytes <= cap; i++) {
-        if (pread(fd, out + at, 64 + g.page_bytes, (off_t)(g.data_off + (uint64_t)i * g.slot_bytes)) !=
-            (ssize_t)(64 + g.page_bytes))
+    const size_t one = KV_REC_PF_SLOT_BYTES + g.page_bytes; /* header + payload */
+    for (uint32_t i = 0; i < g.capacity && at + one <= cap; i++) {
+        if (pread(fd, out + at, one, (off_t)(g.data_off + (uint64_t)i * g.slot_bytes)) !=
+            (ssize_t)one)
             exit(1);
-        at += 64 + g.page_bytes;
+        at += one;
     }
     close(fd);
     return at;

@@ -60,7 +60,7 @@ static uint64_t kv_round_up(uint64_t x, uint32_t a)
 
 void kv_offload_sb_encode(const kv_offload_sb_t *sb, uint8_t out[KV_REC_PF_SB_BYTES])
 {
-    kv_tag_put(out, KV_REC_PF_SB_BYTES, KV_REC_PF_SB_MAGIC, 64);
+    kv_tag_put(out, KV_REC_PF_SB_BYTES, KV_REC_PF_SB_MAGIC, KV_REC_PF_SLOT_BYTES);
     kv_le_put32(out + 8, sb->page_bytes);
     kv_le_put32(out + 12, sb->slot_bytes);
     kv_le_put32(out + 16, sb->capacity);
@@ -73,7 +73,7 @@ void kv_offload_sb_encode(const kv_offload_sb_t *sb, uint8_t out[KV_REC_PF_SB_BY
 
 int kv_offload_sb_decode(const uint8_t in[KV_REC_PF_SB_BYTES], kv_offload_sb_t *sb)
 {
-    if (!kv_tag_ok(in, KV_REC_PF_SB_MAGIC, 64, 1) ||
+    if (!kv_tag_ok(in, KV_REC_PF_SB_MAGIC, KV_REC_PF_SLOT_BYTES, 1) ||
         kv_le_get32(in + 40) != kv_crc_skip(in, KV_REC_PF_SB_BYTES, 40))
         return KV_ECORRUPT;
     sb->page_bytes = kv_le_get32(in + 8);
@@ -99,7 +99,7 @@ int kv_offload_sb_decode(const uint8_t in[KV_REC_PF_SB_BYTES], kv_offload_sb_t *
 
 static void kv_offload_hdr_fill(uint8_t *h, const kv_offload_meta_t *m, uint64_t file_id)
 {
-    kv_tag_put(h, 64, KV_REC_PF_SLOT_MAGIC, 0); /* byte 7 stays zero */
+    kv_tag_put(h, KV_REC_PF_SLOT_BYTES, KV_REC_PF_SLOT_MAGIC, 0); /* byte 7 stays zero */
     h[6] = (uint8_t)m->format;
     kv_le_put64(h + 8, m->key);
     kv_le_put64(h + 16, m->generation);
@@ -114,8 +114,8 @@ static void kv_offload_hdr_fill(uint8_t *h, const kv_offload_meta_t *m, uint64_t
 void kv_offload_slot_encode(uint8_t *hdr, const kv_offload_meta_t *m, uint64_t file_id)
 {
     kv_offload_hdr_fill(hdr, m, file_id);
-    uint32_t c = kv_crc32c(0, hdr, 64);          /* crc field is zero here */
-    c = kv_crc32c(c, hdr + 64, m->bytes);
+    uint32_t c = kv_crc32c(0, hdr, KV_REC_PF_SLOT_BYTES); /* crc field is zero here */
+    c = kv_crc32c(c, hdr + KV_REC_PF_SLOT_BYTES, m->bytes);
     kv_le_put32(hdr + 44, c);
 }
 
@@ -124,13 +124,13 @@ int kv_offload_slot_check(const uint8_t *slot, const kv_offload_meta_t *want,
 {
     /* The expected header, byte for byte, apart from the crc. Comparing the
      * whole image also checks magic, version and the zero fields. */
-    uint8_t exp[64];
+    uint8_t exp[KV_REC_PF_SLOT_BYTES];
     kv_offload_hdr_fill(exp, want, file_id);
     if (want->bytes == 0 || want->bytes > page_bytes || memcmp(exp, slot, 44) != 0 ||
         memcmp(exp + 48, slot + 48, 16) != 0)
         return KV_ECORRUPT;
-    uint32_t c = kv_crc32c(0, exp, 64);
-    c = kv_crc32c(c, slot + 64, want->bytes);
+    uint32_t c = kv_crc32c(0, exp, KV_REC_PF_SLOT_BYTES);
+    c = kv_crc32c(c, slot + KV_REC_PF_SLOT_BYTES, want->bytes);
     return c == kv_le_get32(slot + 44) ? 0 : KV_ECORRUPT;
 }
 
