@@ -297,7 +297,7 @@ static int run_page_size(const opts_t *o, uint32_t pb)
     kv_offload_unlink(path);
     kv_offload_config_t c = kv_offload_config_default();
     c.page_bytes = pb;
-    uint32_t slot = (KV_OFFLOAD_HDR_BYTES + pb + 511u) & ~511u; /* estimate */
+    uint32_t slot = (KV_REC_PF_SLOT_BYTES + pb + 511u) & ~511u; /* estimate */
     c.capacity = (uint32_t)((o->mib << 20) / slot);
     kv_offload_file_t *f;
     int r = kv_offload_create(path, &c, &f);

@@ -86,6 +86,7 @@
 #include "kv_model.h"
 #include "kv_tok.h"
 #include "tests/kv_test_redis.h"
+#include "formats/kv_fmt_layout.h"
 #include "kvpage/kvpage.h"
 #include "offload/kv_offload.h"
 #include "prefix/kv_prefix_hash.h"
@@ -191,7 +192,7 @@ static int ttft(const kv_model_t *m, kv_store_t *st, const int32_t *ids, uint32_
 static double hash_ns_per_token(const kv_config_t *c, const int32_t *ids, uint32_t n)
 {
     double v[15];
-    const uint32_t B = c->page_bytes / (4u * c->head_dim), blocks = n / B;
+    const uint32_t B = kv_fmt_fp16_tpp(c->head_dim, c->page_bytes), blocks = n / B;
     kv_prefix_hash_t *h = malloc((size_t)blocks * sizeof *h);
     if (!h)
         return -1;
@@ -495,7 +496,7 @@ int main(int argc, char **argv)
     snprintf(pfile, sizeof pfile, "%s/pages", dir);
     {
         const uint32_t pb = cfg.page_bytes ? cfg.page_bytes : 64u * cfg.head_dim; /* 0: default */
-        const uint32_t B = pb / (4u * cfg.head_dim), lists = cfg.n_layers * cfg.n_kv_heads;
+        const uint32_t B = kv_fmt_fp16_tpp(cfg.head_dim, pb), lists = cfg.n_layers * cfg.n_kv_heads;
         const uint64_t rec = (128ull + 32ull * lists + pb - 1) / pb;
         cfg.offload_path = pfile;
         cfg.offload_pages = (uint32_t)((o.cached / B + 1) * (lists + rec) + 1024);

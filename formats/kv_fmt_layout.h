@@ -85,6 +85,12 @@ static inline KV_HD uint32_t kv_fmt_fp16_tpp(uint32_t d, uint32_t pb)
     return d ? (uint32_t)((uint64_t)pb / (4ull * d)) : 0u;
 }
 
+/* Bytes of the K and V rows of t tokens: the smallest page holding t. */
+static inline KV_HD uint64_t kv_fmt_fp16_bytes(uint32_t d, uint64_t t)
+{
+    return 4ull * d * t;
+}
+
 /* Offset of token t's K row / V row in a page of tpp tokens. */
 static inline KV_HD size_t kv_fmt_fp16_k_row(uint32_t d, uint32_t t)
 {

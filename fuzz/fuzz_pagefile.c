@@ -38,6 +38,7 @@
 #include "util/kv_crc32c.h"
 #include "offload/kv_offload.h"
 #include "offload/kv_offload_disk.h"
+#include "util/kv_le.h"
 
 #define T "fuzz_pagefile"
 #define MAX_SLOTS 4096u
@@ -47,8 +48,8 @@ static char g_path[1024], g_idx[1024];
 
 static void crc_at(uint8_t *p, size_t n, size_t at)
 {
-    kv_offload_put32(p + at, 0);
-    kv_offload_put32(p + at, kv_crc32c(0, p, n));
+    kv_le_put32(p + at, 0);
+    kv_le_put32(p + at, kv_crc32c(0, p, n));
 }
 
 static kv_offload_config_t cfg(void)
@@ -74,11 +75,11 @@ static int cmp_ent(const kv_offload_entry_t *a, const kv_offload_entry_t *b)
 static int lay_out(const uint8_t *data, size_t size)
 {
     const uint8_t flags = data[0];
-    uint8_t sb[KV_OFFLOAD_SB_BYTES];
+    uint8_t sb[KV_REC_PF_SB_BYTES];
     memcpy(sb, data + 1, sizeof sb);
     if (flags & 1)
         crc_at(sb, sizeof sb, 40);
-    size_t at = 65, n = kv_offload_get16(data + 65);
+    size_t at = 65, n = kv_le_get16(data + 65);
     at += 2;
     if (n > size - at)
         n = size - at;
@@ -86,7 +87,7 @@ static int lay_out(const uint8_t *data, size_t size)
     if (!idx)
         return -1;
     memcpy(idx, data + at, n);
-    if ((flags & 2) && n >= KV_OFFLOAD_IDX_HDR_BYTES)
+    if ((flags & 2) && n >= KV_REC_PF_IDX_HDR_BYTES)
         crc_at(idx, n, 40);
     at += n;
     int rc = fz_write(g_idx, idx, n);
@@ -103,19 +104,19 @@ static int lay_out(const uint8_t *data, size_t size)
         g.data_off + (uint64_t)g.capacity * g.slot_bytes <= MAX_FILE) {
         if (flags & 8)
             rc = ftruncate(fd, (off_t)(g.data_off + (uint64_t)g.capacity * g.slot_bytes));
-        uint8_t *slot = malloc(KV_OFFLOAD_HDR_BYTES + g.page_bytes);
-        const size_t one = KV_OFFLOAD_HDR_BYTES + g.page_bytes;
+        uint8_t *slot = malloc(KV_REC_PF_SLOT_BYTES + g.page_bytes);
+        const size_t one = KV_REC_PF_SLOT_BYTES + g.page_bytes;
         for (uint32_t i = 0; slot && rc == 0 && i < g.capacity && at < size; i++) {
             size_t m = size - at < one ? size - at : one;
             memset(slot, 0, one);
             memcpy(slot, data + at, m);
             at += m;
             if (flags & 4) { /* crc of header (field zeroed) + its payload */
-                uint32_t b = kv_offload_get32(slot + 40);
+                uint32_t b = kv_le_get32(slot + 40);
                 if (b > g.page_bytes)
                     b = g.page_bytes;
-                kv_offload_put32(slot + 44, 0);
-                kv_offload_put32(slot + 44, kv_crc32c(0, slot, KV_OFFLOAD_HDR_BYTES + b));
+                kv_le_put32(slot + 44, 0);
+                kv_le_put32(slot + 44, kv_crc32c(0, slot, KV_REC_PF_SLOT_BYTES + b));
             }
             off_t off = (off_t)(g.data_off + (uint64_t)i * g.slot_bytes);
             rc = pwrite(fd, slot, one, off) == (ssize_t)one ? 0 : -1;
@@ -239,13 +240,14 @@ static size_t file_to_input(uint8_t *out, size_t cap)
     size_t n = fi ? fread(out + at + 2, 1, cap - at - 2, fi) : 0;
     if (fi)
         fclose(fi);
-    kv_offload_put16(out + at, (uint32_t)n);
+    kv_le_put16(out + at, (uint32_t)n);
     at += 2 + n;
-    for (uint32_t i = 0; i < g.capacity && at + 64 + g.page_bytes <= cap; i++) {
-        if (pread(fd, out + at, 64 + g.page_bytes, (off_t)(g.data_off + (uint64_t)i * g.slot_bytes)) !=
-            (ssize_t)(64 + g.page_bytes))
+    const size_t one = KV_REC_PF_SLOT_BYTES + g.page_bytes; /* header + payload */
+    for (uint32_t i = 0; i < g.capacity && at + one <= cap; i++) {
+        if (pread(fd, out + at, one, (off_t)(g.data_off + (uint64_t)i * g.slot_bytes)) !=
+            (ssize_t)one)
             exit(1);
-        at += 64 + g.page_bytes;
+        at += one;
     }
     close(fd);
     return at;

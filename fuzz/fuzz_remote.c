@@ -44,7 +44,7 @@ static kv_remote_mac_t *fuzz_mac(void)
 /* Signed values: modes 0 and 2 of the header comment, for a keyed reader. */
 static void fuzz_signed(int mode, const uint8_t *p, size_t n)
 {
-    const size_t H = KV_REMOTE_HDR_SIGNED_BYTES;
+    const size_t H = KV_REC_FRAME_SIGNED_BYTES;
     kv_remote_mac_t *mac = fuzz_mac();
     kv_remote_key_t key;
     const uint8_t *payload;
@@ -75,7 +75,7 @@ static void fuzz_signed(int mode, const uint8_t *p, size_t n)
     uint8_t *v = malloc(n ? n : 1); /* exact size: ASan sees any overread */
     memcpy(v, p, n);
     if (kv_remote_frame_open(mac, "kvp", &key, v, n, &payload, &plen, &format) == 0) {
-        uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES];
+        uint8_t hdr[KV_REC_FRAME_SIGNED_BYTES];
         struct iovec io = {(void *)payload, plen};
         if (plen + H != n || payload != v + H ||
             kv_remote_frame_header_signed(mac, "kvp", &key, format, &io, 1, plen, hdr) != 0 ||
@@ -100,14 +100,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n < 3)
             return 0;
         size_t pos = (size_t)p[0] | (size_t)p[1] << 8, len = n - 3, vlen, plen;
-        uint8_t mask = p[2], *v = malloc(KV_REMOTE_HDR_BYTES + len);
+        uint8_t mask = p[2], *v = malloc(KV_REC_FRAME_BYTES + len);
         kv_remote_key_t key;
         memset(&key, 0x4B, sizeof key);
         struct iovec io = {(void *)(p + 3), len};
-        memcpy(v + KV_REMOTE_HDR_BYTES, p + 3, len);
+        memcpy(v + KV_REC_FRAME_BYTES, p + 3, len);
         if (kv_remote_frame_header("kvp", &key, 7, &io, 1, len, v) != 0)
             abort();
-        vlen = KV_REMOTE_HDR_BYTES + len;
+        vlen = KV_REC_FRAME_BYTES + len;
         int changed = pos < vlen && mask != 0;
         if (pos < vlen)
             v[pos] ^= mask;
@@ -129,11 +129,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t len;
         uint32_t format;
         if (kv_remote_frame_check("kvp", &key, v, n, &payload, &len, &format) == 0) {
-            uint8_t hdr[KV_REMOTE_HDR_BYTES];
+            uint8_t hdr[KV_REC_FRAME_BYTES];
             struct iovec io = {(void *)payload, len};
-            if (len + KV_REMOTE_HDR_BYTES != n || payload != v + KV_REMOTE_HDR_BYTES ||
+            if (len + KV_REC_FRAME_BYTES != n || payload != v + KV_REC_FRAME_BYTES ||
                 kv_remote_frame_header("kvp", &key, format, &io, 1, len, hdr) != 0 ||
-                memcmp(hdr, v, KV_REMOTE_HDR_BYTES) != 0)
+                memcmp(hdr, v, KV_REC_FRAME_BYTES) != 0)
                 abort();
         }
         free(v);

@@ -46,7 +46,8 @@
 #include "fuzz_util.h"
 #include "kvpage/kvpage.h"
 #include "offload/kv_offload.h"
-#include "offload/kv_offload_disk.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
 #define T "fuzz_restore"
 #define L 2u
@@ -56,9 +57,7 @@
 #define PB 384u  /* 6 FP16 tokens, one 16-token INT4 or INT2 group */
 #define MAXQ 8u
 #define SLOTS 128u
-#define REC_KEY(seq, chunk) ((1ull << 63) | ((uint64_t)(seq) << 24) | (chunk))
-#define PFX_NS (3ull << 62)
-#define PFX_REC (1ull << 23)
+#define REC_KEY(seq, chunk) (KV_REC_SEQ_KEY_BIT | ((uint64_t)(seq) << 24) | (chunk))
 #define PROMPT 25u
 
 static const char MODEL[] = "fuzz-model";
@@ -114,13 +113,14 @@ static int lay_out(const uint8_t *data, size_t size)
         uint32_t seq = ((what >> 1) & 7u) + ((what & 16u) ? 8u : 0u);
         uint64_t key;
         if ((what & 32u) && (what & 1)) {
-            key = PFX_NS | (uint64_t)seq << 24 | (kv_offload_get16(data + at + 2) & 0x7FFFFFu);
+            key = KV_REC_PFX_KEY_NS | (uint64_t)seq << 24 |
+                  (kv_le_get16(data + at + 2) & 0x7FFFFFu);
             at += 4;
         } else if (what & 32u) {
-            key = PFX_NS | (uint64_t)seq << 24 | PFX_REC | data[at];
+            key = KV_REC_PFX_KEY_NS | (uint64_t)seq << 24 | KV_REC_PFX_KEY_REC | data[at];
             at += 1;
         } else if (what & 1) {
-            key = kv_offload_key(seq, data[at], data[at + 1], kv_offload_get16(data + at + 2));
+            key = kv_offload_key(seq, data[at], data[at + 1], kv_le_get16(data + at + 2));
             at += 4;
         } else {
             key = REC_KEY(seq, data[at]);
@@ -128,8 +128,8 @@ static int lay_out(const uint8_t *data, size_t size)
         }
         if (at + 6 > size)
             break;
-        uint32_t gen = data[at], fmt = data[at + 1], tokens = kv_offload_get16(data + at + 2);
-        uint32_t bytes = kv_offload_get16(data + at + 4);
+        uint32_t gen = data[at], fmt = data[at + 1], tokens = kv_le_get16(data + at + 2);
+        uint32_t bytes = kv_le_get16(data + at + 4);
         at += 6;
         bytes = bytes % PB + 1;
         size_t m = size - at < bytes ? size - at : bytes;
@@ -248,16 +248,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static size_t put_slot(uint8_t *out, const kv_offload_entry_t *e, const uint8_t *payload)
 {
     size_t at = 0;
-    if ((e->key & PFX_NS) == PFX_NS) {
+    if ((e->key & KV_REC_PFX_KEY_NS) == KV_REC_PFX_KEY_NS) {
         uint32_t id = (uint32_t)(e->key >> 24) & 15u;
-        if (e->key & PFX_REC) {
+        if (e->key & KV_REC_PFX_KEY_REC) {
             out[at++] = (uint8_t)(32u | ((id & 7u) << 1) | (id >= 8 ? 16u : 0u));
             out[at++] = (uint8_t)(e->key & 0xFFu);
         } else {
             out[at++] = (uint8_t)(33u | ((id & 7u) << 1) | (id >= 8 ? 16u : 0u));
             out[at++] = 0;
             out[at++] = 0;
-            kv_offload_put16(out + at, (uint32_t)(e->key & 0xFFFFu));
+            kv_le_put16(out + at, (uint32_t)(e->key & 0xFFFFu));
             at += 2;
         }
     } else if (e->key >> 63) {
@@ -269,13 +269,13 @@ static size_t put_slot(uint8_t *out, const kv_offload_entry_t *e, const uint8_t 
         out[at++] = (uint8_t)(1u | ((seq & 7u) << 1));
         out[at++] = (uint8_t)((e->key >> 28) & 0xFFFu);
         out[at++] = (uint8_t)((e->key >> 18) & 0x3FFu);
-        kv_offload_put16(out + at, (uint32_t)(e->key & 0x3FFFFu));
+        kv_le_put16(out + at, (uint32_t)(e->key & 0x3FFFFu));
         at += 2;
     }
     out[at++] = (uint8_t)e->generation;
     out[at++] = (uint8_t)e->format;
-    kv_offload_put16(out + at, e->tokens);
-    kv_offload_put16(out + at + 2, e->bytes - 1);
+    kv_le_put16(out + at, e->tokens);
+    kv_le_put16(out + at + 2, e->bytes - 1);
     at += 4;
     memcpy(out + at, payload, e->bytes);
     return at + e->bytes;

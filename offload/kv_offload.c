@@ -144,7 +144,7 @@ static int kv_offload_lock(int lock_fd, uint32_t flags)
 /* Write f->sb (with f's owner id) at offset 0 and make it durable. */
 static int kv_offload_sb_write(kv_offload_file_t *f)
 {
-    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    uint8_t sbuf[KV_REC_PF_SB_BYTES];
     kv_offload_sb_encode(&f->sb, sbuf);
     errno = 0;
     if (pwrite(f->lock_fd, sbuf, sizeof sbuf, 0) != (ssize_t)sizeof sbuf ||
@@ -156,7 +156,7 @@ static int kv_offload_sb_write(kv_offload_file_t *f)
 /* Read and check the superblock on disk through lock_fd. */
 static int kv_offload_sb_read(int lock_fd, kv_offload_sb_t *sb)
 {
-    uint8_t sbuf[KV_OFFLOAD_SB_BYTES];
+    uint8_t sbuf[KV_REC_PF_SB_BYTES];
     ssize_t n = pread(lock_fd, sbuf, sizeof sbuf, 0);
     if (n < 0)
         return -errno;
@@ -315,7 +315,7 @@ static int kv_offload_geometry(kv_offload_file_t *f, const kv_offload_config_t *
         return KV_ENOTSUP;
     f->sb.align = a;
     f->sb.page_bytes = cfg->page_bytes;
-    f->sb.slot_bytes = (KV_OFFLOAD_HDR_BYTES + cfg->page_bytes + a - 1u) & ~(a - 1u);
+    f->sb.slot_bytes = (KV_REC_PF_SLOT_BYTES + cfg->page_bytes + a - 1u) & ~(a - 1u);
     f->sb.capacity = cfg->capacity;
     f->sb.data_off = (4096u + a - 1u) & ~(uint64_t)(a - 1u);
     f->sb.file_id = kv_offload_new_id();

@@ -79,12 +79,12 @@
 #include <stdint.h>
 
 #include "alloc/kv_alloc.h"
+#include "util/kv_rec.h" /* KV_REC_PF_SLOT_BYTES: the slot header on disk */
 
 typedef struct kv_offload_file kv_offload_file_t;
 typedef kv_page_id_t kv_offload_slot_t; /* from the file's pool; 0 = none     */
 typedef uint64_t kv_offload_ticket_t;   /* one submitted batch; never 0       */
 
-#define KV_OFFLOAD_HDR_BYTES 64u               /* slot header on disk         */
 #define KV_OFFLOAD_MAX_PAGE_BYTES (16u << 20)  /* largest page_bytes          */
 #define KV_OFFLOAD_MAX_QD 4096u                /* largest queue_depth         */
 

@@ -130,7 +130,7 @@ int kv_offload_index_write(kv_offload_file_t *f)
     uint32_t n = 0;
     for (uint32_t i = 0; i < f->sb.capacity; i++)
         n += f->recs[i].state == KV_SLOT_VALID && !f->recs[i].free_pending;
-    size_t bytes = KV_OFFLOAD_IDX_HDR_BYTES + (size_t)n * KV_OFFLOAD_IDX_ENT_BYTES;
+    size_t bytes = KV_REC_PF_IDX_HDR_BYTES + (size_t)n * KV_REC_PF_IDX_ENT_BYTES;
     size_t tb = 0, ib = 0;
     uint8_t *buf = kv_mem_alloc(bytes);
     char *tmp = kv_offload_path_with(f->path, ".idx.tmp", &tb);
@@ -142,14 +142,14 @@ int kv_offload_index_write(kv_offload_file_t *f)
                                   .capacity = f->sb.capacity, .entries = n,
                                   .next_serial = f->next_serial};
         kv_offload_idx_encode_hdr(buf, &h);
-        uint8_t *e = buf + KV_OFFLOAD_IDX_HDR_BYTES;
+        uint8_t *e = buf + KV_REC_PF_IDX_HDR_BYTES;
         for (uint32_t i = 0; i < f->sb.capacity; i++) {
             const kv_offload_slotrec_t *rec = &f->recs[i];
             if (rec->state != KV_SLOT_VALID || rec->free_pending)
                 continue;
             kv_offload_meta_t m = kv_offload_rec_meta(f, i);
             kv_offload_idx_encode_ent(e, &m);
-            e += KV_OFFLOAD_IDX_ENT_BYTES;
+            e += KV_REC_PF_IDX_ENT_BYTES;
         }
         kv_offload_idx_seal(buf, bytes);
         r = kv_offload_replace(tmp, idx, buf, bytes);
@@ -171,9 +171,9 @@ static int kv_offload_index_apply(kv_offload_file_t *f, const uint8_t *buf, size
         h.slot_bytes != f->sb.slot_bytes || h.capacity != f->sb.capacity ||
         h.entries > h.capacity)
         return KV_ECORRUPT;
-    const uint8_t *e = buf + KV_OFFLOAD_IDX_HDR_BYTES;
+    const uint8_t *e = buf + KV_REC_PF_IDX_HDR_BYTES;
     int64_t last = -1;
-    for (uint32_t i = 0; i < h.entries; i++, e += KV_OFFLOAD_IDX_ENT_BYTES) {
+    for (uint32_t i = 0; i < h.entries; i++, e += KV_REC_PF_IDX_ENT_BYTES) {
         kv_offload_meta_t m;
         if (kv_offload_idx_decode_ent(e, &m) || (int64_t)m.slot <= last ||
             m.slot >= f->sb.capacity || m.bytes == 0 || m.bytes > f->sb.page_bytes ||
@@ -203,13 +203,13 @@ int kv_offload_index_read(kv_offload_file_t *f)
         unlink(tmp); /* a write that never got renamed: not the index */
         int fd = open(idx, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        size_t max = KV_OFFLOAD_IDX_HDR_BYTES +
-                     (size_t)f->sb.capacity * KV_OFFLOAD_IDX_ENT_BYTES;
+        size_t max = KV_REC_PF_IDX_HDR_BYTES +
+                     (size_t)f->sb.capacity * KV_REC_PF_IDX_ENT_BYTES;
         if (fd < 0) {
             r = errno == ENOENT ? KV_ECORRUPT : -errno;
         } else if (fstat(fd, &st) != 0) {
             r = -errno;
-        } else if (st.st_size < KV_OFFLOAD_IDX_HDR_BYTES || (size_t)st.st_size > max) {
+        } else if (st.st_size < KV_REC_PF_IDX_HDR_BYTES || (size_t)st.st_size > max) {
             r = KV_ECORRUPT;
         } else {
             size_t bytes = (size_t)st.st_size;

@@ -127,8 +127,8 @@ static void kv_offload_fill(kv_offload_file_t *f, kv_offload_io_t *io)
         uint32_t page = (uint32_t)o, idx = (uint32_t)(o >> 32);
         const kv_offload_wpage_t *w = &b->w[page];
         uint8_t *s = io->buf + (size_t)j * sb;
-        memcpy(s + KV_OFFLOAD_HDR_BYTES, w->data, w->bytes);
-        memset(s + KV_OFFLOAD_HDR_BYTES + w->bytes, 0, sb - KV_OFFLOAD_HDR_BYTES - w->bytes);
+        memcpy(s + KV_REC_PF_SLOT_BYTES, w->data, w->bytes);
+        memset(s + KV_REC_PF_SLOT_BYTES + w->bytes, 0, sb - KV_REC_PF_SLOT_BYTES - w->bytes);
         kv_offload_meta_t m = kv_offload_rec_meta(f, idx);
         kv_offload_slot_encode(s, &m, f->sb.file_id);
     }
@@ -208,7 +208,7 @@ static void kv_offload_finish_io(kv_offload_file_t *f, kv_offload_io_t *io, int 
                 kv_offload_meta_t m = kv_offload_rec_meta(f, idx);
                 st = kv_offload_slot_check(s, &m, f->sb.file_id, f->sb.page_bytes);
                 if (st == 0) {
-                    memcpy(b->r[page].data, s + KV_OFFLOAD_HDR_BYTES, rec->bytes);
+                    memcpy(b->r[page].data, s + KV_REC_PF_SLOT_BYTES, rec->bytes);
                     f->st.pages_read++;
                 } else {
                     f->st.pages_corrupt++;

@@ -2,7 +2,8 @@
 /*
  * kv_prefix_hash.c — chained SHA-256 block hashes (see kv_prefix_hash.h).
  *
- * Encodings (all integers little-endian u32):
+ * Encodings (all integers little-endian u32; magics and version in
+ * util/kv_rec.h):
  *   extra = "KVPX" version
  *           1 len(model) model
  *           2 20 n_layers n_kv_heads head_dim page_bytes block_tokens
@@ -29,8 +30,9 @@
 
 #include "alloc/kv_mem.h"
 #include "kvpage/kvpage.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
-#define KV_PREFIX_BLOCK_HDR 80u /* "KVPB" version kind parent X n_tokens */
 
 struct kv_prefix_hasher {
     EVP_MD *md;               /* SHA-256, fetched once                      */
@@ -39,21 +41,13 @@ struct kv_prefix_hasher {
     kv_prefix_hash_t extra;   /* X = SHA-256(encode_extra(fingerprint))     */
 };
 
-static uint8_t *kv_put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-    return p + 4;
-}
-
 /* A length-prefixed field: id, length, bytes (into buf when it fits). */
 static size_t kv_put_field(uint8_t *buf, size_t cap, size_t at, uint32_t id,
                            const void *bytes, size_t n)
 {
     if (buf && at + 8 + n <= cap) {
-        kv_put32(kv_put32(buf + at, id), (uint32_t)n);
+        kv_le_put32(buf + at, id);
+        kv_le_put32(buf + at + 4, (uint32_t)n);
         if (n)
             memcpy(buf + at + 8, bytes, n);
     }
@@ -79,10 +73,12 @@ int kv_prefix_hash_encode_extra(const kv_prefix_fp_t *fp, uint8_t *buf, size_t c
     if (rc || !len)
         return rc ? rc : KV_EINVAL;
     uint8_t shape[20], head[8];
-    kv_put32(kv_put32(kv_put32(kv_put32(kv_put32(shape, fp->n_layers), fp->n_kv_heads),
-                               fp->head_dim), fp->page_bytes), fp->block_tokens);
-    memcpy(head, "KVPX", 4);
-    kv_put32(head + 4, KV_PREFIX_HASH_VERSION);
+    const uint32_t dims[5] = {fp->n_layers, fp->n_kv_heads, fp->head_dim, fp->page_bytes,
+                              fp->block_tokens};
+    for (int i = 0; i < 5; i++)
+        kv_le_put32(shape + 4 * i, dims[i]);
+    kv_le_put32(head, KV_REC_HASH_FP_MAGIC);
+    kv_le_put32(head + 4, KV_REC_HASH_VERSION);
     size_t n = 8 + 4 * 8 + fp->model_len + sizeof shape + fp->state_len + fp->salt_len;
     *len = n;
     if (!buf || cap < n)
@@ -98,17 +94,18 @@ int kv_prefix_hash_encode_extra(const kv_prefix_fp_t *fp, uint8_t *buf, size_t c
 /* The block encoding's fixed part: kind 0/1 (by parent) for n_tok = B, or
  * kind 2 (end) for 0 .. B-1 tokens. */
 static void kv_block_header(const kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
-                            int end, uint32_t n_tok, uint8_t hdr[KV_PREFIX_BLOCK_HDR])
+                            int end, uint32_t n_tok, uint8_t hdr[KV_REC_HASH_BLOCK_HDR_BYTES])
 {
-    memcpy(hdr, "KVPB", 4);
-    uint8_t *p = kv_put32(kv_put32(hdr + 4, KV_PREFIX_HASH_VERSION),
-                          end ? 2u : parent ? 1u : 0u);
+    uint8_t *p = hdr + 12;
+    kv_le_put32(hdr, KV_REC_HASH_BLOCK_MAGIC);
+    kv_le_put32(hdr + 4, KV_REC_HASH_VERSION);
+    kv_le_put32(hdr + 8, end ? 2u : parent ? 1u : 0u);
     if (parent)
         memcpy(p, parent->b, KV_PREFIX_HASH_BYTES);
     else
         memset(p, 0, KV_PREFIX_HASH_BYTES);
     memcpy(p + 32, h->extra.b, KV_PREFIX_HASH_BYTES);
-    kv_put32(p + 64, n_tok);
+    kv_le_put32(p + 64, n_tok);
 }
 
 /* Token ids as little-endian u32 into dst (n tokens). */
@@ -118,7 +115,7 @@ static void kv_put_tokens(uint8_t *dst, const uint32_t *tokens, size_t n)
     memcpy(dst, tokens, n * 4);
 #else
     for (size_t i = 0; i < n; i++)
-        kv_put32(dst + 4 * i, tokens[i]);
+        kv_le_put32(dst + 4 * i, tokens[i]);
 #endif
 }
 
@@ -128,12 +125,12 @@ int kv_prefix_hash_encode_block(const kv_prefix_hasher_t *h, const kv_prefix_has
 {
     if (!h || !len || !tokens)
         return KV_EINVAL;
-    size_t n = KV_PREFIX_BLOCK_HDR + 4 * (size_t)h->block_tokens;
+    size_t n = KV_REC_HASH_BLOCK_HDR_BYTES + 4 * (size_t)h->block_tokens;
     *len = n;
     if (!buf || cap < n)
         return KV_ERANGE;
     kv_block_header(h, parent, 0, h->block_tokens, buf);
-    kv_put_tokens(buf + KV_PREFIX_BLOCK_HDR, tokens, h->block_tokens);
+    kv_put_tokens(buf + KV_REC_HASH_BLOCK_HDR_BYTES, tokens, h->block_tokens);
     return 0;
 }
 
@@ -226,7 +223,7 @@ int kv_prefix_hash_blocks(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
     if (nb > (size_t)INT32_MAX)
         nb = INT32_MAX;
     const size_t B = h->block_tokens;
-    uint8_t hdr[KV_PREFIX_BLOCK_HDR];
+    uint8_t hdr[KV_REC_HASH_BLOCK_HDR_BYTES];
     kv_prefix_hash_t prev;
     for (size_t i = 0; i < nb; i++) {
         kv_block_header(h, i ? &prev : parent, 0, (uint32_t)B, hdr);
@@ -243,7 +240,7 @@ int kv_prefix_hash_end(kv_prefix_hasher_t *h, const kv_prefix_hash_t *parent,
 {
     if (!h || !out || (n_tokens && !tokens) || n_tokens >= h->block_tokens)
         return KV_EINVAL;
-    uint8_t hdr[KV_PREFIX_BLOCK_HDR];
+    uint8_t hdr[KV_REC_HASH_BLOCK_HDR_BYTES];
     kv_block_header(h, parent, 1, (uint32_t)n_tokens, hdr);
     return kv_digest(h, hdr, sizeof hdr, tokens, n_tokens, out);
 }

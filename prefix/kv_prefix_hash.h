@@ -32,7 +32,6 @@
 #define KV_PREFIX_HASH_BYTES 32u            /* SHA-256                        */
 #define KV_PREFIX_MAX_BLOCK_TOKENS 65536u   /* largest block_tokens           */
 #define KV_PREFIX_MAX_FIELD_BYTES 65536u    /* largest model/state/salt field */
-#define KV_PREFIX_HASH_VERSION 1u           /* of both encodings              */
 
 typedef struct kv_prefix_hash {
     uint8_t b[KV_PREFIX_HASH_BYTES];

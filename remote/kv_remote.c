@@ -243,8 +243,8 @@ static int kv_write_op(struct kv_remote *r, kv_call_t *c, size_t i, kv_remote_no
         kv_remote_node_cmd(nd, 2, argv, lens);
     } else {
         const kv_remote_set_t *s = &c->sets[i];
-        size_t len = 0, hb = r->mac ? KV_REMOTE_HDR_SIGNED_BYTES : KV_REMOTE_HDR_BYTES;
-        uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES];
+        size_t len = 0, hb = r->mac ? KV_REC_FRAME_SIGNED_BYTES : KV_REC_FRAME_BYTES;
+        uint8_t hdr[KV_REC_FRAME_SIGNED_BYTES];
         kv_remote_iov_len(s->iov, s->iovcnt, &len); /* checked at the call */
         if (!r->mac)
             kv_remote_frame_header(r->ns, &s->key, s->format, s->iov, s->iovcnt, len, hdr);

@@ -74,9 +74,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "util/kv_rec.h" /* the value header: KV_REC_FRAME_BYTES, _SIGNED_BYTES */
+
 #define KV_REMOTE_HASH_BYTES 32u
-#define KV_REMOTE_HDR_BYTES 64u              /* value header                  */
-#define KV_REMOTE_HDR_SIGNED_BYTES 96u       /* header of a signed value      */
 #define KV_REMOTE_MAC_KEY_MIN 32u            /* bytes of a MAC key, at least  */
 #define KV_REMOTE_MAC_KEY_MAX 64u            /* ... at most                   */
 #define KV_REMOTE_MAX_PAYLOAD (256u << 20)   /* largest payload of one blob   */
@@ -245,7 +245,7 @@ uint32_t kv_remote_slot(const void *key, size_t len);
  * add up to len). */
 int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
                            const struct iovec *iov, int iovcnt, size_t len,
-                           uint8_t hdr[KV_REMOTE_HDR_BYTES]);
+                           uint8_t hdr[KV_REC_FRAME_BYTES]);
 /* Check a whole unsigned value (layout 1: header + payload, n bytes) against
  * ns and key, as a client without a MAC key does. Returns 0 and sets
  * *payload, *len, *format; or KV_ECORRUPT (a signed value too). */

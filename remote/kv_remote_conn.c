@@ -48,7 +48,7 @@
 #define KV_FEED (16u << 10) /* bytes fed to the reader at a time */
 /* Most bytes one unfinished reply may hold in the reader (a value and room
  * for the bulk string's framing): more is a broken or hostile server. */
-#define KV_REPLY_MAX ((size_t)KV_REMOTE_MAX_PAYLOAD + KV_REMOTE_HDR_BYTES + 64)
+#define KV_REPLY_MAX ((size_t)KV_REMOTE_MAX_PAYLOAD + KV_REC_FRAME_BYTES + 64)
 
 uint64_t kv_remote_now_ns(void)
 {

@@ -5,13 +5,9 @@
  * or 96 when signed; see kv_remote.h). Pure functions: the only state, a
  * client's MAC keys, is passed in.
  *
- * Header bytes (little-endian), layout version 1 (unsigned):
- *   0 "KVRM" | 4 u16 version (1) | 6 u16 header bytes (64) | 8 u32 format
- *   12 u32 crc32c(namespace) | 16 u64 payload length | 24 hash[32]
- *   56 u32 reserved (0) | 60 u32 crc32c(bytes 0..59, then the payload)
- * Layout version 2 (signed, a client with a MAC key; kv_remote_mac.c):
- *   the same bytes 0..55 with version 2 and header bytes 96, then
- *   56 u32 key id | 60 u32 reserved (0) | 64 HMAC-SHA-256[32]
+ * Header bytes: the value frame "KVRM" of util/kv_rec.h, layout version 1
+ * (unsigned, 64 bytes) or 2 (signed, a client with a MAC key, 96 bytes;
+ * kv_remote_mac.c).
  * A reader takes only the layout its configuration expects: a keyed one
  * only version 2 under a key it holds, an unkeyed one only version 1; the
  * other layout is refused as unauthenticated, an unknown one as corrupt.
@@ -20,11 +16,10 @@
 
 #include "kvpage/kvpage.h"
 #include "util/kv_crc32c.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 #include "remote/kv_remote.h"
 #include "remote/kv_remote_int.h"
-
-#define KV_FRAME_VERSION 1u
-#define KV_FRAME_SIGNED 2u
 
 int kv_remote_key_string(const char *ns, const kv_remote_key_t *key, char *buf, size_t cap)
 {
@@ -72,23 +67,6 @@ uint32_t kv_remote_slot(const void *key, size_t len)
     return kv_crc16(k, len) & 16383u;
 }
 
-static void kv_le16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void kv_le32(uint8_t *p, uint32_t v)
-{
-    kv_le16(p, (uint16_t)v);
-    kv_le16(p + 2, (uint16_t)(v >> 16));
-}
-
-static uint32_t kv_rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 int kv_remote_iov_len(const struct iovec *iov, int iovcnt, size_t *len)
 {
     size_t n = 0;
@@ -109,13 +87,12 @@ int kv_remote_iov_len(const struct iovec *iov, int iovcnt, size_t *len)
 static void kv_frame_common(uint8_t *hdr, unsigned version, unsigned hbytes, const char *ns,
                             const kv_remote_key_t *key, uint32_t format, size_t len)
 {
-    memcpy(hdr, "KVRM", 4);
-    kv_le16(hdr + 4, (uint16_t)version);
-    kv_le16(hdr + 6, (uint16_t)hbytes);
-    kv_le32(hdr + 8, format);
-    kv_le32(hdr + 12, kv_crc32c(0, ns, strlen(ns)));
-    kv_le32(hdr + 16, (uint32_t)len);
-    kv_le32(hdr + 20, (uint32_t)((uint64_t)len >> 32));
+    kv_le_put32(hdr, KV_REC_FRAME_MAGIC);
+    kv_le_put16(hdr + 4, version);
+    kv_le_put16(hdr + 6, hbytes);
+    kv_le_put32(hdr + 8, format);
+    kv_le_put32(hdr + 12, kv_crc32c(0, ns, strlen(ns)));
+    kv_le_put64(hdr + 16, len);
     memcpy(hdr + 24, key->hash, KV_REMOTE_HASH_BYTES);
 }
 
@@ -134,32 +111,32 @@ static int kv_frame_args(const char *ns, const kv_remote_key_t *key, const void 
 
 int kv_remote_frame_header(const char *ns, const kv_remote_key_t *key, uint32_t format,
                            const struct iovec *iov, int iovcnt, size_t len,
-                           uint8_t hdr[KV_REMOTE_HDR_BYTES])
+                           uint8_t hdr[KV_REC_FRAME_BYTES])
 {
     int rc = kv_frame_args(ns, key, hdr, iov, iovcnt, len);
     if (rc)
         return rc;
-    kv_frame_common(hdr, KV_FRAME_VERSION, KV_REMOTE_HDR_BYTES, ns, key, format, len);
-    kv_le32(hdr + 56, 0);
+    kv_frame_common(hdr, KV_REC_FRAME_VERSION, KV_REC_FRAME_BYTES, ns, key, format, len);
+    kv_le_put32(hdr + 56, 0);
     uint32_t crc = kv_crc32c(0, hdr, 60);
     for (int i = 0; i < iovcnt; i++)
         if (iov[i].iov_len)
             crc = kv_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
-    kv_le32(hdr + 60, crc);
+    kv_le_put32(hdr + 60, crc);
     return 0;
 }
 
 int kv_remote_frame_header_signed(kv_remote_mac_t *mac, const char *ns,
                                   const kv_remote_key_t *key, uint32_t format,
                                   const struct iovec *iov, int iovcnt, size_t len,
-                                  uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES])
+                                  uint8_t hdr[KV_REC_FRAME_SIGNED_BYTES])
 {
     int rc = mac ? kv_frame_args(ns, key, hdr, iov, iovcnt, len) : KV_EINVAL;
     if (rc)
         return rc;
-    kv_frame_common(hdr, KV_FRAME_SIGNED, KV_REMOTE_HDR_SIGNED_BYTES, ns, key, format, len);
-    kv_le32(hdr + 56, kv_remote_mac_id(mac));
-    kv_le32(hdr + 60, 0);
+    kv_frame_common(hdr, KV_REC_FRAME_SIGNED, KV_REC_FRAME_SIGNED_BYTES, ns, key, format, len);
+    kv_le_put32(hdr + 56, kv_remote_mac_id(mac));
+    kv_le_put32(hdr + 60, 0);
     return kv_remote_mac_sign(mac, hdr, ns, iov, iovcnt, hdr + 64);
 }
 
@@ -168,30 +145,31 @@ int kv_remote_frame_open(kv_remote_mac_t *mac, const char *ns, const kv_remote_k
                          uint32_t *format)
 {
     const uint8_t *v = value;
-    if (!ns || !key || !v || !payload || !len || !format || n < 8 || memcmp(v, "KVRM", 4))
+    if (!ns || !key || !v || !payload || !len || !format || n < 8 ||
+        kv_le_get32(v) != KV_REC_FRAME_MAGIC)
         return KV_ECORRUPT;
-    const unsigned version = v[4] | v[5] << 8;
-    const size_t hb = version == KV_FRAME_SIGNED ? KV_REMOTE_HDR_SIGNED_BYTES
-                                                 : KV_REMOTE_HDR_BYTES;
-    if (version != KV_FRAME_VERSION && version != KV_FRAME_SIGNED)
+    const unsigned version = kv_le_get16(v + 4);
+    const size_t hb = version == KV_REC_FRAME_SIGNED ? KV_REC_FRAME_SIGNED_BYTES
+                                                    : KV_REC_FRAME_BYTES;
+    if (version != KV_REC_FRAME_VERSION && version != KV_REC_FRAME_SIGNED)
         return KV_ECORRUPT; /* a layout this reader does not know */
-    if ((version == KV_FRAME_SIGNED) != (mac != NULL))
+    if ((version == KV_REC_FRAME_SIGNED) != (mac != NULL))
         return KV_REMOTE_UNAUTH; /* signed for a keyed reader only, and back */
-    if (n < hb || (size_t)(v[6] | v[7] << 8) != hb)
+    if (n < hb || kv_le_get16(v + 6) != hb)
         return KV_ECORRUPT;
-    uint64_t plen = (uint64_t)kv_rd32(v + 16) | (uint64_t)kv_rd32(v + 20) << 32;
+    uint64_t plen = kv_le_get64(v + 16);
     if (plen != n - hb || plen > KV_REMOTE_MAX_PAYLOAD)
         return KV_ECORRUPT;
     if (mac && kv_remote_mac_verify(mac, v, ns, v + hb, (size_t)plen))
         return KV_REMOTE_UNAUTH; /* before anything else of it is believed */
-    if (kv_rd32(v + 12) != kv_crc32c(0, ns, strlen(ns)) ||
+    if (kv_le_get32(v + 12) != kv_crc32c(0, ns, strlen(ns)) ||
         memcmp(v + 24, key->hash, KV_REMOTE_HASH_BYTES) != 0 ||
-        kv_rd32(v + (mac ? 60 : 56)) != 0 ||
-        (!mac && kv_rd32(v + 60) != kv_crc32c(kv_crc32c(0, v, 60), v + hb, plen)))
+        kv_le_get32(v + (mac ? 60 : 56)) != 0 ||
+        (!mac && kv_le_get32(v + 60) != kv_crc32c(kv_crc32c(0, v, 60), v + hb, plen)))
         return KV_ECORRUPT;
     *payload = v + hb;
     *len = (size_t)plen;
-    *format = kv_rd32(v + 8);
+    *format = kv_le_get32(v + 8);
     return 0;
 }
 

@@ -138,7 +138,7 @@ int kv_remote_frame_open(kv_remote_mac_t *mac, const char *ns, const kv_remote_k
 int kv_remote_frame_header_signed(kv_remote_mac_t *mac, const char *ns,
                                   const kv_remote_key_t *key, uint32_t format,
                                   const struct iovec *iov, int iovcnt, size_t len,
-                                  uint8_t hdr[KV_REMOTE_HDR_SIGNED_BYTES]);
+                                  uint8_t hdr[KV_REC_FRAME_SIGNED_BYTES]);
 
 /* kv_remote_url.c: what a url says. Credentials are %-decoded. */
 typedef struct kv_remote_url {

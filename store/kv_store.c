@@ -19,6 +19,7 @@
 
 #include "alloc/kv_alloc.h"
 #include "alloc/kv_mem.h"
+#include "formats/kv_fmt_layout.h"
 #include "kernels/kv_backend.h"
 #include "kvpage/kvpage.h"
 #include "pages/kv_page.h"
@@ -32,6 +33,7 @@
 #define KV_MAX_SEQS       (1u << 20)
 #define KV_MAX_THREADS    1024u
 #define KV_DEFAULT_SEQS   1024u
+#define KV_DEFAULT_PAGE_TOKENS 16u /* FP16 tokens of the default page */
 #define KV_DEFAULT_RESIDUAL 128u
 #define KV_MAX_RESIDUAL   65536u
 
@@ -62,8 +64,9 @@ int kv_store_geom_resolve(uint32_t head_dim, uint32_t *page_bytes)
 {
     if (head_dim < 16 || head_dim > KV_MAX_HEAD_DIM || head_dim % 16 != 0)
         return KV_ERANGE;
-    uint32_t pb = *page_bytes ? *page_bytes : 64u * head_dim;
-    if (pb % 64 != 0 || pb < 4u * head_dim || pb > KV_MAX_PAGE_BYTES)
+    uint32_t pb = *page_bytes ? *page_bytes
+                              : (uint32_t)kv_fmt_fp16_bytes(head_dim, KV_DEFAULT_PAGE_TOKENS);
+    if (pb % 64 != 0 || kv_fmt_fp16_tpp(head_dim, pb) == 0 || pb > KV_MAX_PAGE_BYTES)
         return KV_ERANGE;
     *page_bytes = pb;
     return 0;
@@ -197,6 +200,18 @@ int kv_store_config_into(const kv_store_t *s, kv_config_t *out, uint32_t size)
 }
 
 /* All of kv_stats_t into *out (struct_size included). */
+uint64_t kv_store_pool_free(const kv_store_t *s)
+{
+    kv_alloc_stats_t as;
+    kv_alloc_stats(s->pool, &as);
+    return as.free;
+}
+
+uint32_t kv_store_fp16_tpp(const kv_store_t *s)
+{
+    return kv_fmt_fp16_tpp(s->cfg.head_dim, s->cfg.page_bytes);
+}
+
 static void store_stats_full(const kv_store_t *s, kv_stats_t *out)
 {
     kv_alloc_stats_t as;
@@ -206,7 +221,7 @@ static void store_stats_full(const kv_store_t *s, kv_stats_t *out)
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->page_bytes = s->cfg.page_bytes;
-    out->fp16_tokens_per_page = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    out->fp16_tokens_per_page = kv_store_fp16_tpp(s);
     out->pages_capacity = as.capacity;
     out->pages_used = as.used;
     out->pages_free = as.free;
@@ -221,7 +236,7 @@ static void store_stats_full(const kv_store_t *s, kv_stats_t *out)
     }
     out->meta_bytes = pt.meta_bytes + sizeof *s + kv_pol_meta_bytes(s) +
                       kv_store_lru_meta_bytes(s) + kv_store_off_meta_bytes(s);
-    out->fp16_bytes = pt.tokens * 2u * s->cfg.head_dim * 2u;
+    out->fp16_bytes = kv_fmt_fp16_bytes(s->cfg.head_dim, pt.tokens);
     kv_store_pressure_stats(s, out);
     kv_store_off_stats(s, out);
     kv_store_prefix_stats(s, out);
@@ -376,7 +391,7 @@ int kv_compact(kv_store_t *s, kv_seq_id_t seq, uint32_t layer, uint32_t kv_head,
     int rc;
     if (!list_lookup(s, seq, layer, kv_head, &rc) || (rc = kv_store_press_ready(s, seq)))
         return rc;
-    const uint32_t T = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t T = kv_store_fp16_tpp(s);
     kv_store_press_call_t pc; /* fresh pages: at most one per kept page */
     kv_store_press_begin(s, &pc, seq, ((uint64_t)n_keep + T - 1) / T);
     do

@@ -56,6 +56,11 @@ int kv_store_config_resolve(const kv_config_t *cfg, kv_config_t *out);
 void kv_store_estimate(const kv_config_t *c, kv_estimate_t *e);
 uint64_t kv_store_phys_bytes(void);
 
+/* kv_store.c: pages free in the store's host pool now; FP16 tokens per page
+ * of its geometry (kv_fmt_fp16_tpp: the prefix cache's block size). */
+uint64_t kv_store_pool_free(const kv_store_t *s);
+uint32_t kv_store_fp16_tpp(const kv_store_t *s);
+
 /* Attention without policy statistics (kv_store.c): the public calls
  * validate and run these, or hand sequences with a policy to
  * kv_policy_state.c, which calls these with its own stats buffers. */

@@ -9,25 +9,13 @@
  * least one, no I/O in flight) and that has none yet; it stays valid while
  * the sequence stays wholly on the file (the sequence cannot change then:
  * every mutating call needs it resident) and is freed when a page-in
- * starts or the sequence is freed. Its bytes (all integers little-endian):
- *   header, 64 bytes:
- *     0 u32 magic "KVSQ"   4 u32 version 1    8 u32 seq     12 u32 n_layers
- *    16 u32 n_kv_heads    20 u32 head_dim    24 u32 page_bytes
- *    28 u32 chunks        32 u64 bytes (the whole record)   40..63 zero
- *   then per list (layer-major, kv_head inner), 16 bytes:
- *     0 u32 entries   4 u32 tokens   8 u32 target format (| KV_FMT_ROT:
- *     rotated INT)   12 u32 has_pos
- *   followed by its entries, 16 bytes each:
- *     0 u64 generation   8 u16 tokens   10 u8 format   11 u8 flags (the
- *     structural bits only: RETAINED on FP16; bit 0 on INT4/INT2 = ROT, a
- *     page stored rotated; files written before rotation existed have 0
- *     there, so their INT pages read as they were written)   12 u32 zero
- *   and, if has_pos, tokens x i32 positions.
- * It is cut into page_bytes chunks, each one page of the file with key
- * bit 63 | seq << 24 | chunk, format tag 255, and the record's generation
- * (all chunks alike); each chunk has its slot's crc32c like any page. Entry
- * e of list (layer, head) is the page with key kv_offload_key(seq, layer,
- * head, e) and the generation above.
+ * starts or the sequence is freed. Its bytes: the sequence record "KVSQ"
+ * (util/kv_rec.h), cut into page_bytes chunks, each one page of the file
+ * with key KV_REC_SEQ_KEY_BIT | seq << 24 | chunk, format tag
+ * KV_REC_CHUNK_FORMAT, and the record's generation (all chunks alike); each
+ * chunk has its slot's crc32c like any page. Entry e of list (layer, head)
+ * is the page with key kv_offload_key(seq, layer, head, e) and the
+ * generation above.
  *
  * Restore: the file's held slots are listed (sorted by key, generation);
  * for each sequence with record chunks the newest generation whose chunks
@@ -47,22 +35,16 @@
 
 #include "alloc/kv_mem.h"
 #include "kv_store_int.h"
-#include "offload/kv_offload_disk.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 #include "formats/kv_format.h"
 
-#define REC_MAGIC   0x5153564Bu /* "KVSQ" */
-#define REC_VERSION 1u
-#define REC_HDR     64u
-#define REC_LIST    16u
-#define REC_ENT     16u
-#define REC_FORMAT  255u
-#define REC_BIT     (1ull << 63)
 #define REC_TRIES   3   /* reads of a record chunk before giving up */
 #define REC_WAITS   1000 /* waits for a record write to be reported  */
 
 static uint64_t rec_key(kv_seq_id_t seq, uint32_t chunk)
 {
-    return REC_BIT | ((uint64_t)seq << 24) | chunk;
+    return KV_REC_SEQ_KEY_BIT | ((uint64_t)seq << 24) | chunk;
 }
 
 static const kv_page_list_t *list_of(const kv_store_t *s, kv_seq_id_t seq, uint32_t li)
@@ -74,11 +56,12 @@ static const kv_page_list_t *list_of(const kv_store_t *s, kv_seq_id_t seq, uint3
 
 static uint64_t rec_bytes(const kv_store_t *s, kv_seq_id_t seq, uint64_t *ents)
 {
-    uint64_t n = REC_HDR;
+    uint64_t n = KV_REC_SEQ_HDR_BYTES;
     *ents = 0;
     for (uint32_t li = 0; li < s->cfg.n_layers * s->cfg.n_kv_heads; li++) {
         const kv_page_list_t *l = list_of(s, seq, li);
-        n += REC_LIST + (uint64_t)l->n_ents * REC_ENT + (l->pos ? 4ull * l->n_tokens : 0);
+        n += KV_REC_SEQ_LIST_BYTES + (uint64_t)l->n_ents * KV_REC_SEQ_ENT_BYTES +
+             (l->pos ? 4ull * l->n_tokens : 0);
         *ents += l->n_ents;
     }
     return n;
@@ -87,25 +70,25 @@ static uint64_t rec_bytes(const kv_store_t *s, kv_seq_id_t seq, uint64_t *ents)
 void kv_store_off_rec_head_put(uint8_t *p, uint32_t magic, uint32_t version, uint32_t id,
                                const kv_config_t *c, uint32_t chunks, uint64_t bytes)
 {
-    kv_offload_put32(p, magic);
-    kv_offload_put32(p + 4, version);
-    kv_offload_put32(p + 8, id);
-    kv_offload_put32(p + 12, c->n_layers);
-    kv_offload_put32(p + 16, c->n_kv_heads);
-    kv_offload_put32(p + 20, c->head_dim);
-    kv_offload_put32(p + 24, c->page_bytes);
-    kv_offload_put32(p + 28, chunks);
-    kv_offload_put64(p + 32, bytes);
+    kv_le_put32(p, magic);
+    kv_le_put32(p + 4, version);
+    kv_le_put32(p + 8, id);
+    kv_le_put32(p + 12, c->n_layers);
+    kv_le_put32(p + 16, c->n_kv_heads);
+    kv_le_put32(p + 20, c->head_dim);
+    kv_le_put32(p + 24, c->page_bytes);
+    kv_le_put32(p + 28, chunks);
+    kv_le_put64(p + 32, bytes);
 }
 
 int kv_store_off_rec_head_check(const uint8_t *p, uint32_t magic, uint32_t version,
                                 uint32_t id, const kv_config_t *c)
 {
-    if (kv_offload_get32(p) != magic || kv_offload_get32(p + 4) != version ||
-        kv_offload_get32(p + 8) != id)
+    if (kv_le_get32(p) != magic || kv_le_get32(p + 4) != version ||
+        kv_le_get32(p + 8) != id)
         return KV_ECORRUPT;
-    if (kv_offload_get32(p + 12) != c->n_layers || kv_offload_get32(p + 16) != c->n_kv_heads ||
-        kv_offload_get32(p + 20) != c->head_dim || kv_offload_get32(p + 24) != c->page_bytes)
+    if (kv_le_get32(p + 12) != c->n_layers || kv_le_get32(p + 16) != c->n_kv_heads ||
+        kv_le_get32(p + 20) != c->head_dim || kv_le_get32(p + 24) != c->page_bytes)
         return KV_EINVAL;
     return 0;
 }
@@ -115,26 +98,26 @@ static void rec_encode(const kv_store_t *s, kv_seq_id_t seq, uint8_t *p, uint64_
 {
     const kv_config_t *c = &s->cfg;
     const kv_store_off_t *o = s->off;
-    memset(p, 0, REC_HDR);
-    kv_store_off_rec_head_put(p, REC_MAGIC, REC_VERSION, seq, c, chunks, bytes);
-    p += REC_HDR;
+    memset(p, 0, KV_REC_SEQ_HDR_BYTES);
+    kv_store_off_rec_head_put(p, KV_REC_SEQ_MAGIC, KV_REC_SEQ_VERSION, seq, c, chunks, bytes);
+    p += KV_REC_SEQ_HDR_BYTES;
     for (uint32_t li = 0; li < c->n_layers * c->n_kv_heads; li++) {
         const kv_page_list_t *l = list_of(s, seq, li);
-        kv_offload_put32(p, l->n_ents);
-        kv_offload_put32(p + 4, l->n_tokens);
-        kv_offload_put32(p + 8, l->target);
-        kv_offload_put32(p + 12, l->pos && l->n_tokens);
-        p += REC_LIST;
-        for (uint32_t e = 0; e < l->n_ents; e++, p += REC_ENT) {
+        kv_le_put32(p, l->n_ents);
+        kv_le_put32(p + 4, l->n_tokens);
+        kv_le_put32(p + 8, l->target);
+        kv_le_put32(p + 12, l->pos && l->n_tokens);
+        p += KV_REC_SEQ_LIST_BYTES;
+        for (uint32_t e = 0; e < l->n_ents; e++, p += KV_REC_SEQ_ENT_BYTES) {
             const kv_page_ent_t *ent = &l->ents[e];
-            kv_offload_put64(p, o->slot_gen[kv_alloc_page_index(ent->id)]);
-            kv_offload_put16(p + 8, ent->n_tokens);
+            kv_le_put64(p, o->slot_gen[kv_alloc_page_index(ent->id)]);
+            kv_le_put16(p + 8, ent->n_tokens);
             p[10] = ent->format;
             p[11] = (uint8_t)(ent->flags & KV_PAGE_ENT_SHAPE);
-            kv_offload_put32(p + 12, 0);
+            kv_le_put32(p + 12, 0);
         }
         for (uint32_t t = 0; l->pos && t < l->n_tokens; t++, p += 4)
-            kv_offload_put32(p, (uint32_t)l->pos[t]);
+            kv_le_put32(p, (uint32_t)l->pos[t]);
     }
 }
 
@@ -163,7 +146,7 @@ static int record_write(kv_store_t *s, kv_seq_id_t seq)
             w[i] = (kv_offload_wpage_t){.key = rec_key(seq, i), .generation = o->next_gen,
                                         .data = buf + (size_t)i * pb,
                                         .bytes = left < pb ? (uint32_t)left : pb,
-                                        .format = REC_FORMAT};
+                                        .format = KV_REC_CHUNK_FORMAT};
             status[i] = KV_STORE_OFF_PENDING;
         }
         kv_offload_ticket_t t;
@@ -320,12 +303,12 @@ static int blob_read(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint64_t gen,
         return KV_ENOMEM;
     uint64_t at = find(r, rec_key(seq, 0), gen);
     int rc = at == r->n || kv_store_off_rec_read(s, &r->ents[at], hdr) ? KV_ECORRUPT : 0;
-    if (rc == 0 && r->ents[at].bytes < REC_HDR)
+    if (rc == 0 && r->ents[at].bytes < KV_REC_SEQ_HDR_BYTES)
         rc = KV_ECORRUPT;
     if (rc == 0)
-        rc = kv_store_off_rec_head_check(hdr, REC_MAGIC, REC_VERSION, seq, c);
-    uint32_t n = rc ? 0 : kv_offload_get32(hdr + 28);
-    uint64_t bytes = rc ? 0 : kv_offload_get64(hdr + 32);
+        rc = kv_store_off_rec_head_check(hdr, KV_REC_SEQ_MAGIC, KV_REC_SEQ_VERSION, seq, c);
+    uint32_t n = rc ? 0 : kv_le_get32(hdr + 28);
+    uint64_t bytes = rc ? 0 : kv_le_get64(hdr + 32);
     if (rc == 0 && (n == 0 || n >= (1u << 24) || bytes <= (uint64_t)(n - 1) * pb ||
                     bytes > (uint64_t)n * pb))
         rc = KV_ECORRUPT;
@@ -339,7 +322,7 @@ static int blob_read(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint64_t gen,
         uint64_t k = i ? find(r, rec_key(seq, i), gen) : at;
         uint64_t left = bytes - (uint64_t)i * pb;
         if (k == r->n || r->ents[k].bytes != (left < pb ? left : pb) ||
-            r->ents[k].format != REC_FORMAT)
+            r->ents[k].format != KV_REC_CHUNK_FORMAT)
             rc = KV_ECORRUPT;
         else if (i == 0)
             memcpy(r->blob, hdr, pb);
@@ -381,17 +364,17 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
                       uint64_t total, uint64_t *at, kv_page_list_t *l)
 {
     const uint32_t H = s->cfg.n_kv_heads;
-    if (*at + REC_LIST > total)
+    if (*at + KV_REC_SEQ_LIST_BYTES > total)
         return KV_ECORRUPT;
     const uint8_t *p = r->blob + *at;
-    uint32_t ne = kv_offload_get32(p), nt = kv_offload_get32(p + 4);
-    uint32_t tg = kv_offload_get32(p + 8), hp = kv_offload_get32(p + 12);
-    *at += REC_LIST;
+    uint32_t ne = kv_le_get32(p), nt = kv_le_get32(p + 4);
+    uint32_t tg = kv_le_get32(p + 8), hp = kv_le_get32(p + 12);
+    *at += KV_REC_SEQ_LIST_BYTES;
     const uint32_t tf = kv_page_target_format(tg);
     if (hp > 1 || (hp && !nt) || (tf != KV_FMT_FP16 && tf != KV_FMT_INT4 && tf != KV_FMT_INT2) ||
         (kv_page_target_variant(tg) &&
          kv_format_variants(tf, kv_page_table_geom(s->pt)) < 2u) ||
-        (uint64_t)ne * REC_ENT + (hp ? 4ull * nt : 0) > total - *at)
+        (uint64_t)ne * KV_REC_SEQ_ENT_BYTES + (hp ? 4ull * nt : 0) > total - *at)
         return KV_ECORRUPT;
     l->target = tg;
     l->n_tokens = nt;
@@ -402,10 +385,10 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
         return KV_ENOMEM;
     l->cap_pos = hp ? nt : 0;
     uint64_t sum = 0;
-    for (uint32_t e = 0; e < ne; e++, *at += REC_ENT) {
+    for (uint32_t e = 0; e < ne; e++, *at += KV_REC_SEQ_ENT_BYTES) {
         p = r->blob + *at;
-        uint64_t gen = kv_offload_get64(p);
-        uint32_t tok = kv_offload_get16(p + 8), fmt = p[10], fl = p[11];
+        uint64_t gen = kv_le_get64(p);
+        uint32_t tok = kv_le_get16(p + 8), fmt = p[10], fl = p[11];
         uint64_t k = find(r, kv_offload_key(seq, li / H, li % H, e), gen);
         if (!kv_store_off_page_ok(s->pt, fmt, fl, tok) || k == r->n ||
             r->ents[k].format != fmt || r->ents[k].tokens != tok ||
@@ -423,7 +406,7 @@ static int list_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq, uint32_t li,
         sum += tok;
     }
     for (uint32_t t = 0; hp && t < nt; t++, *at += 4)
-        l->pos[t] = (int32_t)kv_offload_get32(r->blob + *at);
+        l->pos[t] = (int32_t)kv_le_get32(r->blob + *at);
     if (hp)
         kv_page_list_pos_rescan(l);
     return sum == nt ? 0 : KV_ECORRUPT;
@@ -435,11 +418,11 @@ static int blob_parse(kv_store_t *s, restore_t *r, kv_seq_id_t seq,
                       kv_page_list_t **out, uint64_t *n_pages)
 {
     const uint32_t NL = s->cfg.n_layers * s->cfg.n_kv_heads;
-    const uint64_t total = kv_offload_get64(r->blob + 32);
+    const uint64_t total = kv_le_get64(r->blob + 32);
     kv_page_list_t *lists = kv_mem_calloc(NL, sizeof *lists);
     if (!lists)
         return KV_ENOMEM;
-    uint64_t at = REC_HDR, pages = 0;
+    uint64_t at = KV_REC_SEQ_HDR_BYTES, pages = 0;
     int rc = 0;
     for (uint32_t li = 0; li < NL && rc == 0; li++) {
         rc = list_parse(s, r, seq, li, total, &at, &lists[li]);
@@ -540,7 +523,7 @@ int kv_store_off_restore(kv_store_t *s)
         if (r.ents[i].generation >= o->next_gen)
             o->next_gen = r.ents[i].generation + 1;
     uint64_t i = 0;
-    while (rc == 0 && i < r.n && !(r.ents[i].key & REC_BIT))
+    while (rc == 0 && i < r.n && !(r.ents[i].key & KV_REC_SEQ_KEY_BIT))
         i++;
     while (rc == 0 && i < r.n && !kv_pfx_file_key(r.ents[i].key)) {
         /* records sort after every page, the prefix cache's keys last */

@@ -296,13 +296,6 @@ void kv_pfx_link(kv_store_t *s, kv_pfx_node_t *x, int take_refs)
 
 /* ---- eviction ----------------------------------------------------------------- */
 
-static uint64_t pool_free(const kv_store_t *s)
-{
-    kv_alloc_stats_t as;
-    kv_alloc_stats(s->pool, &as);
-    return as.free;
-}
-
 /* 1 if no sequence holds a page of the node (evicting it frees them all). */
 static int node_only_cached(const kv_store_t *s, const kv_pfx_node_t *n)
 {
@@ -317,7 +310,7 @@ uint64_t kv_store_prefix_evict(kv_store_t *s, uint64_t target)
     kv_pfx_t *p = s->pfx;
     if (!p)
         return 0;
-    const uint64_t f0 = pool_free(s);
+    const uint64_t f0 = kv_store_pool_free(s);
     uint64_t f = f0;
     /* Pass 0: nodes whose pages only the cache holds; pass 1: any (a node
      * shared with a sequence keeps that sequence's pages shared, which the
@@ -346,7 +339,7 @@ uint64_t kv_store_prefix_evict(kv_store_t *s, uint64_t target)
                     node_evict(s, x);
                 }
                 p->evicted++;
-                f = pool_free(s);
+                f = kv_store_pool_free(s);
                 x = up;
             }
         }
@@ -508,7 +501,7 @@ static uint32_t lcm_u32(uint32_t a, uint32_t b)
 int kv_pfx_hasher(kv_store_t *s, kv_seq_id_t seq, const uint8_t *targets, const void *salt,
                   size_t salt_len, kv_prefix_hasher_t **out, pfx_rule_t *rule)
 {
-    const uint32_t NL = s->cfg.n_layers, B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t NL = s->cfg.n_layers, B = kv_store_fp16_tpp(s);
     const size_t cap = 96 + NL + 4096;
     char *st = kv_mem_alloc(cap);
     if (!st)
@@ -632,7 +625,7 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
     if (rc)
         return rc;
     kv_pfx_t *p = s->pfx;
-    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t B = kv_store_fp16_tpp(s);
     if (rule.window)
         cap = n > rule.window ? (n - rule.window < cap ? n - rule.window : cap) : 0;
     if (rule.off)
@@ -730,7 +723,7 @@ int kv_seq_prefix_match(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens, u
 static void boundaries(const kv_store_t *s, kv_seq_id_t seq, uint32_t nb, uint32_t step,
                        uint8_t *good, uint8_t *ends)
 {
-    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t B = kv_store_fp16_tpp(s);
     for (uint32_t j = 0; j < nb; j++)
         good[j] = ((uint64_t)(j + 1) * B) % step == 0;
     for (uint32_t layer = 0; layer < s->cfg.n_layers; layer++)
@@ -805,7 +798,7 @@ int kv_seq_prefix_publish(kv_store_t *s, kv_seq_id_t seq, const int32_t *tokens,
         return 0;
     }
     kv_pfx_t *p = s->pfx;
-    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t B = kv_store_fp16_tpp(s);
     size_t sb = (size_t)nb * (2 + sizeof(kv_pfx_node_t *));
     uint8_t *scr = kv_mem_alloc(sb);
     if (!scr) {

@@ -42,7 +42,7 @@ int kv_pfx_acc_rule(const kv_store_t *s, kv_seq_id_t seq)
 uint32_t kv_pfx_acc_at(const kv_store_t *s, kv_seq_id_t seq, uint32_t limit)
 {
     const kv_pol_seq_t *ps = kv_pol_get(s, seq);
-    const uint32_t H = s->cfg.n_kv_heads, B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t H = s->cfg.n_kv_heads, B = kv_store_fp16_tpp(s);
     if (!ps || !ps->acc || ps->decoding)
         return 0;
     const uint32_t b = kv_page_list_get(s->pt, seq, 0, 0)->n_tokens;

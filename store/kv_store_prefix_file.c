@@ -14,17 +14,10 @@
  * is immutable (a node's KV is a function of its key) and kept until the
  * node goes: a node read back keeps it, so demoting it again costs no I/O.
  *
- * Record (little-endian), cut into page_bytes chunks of format tag 255, a
- * sequence record's layout (kv_store_offload_record.c) for one block:
- *   header, 64 bytes: 0 u32 magic "KVPN"  4 u32 version 1  8 u32 copy id
- *     12 u32 n_layers  16 u32 n_kv_heads  20 u32 head_dim  24 u32 page_bytes
- *     28 u32 chunks  32 u64 bytes (the whole record)  40 u64 gen
- *     48 u32 start  52 u32 end  56 u32 has_parent  60 u32 zero
- *   node, 64 bytes: the node's key (32), its parent's key (32; zero at 0)
- *   per list (layer-major), 16 bytes: u32 entries, u32 tokens (end - start),
- *     u32 format of its entries, u32 zero
- *   per entry, 16 bytes: u64 generation, u16 tokens, u8 format, u8 flags
- *     (0), u32 zero.
+ * Record: the prefix node record "KVPN" (util/kv_rec.h: its bytes, and the
+ * keys of this tier), cut into page_bytes chunks of format tag
+ * KV_REC_CHUNK_FORMAT; its first 40 bytes are a sequence record's head
+ * (kv_store_off_rec_head_put).
  * Restore checks every field against the store and the file (shape, sizes,
  * each page's slot, key, generation, format and tokens, full unflagged
  * pages of FP16/INT4/INT2, tokens per list) and links a node only under a
@@ -56,21 +49,14 @@
 #include <string.h>
 
 #include "alloc/kv_mem.h"
+#include "formats/kv_fmt_layout.h"
 #include "formats/kv_format.h"
 #include "kv_store_int.h"
 #include "kv_store_prefix_int.h"
-#include "offload/kv_offload_disk.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
-#define PF_NS      (3ull << 62)  /* this tier's file keys                 */
-#define PF_REC     (1ull << 23)  /* in a key: a record chunk              */
 #define PF_MAX_IDX (1u << 23)    /* pages / chunks of one copy, at most    */
-#define PF_MAGIC   0x4E50564Bu   /* "KVPN" */
-#define PF_VERSION 1u
-#define PF_HDR     64u
-#define PF_NODE    64u
-#define PF_LIST    16u
-#define PF_ENT     16u
-#define PF_FORMAT  255u
 #define PF_WAITS   1000 /* waits for a batch to be reported               */
 #define PF_WINDOW  16   /* copies in flight at a sync                     */
 
@@ -84,17 +70,17 @@ typedef struct kv_pfx_copy {
 
 int kv_pfx_file_key(uint64_t key)
 {
-    return (key & PF_NS) == PF_NS;
+    return (key & KV_REC_PFX_KEY_NS) == KV_REC_PFX_KEY_NS;
 }
 
 static uint64_t page_key(uint32_t id, uint32_t e)
 {
-    return PF_NS | (uint64_t)id << 24 | e;
+    return KV_REC_PFX_KEY_NS | (uint64_t)id << 24 | e;
 }
 
 static uint64_t rec_key(uint32_t id, uint32_t c)
 {
-    return PF_NS | (uint64_t)id << 24 | PF_REC | c;
+    return KV_REC_PFX_KEY_NS | (uint64_t)id << 24 | KV_REC_PFX_KEY_REC | c;
 }
 
 static uint32_t n_lists(const kv_store_t *s)
@@ -104,7 +90,8 @@ static uint32_t n_lists(const kv_store_t *s)
 
 static uint64_t rec_bytes(const kv_store_t *s, uint32_t n_ents)
 {
-    return PF_HDR + PF_NODE + (uint64_t)n_lists(s) * PF_LIST + (uint64_t)n_ents * PF_ENT;
+    return KV_REC_PFX_HDR_BYTES + KV_REC_PFX_NODE_BYTES +
+           (uint64_t)n_lists(s) * KV_REC_PFX_LIST_BYTES + (uint64_t)n_ents * KV_REC_PFX_ENT_BYTES;
 }
 
 static kv_pfx_copy_t *copy_alloc(uint32_t n)
@@ -124,29 +111,29 @@ static void rec_encode(const kv_store_t *s, const kv_pfx_node_t *x, const kv_pfx
                        uint8_t *p, uint64_t bytes)
 {
     const kv_config_t *cf = &s->cfg;
-    memset(p, 0, PF_HDR + PF_NODE);
-    kv_store_off_rec_head_put(p, PF_MAGIC, PF_VERSION, c->id, cf, c->n_rec, bytes);
-    kv_offload_put64(p + 40, c->gen);
-    kv_offload_put32(p + 48, x->start);
-    kv_offload_put32(p + 52, x->end);
-    kv_offload_put32(p + 56, x->parent != NULL);
-    memcpy(p + PF_HDR, x->key.b, 32);
+    memset(p, 0, KV_REC_PFX_HDR_BYTES + KV_REC_PFX_NODE_BYTES);
+    kv_store_off_rec_head_put(p, KV_REC_PFX_MAGIC, KV_REC_PFX_VERSION, c->id, cf, c->n_rec, bytes);
+    kv_le_put64(p + 40, c->gen);
+    kv_le_put32(p + 48, x->start);
+    kv_le_put32(p + 52, x->end);
+    kv_le_put32(p + 56, x->parent != NULL);
+    memcpy(p + KV_REC_PFX_HDR_BYTES, x->key.b, 32);
     if (x->parent)
-        memcpy(p + PF_HDR + 32, x->parent->key.b, 32);
-    p += PF_HDR + PF_NODE;
-    for (uint32_t li = 0; li < n_lists(s); li++, p += PF_LIST) {
+        memcpy(p + KV_REC_PFX_HDR_BYTES + 32, x->parent->key.b, 32);
+    p += KV_REC_PFX_HDR_BYTES + KV_REC_PFX_NODE_BYTES;
+    for (uint32_t li = 0; li < n_lists(s); li++, p += KV_REC_PFX_LIST_BYTES) {
         const uint32_t m = x->off[li + 1] - x->off[li];
-        kv_offload_put32(p, m);
-        kv_offload_put32(p + 4, x->end - x->start);
-        kv_offload_put32(p + 8, m ? x->ents[x->off[li]].format : 0);
-        kv_offload_put32(p + 12, 0);
+        kv_le_put32(p, m);
+        kv_le_put32(p + 4, x->end - x->start);
+        kv_le_put32(p + 8, m ? x->ents[x->off[li]].format : 0);
+        kv_le_put32(p + 12, 0);
     }
-    for (uint32_t e = 0; e < x->n_ents; e++, p += PF_ENT) {
-        kv_offload_put64(p, c->gen + e);
-        kv_offload_put16(p + 8, x->ents[e].n_tokens);
+    for (uint32_t e = 0; e < x->n_ents; e++, p += KV_REC_PFX_ENT_BYTES) {
+        kv_le_put64(p, c->gen + e);
+        kv_le_put16(p + 8, x->ents[e].n_tokens);
         p[10] = x->ents[e].format;
         p[11] = 0;
-        kv_offload_put32(p + 12, 0);
+        kv_le_put32(p + 12, 0);
     }
 }
 
@@ -202,7 +189,7 @@ static int copy_submit(kv_store_t *s, kv_pfx_node_t *x, pf_pending_t *pd)
                                                 .generation = c->gen + x->n_ents,
                                                 .data = buf + (size_t)k * pb,
                                                 .bytes = left < pb ? (uint32_t)left : pb,
-                                                .format = PF_FORMAT};
+                                                .format = KV_REC_CHUNK_FORMAT};
     }
     for (uint32_t i = 0; i < n; i++)
         pd->status[i] = KV_STORE_OFF_PENDING;
@@ -324,13 +311,6 @@ static void cut_before(const kv_pfx_node_t *x, uint32_t *got, kv_pfx_node_t **la
     *got = x->start;
 }
 
-static uint64_t pool_free(const kv_store_t *s)
-{
-    kv_alloc_stats_t as;
-    kv_alloc_stats(s->pool, &as);
-    return as.free;
-}
-
 void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
 {
     kv_pfx_t *p = s->pfx;
@@ -355,7 +335,7 @@ void kv_pfx_file_load(kv_store_t *s, uint32_t *got, kv_pfx_node_t **last)
     while (chain[i0] != first)
         i0++;
     /* the nodes to read: from i0 up to the first the pool has no room for */
-    uint64_t room = pool_free(s), tot = 0;
+    uint64_t room = kv_store_pool_free(s), tot = 0;
     uint32_t end = i0;
     for (; end < nc; end++) {
         uint64_t m = chain[end]->on_file ? chain[end]->n_ents : 0;
@@ -512,30 +492,31 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
 {
     const kv_config_t *cf = &s->cfg;
     const uint32_t pb = cf->page_bytes, L = n_lists(s);
-    const uint32_t B = pb / (4u * cf->head_dim);
+    const uint32_t B = kv_fmt_fp16_tpp(cf->head_dim, pb);
     const uint32_t id = (uint32_t)(ents[c0].key >> 24);
     const uint64_t rgen = ents[c0].generation;
     uint8_t *hdr = kv_mem_alloc(pb), *blob = NULL;
     size_t blob_n = 0;
     if (!hdr)
         return KV_ENOMEM;
-    int rc = ents[c0].bytes < PF_HDR + PF_NODE || ents[c0].format != PF_FORMAT ||
+    int rc = ents[c0].bytes < KV_REC_PFX_HDR_BYTES + KV_REC_PFX_NODE_BYTES ||
+                     ents[c0].format != KV_REC_CHUNK_FORMAT ||
                      kv_store_off_rec_read(s, &ents[c0], hdr)
                  ? KV_ECORRUPT
                  : 0;
     uint32_t chunks = 0, start = 0, end = 0, hasp = 0;
     uint64_t bytes = 0, gen = 0, n_ents = 0;
     if (rc == 0) {
-        chunks = kv_offload_get32(hdr + 28);
-        bytes = kv_offload_get64(hdr + 32);
-        gen = kv_offload_get64(hdr + 40);
-        start = kv_offload_get32(hdr + 48);
-        end = kv_offload_get32(hdr + 52);
-        hasp = kv_offload_get32(hdr + 56);
+        chunks = kv_le_get32(hdr + 28);
+        bytes = kv_le_get64(hdr + 32);
+        gen = kv_le_get64(hdr + 40);
+        start = kv_le_get32(hdr + 48);
+        end = kv_le_get32(hdr + 52);
+        hasp = kv_le_get32(hdr + 56);
         const uint64_t fixed = rec_bytes(s, 0);
-        n_ents = bytes >= fixed ? (bytes - fixed) / PF_ENT : 0;
-        if (kv_store_off_rec_head_check(hdr, PF_MAGIC, PF_VERSION, id, cf) ||
-            kv_offload_get32(hdr + 60) != 0 || bytes < fixed || (bytes - fixed) % PF_ENT ||
+        n_ents = bytes >= fixed ? (bytes - fixed) / KV_REC_PFX_ENT_BYTES : 0;
+        if (kv_store_off_rec_head_check(hdr, KV_REC_PFX_MAGIC, KV_REC_PFX_VERSION, id, cf) ||
+            kv_le_get32(hdr + 60) != 0 || bytes < fixed || (bytes - fixed) % KV_REC_PFX_ENT_BYTES ||
             n_ents == 0 || n_ents >= PF_MAX_IDX || n_ents > n || chunks == 0 ||
             chunks > n || bytes <= (uint64_t)(chunks - 1) * pb ||
             bytes > (uint64_t)chunks * pb || rgen != gen + n_ents || start >= end ||
@@ -551,7 +532,7 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
         uint64_t i = k ? kv_store_off_rec_find(ents, n, rec_key(id, k), rgen) : c0;
         uint64_t left = bytes - (uint64_t)k * pb;
         if (i == n || ents[i].bytes != (left < pb ? left : pb) ||
-            ents[i].format != PF_FORMAT || claimed[kv_alloc_page_index(ents[i].slot)])
+            ents[i].format != KV_REC_CHUNK_FORMAT || claimed[kv_alloc_page_index(ents[i].slot)])
             rc = KV_ECORRUPT;
         else if (k == 0)
             memcpy(blob, hdr, pb);
@@ -569,24 +550,24 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
     }
     const uint8_t *q = NULL, *qe = NULL;
     if (rc == 0) {
-        q = blob + PF_HDR + PF_NODE;
-        qe = q + (size_t)L * PF_LIST;
+        q = blob + KV_REC_PFX_HDR_BYTES + KV_REC_PFX_NODE_BYTES;
+        qe = q + (size_t)L * KV_REC_PFX_LIST_BYTES;
     }
     uint32_t e = 0;
-    for (uint32_t li = 0; rc == 0 && li < L; li++, q += PF_LIST) {
-        const uint32_t m = kv_offload_get32(q), fmt = kv_offload_get32(q + 8);
+    for (uint32_t li = 0; rc == 0 && li < L; li++, q += KV_REC_PFX_LIST_BYTES) {
+        const uint32_t m = kv_le_get32(q), fmt = kv_le_get32(q + 8);
         uint64_t t = 0;
-        if (m > n_ents - e || kv_offload_get32(q + 4) != end - start ||
-            kv_offload_get32(q + 12) != 0) {
+        if (m > n_ents - e || kv_le_get32(q + 4) != end - start ||
+            kv_le_get32(q + 12) != 0) {
             rc = KV_ECORRUPT;
             break;
         }
         x->off[li] = e;
-        for (uint32_t j = 0; j < m && rc == 0; j++, e++, qe += PF_ENT) {
-            const uint32_t tok = kv_offload_get16(qe + 8), f = qe[10];
+        for (uint32_t j = 0; j < m && rc == 0; j++, e++, qe += KV_REC_PFX_ENT_BYTES) {
+            const uint32_t tok = kv_le_get16(qe + 8), f = qe[10];
             uint64_t i = kv_store_off_rec_find(ents, n, page_key(id, e), gen + e);
-            if (kv_offload_get64(qe) != gen + e || f != fmt || qe[11] != 0 ||
-                kv_offload_get32(qe + 12) != 0 || !kv_store_off_page_ok(s->pt, f, 0, tok) ||
+            if (kv_le_get64(qe) != gen + e || f != fmt || qe[11] != 0 ||
+                kv_le_get32(qe + 12) != 0 || !kv_store_off_page_ok(s->pt, f, 0, tok) ||
                 tok != kv_format_get(f)->tokens_per_page(kv_page_table_geom(s->pt)) ||
                 i == n || ents[i].format != f || ents[i].tokens != tok || ents[i].bytes != pb ||
                 claimed[kv_alloc_page_index(ents[i].slot)]) {
@@ -608,8 +589,8 @@ static int rec_parse(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t n, 
         x->start = start;
         x->end = end;
         x->on_file = 1;
-        memcpy(x->key.b, blob + PF_HDR, 32);
-        memcpy(out->parent.b, blob + PF_HDR + 32, 32);
+        memcpy(x->key.b, blob + KV_REC_PFX_HDR_BYTES, 32);
+        memcpy(out->parent.b, blob + KV_REC_PFX_HDR_BYTES + 32, 32);
         out->has_parent = hasp;
         c->id = id;
         c->n_rec = chunks;
@@ -657,7 +638,8 @@ int kv_pfx_file_restore(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t 
         i0--;
     uint64_t n_rec = 0;
     for (uint64_t i = i0; i < n; i++)
-        n_rec += (ents[i].key & (PF_REC | (PF_REC - 1))) == PF_REC;
+        n_rec += (ents[i].key & (KV_REC_PFX_KEY_REC | (KV_REC_PFX_KEY_REC - 1))) ==
+                 KV_REC_PFX_KEY_REC;
     if (!n_rec)
         return 0;
     const size_t cd_n = (size_t)n_rec * sizeof(pf_cand_t);
@@ -667,7 +649,7 @@ int kv_pfx_file_restore(kv_store_t *s, const kv_offload_entry_t *ents, uint64_t 
     int rc = 0;
     uint64_t got = 0;
     for (uint64_t i = i0; i < n && rc == 0; i++) {
-        if ((ents[i].key & (PF_REC | (PF_REC - 1))) != PF_REC)
+        if ((ents[i].key & (KV_REC_PFX_KEY_REC | (KV_REC_PFX_KEY_REC - 1))) != KV_REC_PFX_KEY_REC)
             continue;
         const uint32_t id = (uint32_t)(ents[i].key >> 24);
         if (id >= p->f_next_id)
@@ -753,7 +735,7 @@ int kv_pfx_file_check(const kv_store_t *s)
             if (kv_offload_info(f, c->slots[i], &fe) != 0 ||
                 fe.key != (page ? page_key(c->id, i) : rec_key(c->id, i - x->n_ents)) ||
                 fe.generation != c->gen + (page ? i : x->n_ents) ||
-                fe.format != (page ? x->ents[i].format : PF_FORMAT) ||
+                fe.format != (page ? x->ents[i].format : KV_REC_CHUNK_FORMAT) ||
                 (page && (fe.tokens != x->ents[i].n_tokens ||
                           (x->on_file && x->ents[i].id != c->slots[i]))))
                 PF_FAIL("node [%u, %u): slot %u of its copy", x->start, x->end, i);

@@ -24,10 +24,11 @@
  * node holding fresh pages. The first key that is missing, fails, or does
  * not fit ends the fetch: a miss from there on, never a wrong token.
  *
- * Record (little-endian): "KVPN", version 1, start, end, n_lists,
- * page_bytes (u32 each), parent key (32 bytes, 0 at start 0), n_ents per
- * list (u32 [n_lists]), per entry (format u8, flags u8 = 0, n_tokens u16),
- * then each entry's page, page_bytes each, in entry order.
+ * Record: the remote node record "KVPR" (util/kv_rec.h), then the pages.
+ * A value with another magic or version is refused like any bad value
+ * (counted in r_bad): so are values of the same layout under "KVPN", which
+ * kvpage wrote before the record had a magic of its own (a miss: the next
+ * publish of that node overwrites it).
  *
  * Deployment (kv_config_t.prefix_remote_ns, _mac, _mac_prev): the key
  * prefix goes to both clients as their namespace; the MAC keys are read
@@ -51,29 +52,18 @@
 #include "formats/kv_fmt_layout.h"
 #include "kv_store_prefix_int.h"
 #include "remote/kv_remote.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
-#define REC_MAGIC 0x4E50564Bu /* "KVPN" */
-#define REC_VERSION 1u
-#define REC_HEAD (24u + 32u)
 #define FETCH_KEYS 64u             /* keys per batch, at most            */
 #define FETCH_BYTES (32u << 20)    /* value buffers per batch, at most   */
 #define PUB_ITEMS 4096u
 #define PUB_BYTES (512ull << 20)
 
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16),
-    p[3] = (uint8_t)(v >> 24);
-}
-
 static size_t rec_meta(uint32_t n_lists, uint32_t n_ents)
 {
-    return REC_HEAD + 4u * (size_t)n_lists + 4u * (size_t)n_ents;
+    return KV_REC_REMOTE_HEAD_BYTES + 4u * (size_t)n_lists +
+           KV_REC_REMOTE_ENT_BYTES * (size_t)n_ents;
 }
 
 /* The namespace rule of remote/ (kv_remote_create checks it again). */
@@ -230,21 +220,23 @@ void kv_pfx_remote_put(kv_store_t *s, const kv_pfx_node_t *x)
         p->r_dropped++;
         return;
     }
-    wr32(m, REC_MAGIC), wr32(m + 4, REC_VERSION), wr32(m + 8, x->start);
-    wr32(m + 12, x->end), wr32(m + 16, L), wr32(m + 20, s->cfg.page_bytes);
+    kv_le_put32(m, KV_REC_REMOTE_MAGIC), kv_le_put32(m + 4, KV_REC_REMOTE_VERSION);
+    kv_le_put32(m + 8, x->start), kv_le_put32(m + 12, x->end);
+    kv_le_put32(m + 16, L), kv_le_put32(m + 20, s->cfg.page_bytes);
     memset(m + 24, 0, 32);
     if (x->parent)
         memcpy(m + 24, x->parent->key.b, 32);
     uint32_t fmts = 0;
     for (uint32_t li = 0; li < L; li++)
-        wr32(m + REC_HEAD + 4u * li, x->off[li + 1] - x->off[li]);
-    uint8_t *e = m + REC_HEAD + 4u * (size_t)L;
+        kv_le_put32(m + KV_REC_REMOTE_HEAD_BYTES + 4u * li, x->off[li + 1] - x->off[li]);
+    uint8_t *e = m + KV_REC_REMOTE_HEAD_BYTES + 4u * (size_t)L;
     v[0].iov_base = m;
     v[0].iov_len = meta;
     for (uint32_t i = 0; i < x->n_ents; i++) {
         const kv_page_ent_t *en = &x->ents[i];
-        e[4 * i] = en->format, e[4 * i + 1] = 0;
-        e[4 * i + 2] = (uint8_t)en->n_tokens, e[4 * i + 3] = (uint8_t)(en->n_tokens >> 8);
+        uint8_t *ei = e + KV_REC_REMOTE_ENT_BYTES * (size_t)i;
+        ei[0] = en->format, ei[1] = 0;
+        kv_le_put16(ei + 2, en->n_tokens);
         fmts |= 1u << en->format;
         v[i + 1].iov_base = kv_page_addr(s->pt, en->id);
         v[i + 1].iov_len = s->cfg.page_bytes;
@@ -275,10 +267,11 @@ static int page_ok(const kv_store_t *s, uint32_t fmt, const uint8_t *pg, uint32_
 {
     const uint32_t D = s->cfg.head_dim;
     if (fmt == KV_FMT_FP16)
-        return half_finite(pg, 2u * (size_t)tpp * D);
+        return half_finite(pg, (size_t)kv_fmt_fp16_bytes(D, tpp) / 2u);
     kv_fmt_int_layout_t l = kv_fmt_int_layout(D, kv_fmt_int_bits(fmt));
     for (uint32_t g = 0; g < tpp / KV_FMT_INT_GROUP; g++)
-        if (!half_finite(pg + (size_t)g * l.group_bytes + l.k_scale, 4u * D))
+        if (!half_finite(pg + (size_t)g * l.group_bytes + l.k_scale,
+                         (l.group_bytes - l.k_scale) / 2u)) /* the 4 parameter arrays */
             return 0;
     return 1;
 }
@@ -308,13 +301,16 @@ static int install(kv_store_t *s, const uint8_t *v, size_t len, uint32_t got, ui
     kv_pfx_t *p = s->pfx;
     const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads, PB = s->cfg.page_bytes;
     static const uint8_t zero[32];
-    if (len < REC_HEAD + 4u * (size_t)L || rd32(v) != REC_MAGIC || rd32(v + 4) != REC_VERSION ||
-        rd32(v + 8) != got || rd32(v + 12) != b || rd32(v + 16) != L || rd32(v + 20) != PB ||
+    const uint8_t *cnt = v + KV_REC_REMOTE_HEAD_BYTES; /* entries per list */
+    if (len < KV_REC_REMOTE_HEAD_BYTES + 4u * (size_t)L ||
+        kv_le_get32(v) != KV_REC_REMOTE_MAGIC || kv_le_get32(v + 4) != KV_REC_REMOTE_VERSION ||
+        kv_le_get32(v + 8) != got || kv_le_get32(v + 12) != b || kv_le_get32(v + 16) != L ||
+        kv_le_get32(v + 20) != PB ||
         memcmp(v + 24, last ? last->key.b : zero, 32))
         return 0;
     uint32_t n_ents = 0;
     for (uint32_t li = 0; li < L; li++) {
-        uint32_t m = rd32(v + REC_HEAD + 4u * li);
+        uint32_t m = kv_le_get32(cnt + 4u * li);
         if (m != (b - got) / tpp_of(s, targets[li]) || (b - got) % tpp_of(s, targets[li]))
             return 0;
         n_ents += m;
@@ -322,11 +318,12 @@ static int install(kv_store_t *s, const uint8_t *v, size_t len, uint32_t got, ui
     const size_t meta = rec_meta(L, n_ents);
     if (len != meta + (size_t)n_ents * PB)
         return 0;
-    const uint8_t *e = v + REC_HEAD + 4u * (size_t)L, *pages = v + meta;
+    const uint8_t *e = cnt + 4u * (size_t)L, *pages = v + meta;
     for (uint32_t li = 0, i = 0; li < L; li++)
-        for (uint32_t k = 0; k < rd32(v + REC_HEAD + 4u * li); k++, i++) {
-            uint32_t fmt = e[4 * i], nt = e[4 * i + 2] | (uint32_t)e[4 * i + 3] << 8;
-            if (fmt != targets[li] || e[4 * i + 1] || nt != tpp_of(s, fmt) ||
+        for (uint32_t k = 0; k < kv_le_get32(cnt + 4u * li); k++, i++) {
+            const uint8_t *ei = e + KV_REC_REMOTE_ENT_BYTES * (size_t)i;
+            uint32_t fmt = ei[0], nt = kv_le_get16(ei + 2);
+            if (fmt != targets[li] || ei[1] || nt != tpp_of(s, fmt) ||
                 !page_ok(s, fmt, pages + (size_t)i * PB, nt))
                 return 0;
         }
@@ -338,11 +335,12 @@ static int install(kv_store_t *s, const uint8_t *v, size_t len, uint32_t got, ui
     uint32_t i = 0;
     for (uint32_t li = 0; li < L; li++) {
         x->off[li] = i;
-        for (uint32_t k = 0; k < rd32(v + REC_HEAD + 4u * li); k++, i++) {
+        for (uint32_t k = 0; k < kv_le_get32(cnt + 4u * li); k++, i++) {
             kv_page_ent_t *en = &x->ents[i];
-            en->format = e[4 * i];
+            const uint8_t *ei = e + KV_REC_REMOTE_ENT_BYTES * (size_t)i;
+            en->format = ei[0];
             en->flags = 0;
-            en->n_tokens = (uint16_t)(e[4 * i + 2] | e[4 * i + 3] << 8);
+            en->n_tokens = (uint16_t)kv_le_get16(ei + 2);
             if (kv_page_ref_new(s->pt, en->format, &en->id)) { /* pool full: stop */
                 for (uint32_t j = 0; j < i; j++)
                     kv_page_ref_drop(s->pt, x->ents[j].id, x->ents[j].format);
@@ -368,7 +366,7 @@ void kv_pfx_remote_fetch(kv_store_t *s, const kv_prefix_hash_t *h, uint32_t nb,
                          uint32_t *got, kv_pfx_node_t **last)
 {
     kv_pfx_t *p = s->pfx;
-    const uint32_t B = s->cfg.page_bytes / (4u * s->cfg.head_dim);
+    const uint32_t B = kv_store_fp16_tpp(s);
     const uint32_t L = s->cfg.n_layers * s->cfg.n_kv_heads;
     kv_remote_get_t *it = kv_mem_calloc(FETCH_KEYS, sizeof *it);
     if (!it)

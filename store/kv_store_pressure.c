@@ -268,18 +268,6 @@ void kv_store_pressure_stats(const kv_store_t *s, kv_stats_t *out)
 
 /* ---- the pool ------------------------------------------------------------------ */
 
-static uint64_t pool_free(const kv_store_t *s)
-{
-    kv_alloc_stats_t as;
-    kv_alloc_stats(s->pool, &as);
-    return as.free;
-}
-
-static uint32_t fp16_tpp(const kv_store_t *s)
-{
-    return s->cfg.page_bytes / (4u * s->cfg.head_dim);
-}
-
 static uint32_t shared(const kv_store_t *s, const kv_page_ent_t *e)
 {
     return kv_alloc_refcount(s->pool, e->id) > 1;
@@ -288,7 +276,7 @@ static uint32_t shared(const kv_store_t *s, const kv_page_ent_t *e)
 uint64_t kv_store_press_append_need(const kv_store_t *s, kv_seq_id_t seq,
                                     uint32_t layer, uint32_t n)
 {
-    const uint32_t T = fp16_tpp(s);
+    const uint32_t T = kv_store_fp16_tpp(s);
     uint64_t need = 0;
     for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
         const kv_page_list_t *l = kv_page_list_get(s->pt, seq, layer, h);
@@ -308,7 +296,7 @@ uint64_t kv_store_press_append_need(const kv_store_t *s, kv_seq_id_t seq,
 uint64_t kv_store_press_layer_need(const kv_store_t *s, kv_seq_id_t seq,
                                    uint32_t layer)
 {
-    const uint32_t T = fp16_tpp(s);
+    const uint32_t T = kv_store_fp16_tpp(s);
     uint64_t need = 0;
     for (uint32_t h = 0; h < s->cfg.n_kv_heads; h++) {
         uint64_t n = kv_page_list_get(s->pt, seq, layer, h)->n_tokens;
@@ -382,7 +370,7 @@ static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
     uint64_t converted = 0;
     int set = 0;
     for (;;) {
-        uint64_t f = pool_free(s), before, after;
+        uint64_t f = kv_store_pool_free(s), before, after;
         uint32_t rmax, room, r2, m2;
         if (f >= target || conv_scan(s, seq, layer, fmt, tpp, &rmax, &room, &before) ||
             rmax < 16)
@@ -398,7 +386,7 @@ static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
             break;
         (void)conv_scan(s, seq, layer, fmt, tpp, &r2, &m2, &after);
         converted += before - after;
-        if (pool_free(s) <= f)
+        if (kv_store_pool_free(s) <= f)
             break; /* it took as much as it gave: no further */
     }
     if (set && converted == 0)
@@ -415,7 +403,7 @@ static void step_convert(kv_store_t *s, kv_seq_id_t seq, uint32_t layer,
 static void step_evict(kv_store_t *s, kv_seq_id_t seq, uint32_t layer)
 {
     kv_press_t *p = s->press;
-    const uint32_t T = fp16_tpp(s), n_keep = p->lad.sink + p->lad.recent;
+    const uint32_t T = kv_store_fp16_tpp(s), n_keep = p->lad.sink + p->lad.recent;
     const uint32_t n_dst = (n_keep + T - 1) / T;
     kv_pol_seq_t *ps = kv_pol_get(s, seq);
     uint32_t *keep = NULL;
@@ -432,7 +420,7 @@ static void step_evict(kv_store_t *s, kv_seq_id_t seq, uint32_t layer)
             reuse += mine && e < n_dst && en->format == KV_FMT_FP16 && start == e * T;
             start += en->n_tokens;
         }
-        if (excl <= n_dst || n_dst - reuse > pool_free(s))
+        if (excl <= n_dst || n_dst - reuse > kv_store_pool_free(s))
             continue; /* frees nothing, or its fresh pages are not there */
         if (!keep && !(keep = kv_mem_alloc((size_t)n_keep * sizeof *keep)))
             return;
@@ -456,7 +444,7 @@ static void step_offload(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
     pthread_mutex_lock(&o->lock);
     (void)kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1); /* older I/O first */
     const uint64_t out0 = o->pages_out;
-    uint64_t f = pool_free(s), pending = 0, after = 0, tick;
+    uint64_t f = kv_store_pool_free(s), pending = 0, after = 0, tick;
     kv_seq_id_t seq;
     while (f < target && kv_store_lru_next(s, after, &seq, &tick) == 0) {
         after = tick;
@@ -467,7 +455,7 @@ static void step_offload(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
         if (f + pending >= target) {
             (void)kv_store_off_settle(s, KV_STORE_OFF_ALL, 1, 1);
             pending = 0;
-            f = pool_free(s); /* short if writes failed: go on */
+            f = kv_store_pool_free(s); /* short if writes failed: go on */
         }
     }
     if (pending)
@@ -506,11 +494,11 @@ static uint32_t layer_at(const kv_store_t *s, kv_seq_id_t seq, uint64_t *keys,
 static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
 {
     kv_press_t *p = s->press;
-    const uint64_t c0 = pool_free(s);
+    const uint64_t c0 = kv_store_pool_free(s);
     if (c0 >= target)
         return 0;
     const uint64_t cached = kv_store_prefix_evict(s, target);
-    const uint64_t f0 = pool_free(s);
+    const uint64_t f0 = kv_store_pool_free(s);
     uint64_t f = f0;
     if (f >= target || p->lad.n_steps == 0)
         return cached + (f > f0 ? f - f0 : 0);
@@ -523,7 +511,7 @@ static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
         kv_seq_id_t seq;
         if (step == PRESS_OFFLOAD) {
             step_offload(s, hot, target);
-            f = pool_free(s);
+            f = kv_store_pool_free(s);
             continue;
         }
         while (f < target && kv_store_lru_next(s, after, &seq, &tick) == 0) {
@@ -539,7 +527,7 @@ static uint64_t relieve(kv_store_t *s, kv_seq_id_t hot, uint64_t target)
                     step_evict(s, seq, layer);
                 else
                     step_convert(s, seq, layer, step_format[step], target);
-                f = pool_free(s);
+                f = kv_store_pool_free(s);
             }
         }
     }
@@ -560,7 +548,7 @@ static void top_up(kv_store_t *s, kv_seq_id_t hot)
         p->skip--;
         return;
     }
-    if (pool_free(s) >= p->reserve)
+    if (kv_store_pool_free(s) >= p->reserve)
         return;
     if (relieve(s, hot, p->reserve)) {
         p->backoff = 0;

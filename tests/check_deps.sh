@@ -32,7 +32,7 @@ prefix: include util alloc
 remote: include util alloc
 store: include util alloc formats kernels pages offload prefix remote
 model: include
-tools: include model
+tools: include util model
 python: include
 "
 MODULES=$(echo "$RULES" | sed -n 's/^\([a-z/]*\):.*/\1/p' | tr '\n' ' ')

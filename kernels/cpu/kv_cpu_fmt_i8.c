@@ -256,7 +256,7 @@ I8_BODY void i8_score(uint32_t bits, const void *page, const kv_page_geom_t *g,
         const uint32_t hi = t0 + n - g0 < I8_G ? t0 + n - g0 : I8_G;
         const uint8_t *blk = (const uint8_t *)page + (size_t)grp * l.group_bytes;
         const uint16_t *h = (const uint16_t *)(const void *)(blk + l.k_scale);
-        for (uint32_t c = 0; c < 2 * d; c += 16) /* K scale then K min */
+        for (uint32_t c = 0; c < (l.v_scale - l.k_scale) / 2u; c += 16) /* K scale, K min */
             _mm512_store_ps(par + c, i8_h16(h + c));
         const uint32_t *codes = (const uint32_t *)(const void *)(blk + l.k_codes);
         for (uint32_t r0 = 0; r0 < n_rows; r0 += I8_ROWS) {

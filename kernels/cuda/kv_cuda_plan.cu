@@ -34,7 +34,7 @@ int kv_cuda_page_bytes_ok(uint32_t page_bytes, uint32_t d)
 {
     if (page_bytes == 0 || page_bytes % 64u != 0 ||
         page_bytes > KV_CUDA_MAX_PAGE_BYTES || d == 0 ||
-        page_bytes / (4u * d) == 0)
+        kv_fmt_fp16_tpp(d, page_bytes) == 0)
         return KV_ENOTSUP;
     return 0;
 }

@@ -45,7 +45,7 @@ static kv_offload_config_t cfg(uint32_t ioq, uint32_t flags)
 static kv_offload_sb_t sb_of(const char *path)
 {
     kv_offload_sb_t sb = {0};
-    uint8_t b[KV_OFFLOAD_SB_BYTES];
+    uint8_t b[KV_REC_PF_SB_BYTES];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     CHECK(fd >= 0);
     CHECK(fd >= 0 && pread(fd, b, sizeof b, 0) == (ssize_t)sizeof b);

@@ -134,7 +134,7 @@ static void roundtrip(const kvt_dir_t *dir, uint32_t ioq, uint32_t page_bytes,
     kv_offload_stats(f, &st);
     CHECK(!strcmp(st.ioq, kvt_ioq_name(ioq)));
     CHECK_EQ(st.page_bytes, page_bytes);
-    CHECK(st.slot_bytes >= page_bytes + KV_OFFLOAD_HDR_BYTES && st.slot_bytes % st.align == 0);
+    CHECK(st.slot_bytes >= page_bytes + KV_REC_PF_SLOT_BYTES && st.slot_bytes % st.align == 0);
     if (flags & KV_OFFLOAD_BUFFERED)
         CHECK_EQ(st.direct, 0);
     else if (!st.direct)

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "offload/kv_offload_disk.h"
+#include "util/kv_le.h"
 #include "test_offload_util.h"
 
 enum { PB = 256, CAP = 16 };
@@ -40,14 +41,14 @@ static uint64_t idx_set_serial(const char *path, int set, uint64_t v)
 {
     char p[4096 + 8];
     snprintf(p, sizeof p, "%s.idx", path);
-    static uint8_t buf[KV_OFFLOAD_IDX_HDR_BYTES + CAP * KV_OFFLOAD_IDX_ENT_BYTES];
+    static uint8_t buf[KV_REC_PF_IDX_HDR_BYTES + CAP * KV_REC_PF_IDX_ENT_BYTES];
     int fd = open(p, O_RDWR | O_CLOEXEC);
     CHECK(fd >= 0);
     ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf, 0) : -1;
-    CHECK(n >= (ssize_t)KV_OFFLOAD_IDX_HDR_BYTES);
-    uint64_t old = n >= 40 ? kv_offload_get64(buf + 32) : 0;
-    if (set && n >= (ssize_t)KV_OFFLOAD_IDX_HDR_BYTES) {
-        kv_offload_put64(buf + 32, v);
+    CHECK(n >= (ssize_t)KV_REC_PF_IDX_HDR_BYTES);
+    uint64_t old = n >= 40 ? kv_le_get64(buf + 32) : 0;
+    if (set && n >= (ssize_t)KV_REC_PF_IDX_HDR_BYTES) {
+        kv_le_put64(buf + 32, v);
         kv_offload_idx_seal(buf, (size_t)n);
         CHECK(pwrite(fd, buf, (size_t)n, 0) == n);
     }

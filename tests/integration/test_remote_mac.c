@@ -215,7 +215,7 @@ static void test_client(const kv_tredis_t *t)
     CHECK_EQ(len, 4000);
     CHECK(memcmp(g_out, g_pay, 4000) == 0);
     redisReply *v = raw_get(t, "cm", &k);
-    CHECK(v && v->type == REDIS_REPLY_STRING && v->len == 4000 + KV_REMOTE_HDR_SIGNED_BYTES);
+    CHECK(v && v->type == REDIS_REPLY_STRING && v->len == 4000 + KV_REC_FRAME_SIGNED_BYTES);
     CHECK(v && v->str[4] == 2); /* layout version 2 */
     freeReplyObject(v);
     /* readers without the key / with another key refuse it; the previous key reads it */
@@ -236,7 +236,7 @@ static void test_client(const kv_tredis_t *t)
     CHECK_EQ(kv_tr_stats(r21).unauth, 1);
     /* every header byte and sampled payload bytes flipped in the server */
     int refused = 0, unauth = 0;
-    for (size_t off = 0; off < KV_REMOTE_HDR_SIGNED_BYTES + 4000; off += off < 96 ? 1 : 397) {
+    for (size_t off = 0; off < KV_REC_FRAME_SIGNED_BYTES + 4000; off += off < 96 ? 1 : 397) {
         CHECK_OK(set1(w1, &k, 4000));
         flip(t, "cm", &k, off);
         kv_remote_stats_t a = kv_tr_stats(w1);
@@ -500,8 +500,8 @@ static void test_store(const kv_tredis_t *t)
     /* one byte of two values changed in the server (one of them is not the
      * last node, which the n - 1 cap never fetches): the match stops before
      * the first, every matched token right */
-    tamper(t, "depA:*", 3, KV_REMOTE_HDR_SIGNED_BYTES + 700);
-    tamper(t, "depA:*", 4, KV_REMOTE_HDR_SIGNED_BYTES + 700);
+    tamper(t, "depA:*", 3, KV_REC_FRAME_SIGNED_BYTES + 700);
+    tamper(t, "depA:*", 4, KV_REC_FRAME_SIGNED_BYTES + 700);
     uint32_t m = fetch(t->url, "depA", g_k1, NULL, p, &st);
     CHECK(m < 112 && m % 16 == 0);
     CHECK_EQ(st.prefix_remote_hits, m / 16);
@@ -510,7 +510,7 @@ static void test_store(const kv_tredis_t *t)
     printf("two values tampered: %u of 112 tokens matched, %llu values refused\n", m,
            (unsigned long long)st.prefix_remote_bad);
     for (size_t i = 0; i < 8; i++)
-        tamper(t, "depA:*", i, KV_REMOTE_HDR_SIGNED_BYTES + 100 + i);
+        tamper(t, "depA:*", i, KV_REC_FRAME_SIGNED_BYTES + 100 + i);
     CHECK_EQ(fetch(t->url, "depA", g_k1, NULL, p, &st), 0);
     CHECK_EQ(st.prefix_remote_unauth, 7);
     publish(a, p); /* (a's host tier has the nodes: publishes nothing new) */

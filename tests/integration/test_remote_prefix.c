@@ -15,6 +15,9 @@
  *     frame rebuilt around the changed payload): a new store matches only
  *     the nodes before it, the bad one counted (prefix_remote_bad), no
  *     wrong token; garbage bytes under every key: nothing matched, counted;
+ *   - old magic: values whose node record carries "KVPN" (the remote
+ *     record's magic before "KVPR") are refused, a miss counted in
+ *     prefix_remote_bad; the same values with "KVPR" are taken;
  *   - the server stopped (SIGSTOP): a match returns within the timeout
  *     (200 ms, checked < 2 s) as a miss, counted (prefix_remote_errors);
  *     SIGCONT: served again;
@@ -35,6 +38,8 @@
 #include "kv_test_prefix.h"
 #include "kv_test_redis.h"
 #include "remote/kv_remote.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
 #define NL 2
 #define NKV 2
@@ -128,41 +133,116 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Rewrite every kvp:* value: `how` 0 = an Inf in the payload's first page,
- * frame rebuilt (passes the crc); 1 = garbage. Returns keys rewritten. */
-static int corrupt_all(const kv_tredis_t *t, int how)
+/* Call fn on a copy of every kvp:* value longer than min bytes and SET the
+ * copy where fn returns 1. Returns values rewritten. */
+typedef int (*rewrite_fn)(uint8_t *v, size_t n, void *arg);
+static int rewrite_all(const kv_tredis_t *t, size_t min, rewrite_fn fn, void *arg)
 {
     redisReply *keys = kv_tredis_cmd(t, 0, "KEYS kvp:*");
     int n = 0;
     for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         redisReply *v = kv_tredis_cmd(t, 0, "GET %s", k);
-        if (v && v->type == REDIS_REPLY_STRING && v->len > KV_REMOTE_HDR_BYTES + 200) {
+        if (v && v->type == REDIS_REPLY_STRING && v->len > min) {
             uint8_t *buf = malloc(v->len);
             memcpy(buf, v->str, v->len);
-            if (how == 0) {
-                uint8_t *pay = buf + KV_REMOTE_HDR_BYTES;
-                size_t plen = v->len - KV_REMOTE_HDR_BYTES;
-                size_t meta = plen - (size_t)NL * NKV * 64 * HD; /* one page per list */
-                pay[meta + 1] = 0x7C, pay[meta] = 0; /* +Inf as the first K value */
-                kv_remote_key_t key;
-                memcpy(key.hash, buf + 24, 32);
-                uint32_t fmt;
-                memcpy(&fmt, buf + 8, 4);
-                struct iovec iov = {pay, plen};
-                CHECK_OK(kv_remote_frame_header("kvp", &key, fmt, &iov, 1, plen, buf));
-            } else {
-                memset(buf + 10, 0xA5, 40);
+            if (fn(buf, v->len, arg)) {
+                redisReply *r = kv_tredis_cmd(t, 0, "SET %s %b", k, buf, (size_t)v->len);
+                n += r && r->type == REDIS_REPLY_STATUS;
+                freeReplyObject(r);
             }
-            redisReply *r = kv_tredis_cmd(t, 0, "SET %s %b", k, buf, (size_t)v->len);
-            n += r && r->type == REDIS_REPLY_STATUS;
-            freeReplyObject(r);
             free(buf);
         }
         freeReplyObject(v);
     }
     freeReplyObject(keys);
     return n;
+}
+
+/* Rebuild the (unsigned) frame of value v around its payload of plen bytes. */
+static void reframe(uint8_t *v, size_t plen)
+{
+    kv_remote_key_t key;
+    memcpy(key.hash, v + 24, 32);
+    struct iovec iov = {v + KV_REC_FRAME_BYTES, plen};
+    CHECK_OK(kv_remote_frame_header("kvp", &key, kv_le_get32(v + 8), &iov, 1, plen, v));
+}
+
+/* *(int *)how 0: an Inf in the payload's first page, frame rebuilt (passes
+ * the crc); 1: garbage. */
+static int spoil(uint8_t *v, size_t n, void *how)
+{
+    if (*(const int *)how == 0) {
+        uint8_t *pay = v + KV_REC_FRAME_BYTES;
+        size_t plen = n - KV_REC_FRAME_BYTES;
+        size_t meta = plen - (size_t)NL * NKV * 64 * HD; /* one page per list */
+        pay[meta + 1] = 0x7C, pay[meta] = 0; /* +Inf as the first K value */
+        reframe(v, plen);
+    } else {
+        memset(v + 10, 0xA5, 40);
+    }
+    return 1;
+}
+
+/* Rewrite every kvp:* value as spoil(how). Returns keys rewritten. */
+static int corrupt_all(const kv_tredis_t *t, int how)
+{
+    return rewrite_all(t, KV_REC_FRAME_BYTES + 200, spoil, &how);
+}
+
+/* Value v's node record magic ft[0] -> ft[1] (frame rebuilt); 0 (left
+ * alone) for a value that is not well framed or has another magic. */
+static int swap_magic(uint8_t *v, size_t n, void *ft_)
+{
+    const uint32_t *ft = ft_;
+    const uint8_t *pay = NULL;
+    size_t plen = 0;
+    uint32_t fmt = 0;
+    kv_remote_key_t key;
+    memcpy(key.hash, v + 24, 32);
+    if (kv_remote_frame_check("kvp", &key, v, n, &pay, &plen, &fmt) || kv_le_get32(pay) != ft[0])
+        return 0;
+    CHECK(ft[0] != KV_REC_REMOTE_MAGIC || memcmp(pay, "KVPR", 4) == 0); /* the bytes */
+    kv_le_put32(v + KV_REC_FRAME_BYTES, ft[1]);
+    reframe(v, plen);
+    return 1;
+}
+
+/* Rewrite the node record's magic from `from` to `to` in every well-framed
+ * kvp:* value whose record carries `from`. Returns values rewritten. */
+static int remagic(const kv_tredis_t *t, uint32_t from, uint32_t to)
+{
+    uint32_t ft[2] = {from, to};
+    return rewrite_all(t, KV_REC_FRAME_BYTES + 4, swap_magic, ft);
+}
+
+/* Values of the node record's layout under "KVPN", the magic kvpage wrote
+ * before the remote record had its own ("KVPR"), are refused: a miss,
+ * counted bad. The same values given back their "KVPR" magic are taken
+ * (so the refusal is the magic's alone). */
+static void test_old_magic(const kv_tredis_t *t, const int32_t *p)
+{
+    const uint32_t old = KV_REC_MAGIC('K', 'V', 'P', 'N');
+    kv_store_t *b = share(t->url, p, "old");
+    kv_store_destroy(b);
+    CHECK_EQ(remagic(t, KV_REC_REMOTE_MAGIC, old), 8);
+    for (int pass = 0; pass < 2; pass++) {
+        b = mk(t->url, 1000);
+        kv_seq_id_t s;
+        uint32_t m = 99;
+        CHECK_OK(kv_seq_create(b, &s));
+        CHECK_OK(kv_seq_prefix_match(b, s, p, NTOK, "old", 3, &m));
+        kv_stats_t st = kvt_pfx_stats(b);
+        CHECK_EQ(m, pass ? 112 : 0);
+        CHECK(pass ? holds(b, s, p, 112) : 1);
+        CHECK_EQ(st.prefix_remote_bad, pass ? 0 : 1); /* the first node: refused */
+        CHECK_EQ(st.prefix_remote_hits, pass ? 7 : 0);
+        CHECK_EQ(st.prefix_nodes, pass ? 7 : 0);
+        CHECK_OK(kv_store_check(b));
+        kv_store_destroy(b);
+        if (!pass)
+            CHECK_EQ(remagic(t, old, KV_REC_REMOTE_MAGIC), 8);
+    }
 }
 
 int main(void)
@@ -199,6 +279,7 @@ int main(void)
     CHECK_EQ(kvt_pfx_stats(b).prefix_remote_bad, 1 + 7); /* the frame's crc, every key of the batch */
     CHECK_OK(kv_store_check(b));
     kv_store_destroy(b);
+    test_old_magic(&t, p);
     /* H2O (statistics snapshots, kv_store_prefix_acc.c): nodes with a
      * snapshot are not sent (a fetched node would have none), and a match
      * under H2O asks nothing of the remote */

@@ -23,6 +23,7 @@
 #include "kv_test_redis.h"
 #include "kv_test_remote.h"
 #include "util/kv_crc32c.h"
+#include "util/kv_le.h"
 
 static kv_tredis_t srv;
 
@@ -135,11 +136,6 @@ static void raw_put(const char *ns, uint64_t id, const void *value, size_t n)
         freeReplyObject(rep);
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4); /* the test runs on little-endian hosts */
-}
-
 /* A framed value of blob id (n payload bytes) into v; returns its length. */
 static size_t frame(const char *ns, uint64_t id, uint64_t key_id, size_t n, uint8_t *v)
 {
@@ -152,7 +148,7 @@ static size_t frame(const char *ns, uint64_t id, uint64_t key_id, size_t n, uint
 
 static void recrc(uint8_t *v, size_t n)
 {
-    put32(v + 60, kv_crc32c(kv_crc32c(0, v, 60), v + 64, n - 64));
+    kv_le_put32(v + 60, kv_crc32c(kv_crc32c(0, v, 60), v + 64, n - 64));
 }
 
 static void test_corrupt(void)
@@ -180,11 +176,11 @@ static void test_corrupt(void)
     raw_put("cx", ++id, v, n), cases++;
     n = frame("cx", id + 1, id + 1, N, v), v[6] = 32, recrc(v, n);  /* header size  */
     raw_put("cx", ++id, v, n), cases++;
-    n = frame("cx", id + 1, id + 1, N, v), put32(v + 16, N - 1), recrc(v, n); /* length */
+    n = frame("cx", id + 1, id + 1, N, v), kv_le_put32(v + 16, N - 1), recrc(v, n); /* length */
     raw_put("cx", ++id, v, n), cases++;
-    n = frame("cx", id + 1, id + 1, N, v), put32(v + 20, 1), recrc(v, n); /* length hi */
+    n = frame("cx", id + 1, id + 1, N, v), kv_le_put32(v + 20, 1), recrc(v, n); /* length hi */
     raw_put("cx", ++id, v, n), cases++;
-    n = frame("cx", id + 1, id + 1, N, v), put32(v + 56, 1), recrc(v, n); /* reserved */
+    n = frame("cx", id + 1, id + 1, N, v), kv_le_put32(v + 56, 1), recrc(v, n); /* reserved */
     raw_put("cx", ++id, v, n), cases++;
     n = frame("cx", id + 1, id + 1, N, v), v[60] ^= 1;              /* crc          */
     raw_put("cx", ++id, v, n), cases++;

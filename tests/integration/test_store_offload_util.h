@@ -140,7 +140,7 @@ static inline off_t kvs_slot_off(kv_store_t *st, kv_offload_slot_t slot, uint32_
     kv_offload_stats_t fs;
     kv_offload_stats(kv_store_off_file(st), &fs);
     return (off_t)(fs.data_off + (uint64_t)kv_alloc_page_index(slot) * fs.slot_bytes +
-                   KV_OFFLOAD_HDR_BYTES + at);
+                   KV_REC_PF_SLOT_BYTES + at);
 }
 
 /* Flip bit 4 of the byte at off of file p, on disk (fsync'd). */

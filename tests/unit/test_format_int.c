@@ -37,6 +37,7 @@
 #include "formats/kv_fmt_codec.h"
 #include "formats/kv_fmt_fp16.h"
 #include "formats/kv_fmt_int.h"
+#include "util/kv_le.h"
 
 static const kv_format_traits_t *fmt_of(uint32_t bits)
 {
@@ -51,12 +52,6 @@ static uint32_t tpp_of(uint32_t bits, uint32_t d, uint32_t page_bytes)
 
 /* ---- a scalar decoder written from the layout spec in kv_fmt_int.h -------- */
 
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t w;
-    memcpy(&w, p, 4);
-    return w;
-}
 static float rdh(const uint8_t *p)
 {
     kv_half_t h;
@@ -75,7 +70,7 @@ static ref_q_t ref_k(const uint8_t *page, uint32_t d, uint32_t b, uint32_t t,
 {
     uint32_t gb = 2 * d * (2 * b + 4), per = 32 / b, tt = t % 16;
     const uint8_t *blk = page + (size_t)(t / 16) * gb;
-    uint32_t w = rd32(blk + 4 * ((tt / per) * d + c));
+    uint32_t w = kv_le_get32(blk + 4 * ((tt / per) * d + c));
     ref_q_t r;
     r.q = (w >> (b * (tt % per))) & ((1u << b) - 1);
     r.s = rdh(blk + 4 * b * d + 2 * c);
@@ -90,7 +85,7 @@ static ref_q_t ref_v(const uint8_t *page, uint32_t d, uint32_t b, uint32_t t,
     uint32_t gb = 2 * d * (2 * b + 4), per = 32 / b, tt = t % 16;
     uint32_t ng = d / 16, nw = b / 2, cg = c / 16, j = c % 16;
     const uint8_t *blk = page + (size_t)(t / 16) * gb;
-    uint32_t w = rd32(blk + 2 * b * d + 4 * ((tt * ng + cg) * nw + j / per));
+    uint32_t w = kv_le_get32(blk + 2 * b * d + 4 * ((tt * ng + cg) * nw + j / per));
     ref_q_t r;
     r.q = (w >> (b * (j % per))) & ((1u << b) - 1);
     r.s = rdh(blk + 4 * b * d + 4 * d + 2 * (tt * ng + cg));
@@ -260,15 +255,15 @@ static void test_packing(uint32_t b, uint32_t d)
      * does V token 0, group 0 for its channels j = 0..15 */
     const uint8_t *kc = page + l.k_codes, *vc = page + l.v_codes;
     if (b == 2) {
-        CHECK_EQ(rd32(kc), 0xE4E4E4E4u);
-        CHECK_EQ(rd32(vc), 0xE4E4E4E4u);
-        CHECK_EQ(rd32(kc + 4), 0x39393939u); /* channel 1: (t+1) % 4 */
+        CHECK_EQ(kv_le_get32(kc), 0xE4E4E4E4u);
+        CHECK_EQ(kv_le_get32(vc), 0xE4E4E4E4u);
+        CHECK_EQ(kv_le_get32(kc + 4), 0x39393939u); /* channel 1: (t+1) % 4 */
     } else {
-        CHECK_EQ(rd32(kc), 0x76543210u);     /* plane 0, channel 0 */
-        CHECK_EQ(rd32(kc + 4 * d), 0xFEDCBA98u); /* plane 1, channel 0 */
-        CHECK_EQ(rd32(vc), 0x76543210u);
-        CHECK_EQ(rd32(vc + 4), 0xFEDCBA98u);
-        CHECK_EQ(rd32(kc + 4), 0x87654321u); /* channel 1: (t+1) % 16 */
+        CHECK_EQ(kv_le_get32(kc), 0x76543210u);     /* plane 0, channel 0 */
+        CHECK_EQ(kv_le_get32(kc + 4 * d), 0xFEDCBA98u); /* plane 1, channel 0 */
+        CHECK_EQ(kv_le_get32(vc), 0x76543210u);
+        CHECK_EQ(kv_le_get32(vc + 4), 0xFEDCBA98u);
+        CHECK_EQ(kv_le_get32(kc + 4), 0x87654321u); /* channel 1: (t+1) % 16 */
     }
     /* every word, built here from the spec */
     long bad = 0;
@@ -277,7 +272,7 @@ static void test_packing(uint32_t b, uint32_t d)
             uint32_t want = 0;
             for (uint32_t i = 0; i < per; i++)
                 want |= ((w * per + i + c) % (lv + 1)) << (b * i);
-            if (rd32(kc + 4 * (w * d + c)) != want)
+            if (kv_le_get32(kc + 4 * (w * d + c)) != want)
                 bad++;
         }
     for (uint32_t t = 0; t < 16; t++)
@@ -286,7 +281,7 @@ static void test_packing(uint32_t b, uint32_t d)
                 uint32_t want = 0;
                 for (uint32_t i = 0; i < per; i++)
                     want |= ((t + 16 * cg + w * per + i) % (lv + 1)) << (b * i);
-                if (rd32(vc + 4 * ((t * ng + cg) * nw + w)) != want)
+                if (kv_le_get32(vc + 4 * ((t * ng + cg) * nw + w)) != want)
                     bad++;
             }
     /* scale 1.0 (0x3C00) and min 0 everywhere */

@@ -17,13 +17,13 @@ static void test_superblock(void)
     kv_offload_sb_t sb = {.page_bytes = 4096, .slot_bytes = 4608, .capacity = 1000,
                           .align = 512, .data_off = 4096, .file_id = 0x1234567890ABCDEFull,
                           .owner = 0xFEDCBA0987654321ull};
-    uint8_t b[KV_OFFLOAD_SB_BYTES];
+    uint8_t b[KV_REC_PF_SB_BYTES];
     kv_offload_sb_encode(&sb, b);
     kv_offload_sb_t d;
     CHECK_OK(kv_offload_sb_decode(b, &d));
     CHECK(memcmp(&d, &sb, sizeof sb) == 0);
     long missed = 0;
-    for (int bit = 0; bit < (int)KV_OFFLOAD_SB_BYTES * 8; bit++) {
+    for (int bit = 0; bit < (int)KV_REC_PF_SB_BYTES * 8; bit++) {
         b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         if (kv_offload_sb_decode(b, &d) != KV_ECORRUPT)
             missed++;

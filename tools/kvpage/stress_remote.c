@@ -22,9 +22,9 @@
 #include "kvpage/kvpage.h"
 #include "stress_gen.h"
 #include "stress_remote.h"
+#include "util/kv_le.h"
+#include "util/kv_rec.h"
 
-#define RED_HDR 64u        /* value frame header (docs/prefix.md)            */
-#define RED_REC_HEAD 56u   /* record head in the payload: magic .. parent    */
 
 static const char *const red_kinds[STRESS_BAD_COUNT] = {
     "garbage", "truncated", "header_bit", "payload_bit", "bad_crc",
@@ -48,21 +48,10 @@ static uint32_t red_crc32c(uint32_t crc, const uint8_t *p, size_t n)
     return ~crc;
 }
 
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The frame's crc of value v (len >= RED_HDR): header bytes 0..59, payload. */
+/* The frame's crc of value v (len >= KV_REC_FRAME_BYTES): header bytes 0..59, payload. */
 static uint32_t red_frame_crc(const uint8_t *v, size_t len)
 {
-    return red_crc32c(red_crc32c(0, v, 60), v + RED_HDR, len - RED_HDR);
+    return red_crc32c(red_crc32c(0, v, 60), v + KV_REC_FRAME_BYTES, len - KV_REC_FRAME_BYTES);
 }
 
 static void red_close(stress_redis_t *r)
@@ -275,11 +264,11 @@ static int red_random_key(stress_redis_t *r, const char *ns, char *key, size_t c
     return -1;
 }
 
-/* Key's value (a string of at least RED_HDR bytes) into *v; 0 or -1. */
+/* Key's value (a string of at least KV_REC_FRAME_BYTES bytes) into *v; 0 or -1. */
 static int red_get(stress_redis_t *r, const char *key, uint8_t **v, size_t *len)
 {
     redisReply *rep = red_cmd(r, "GET %s", key);
-    int ok = rep && rep->type == REDIS_REPLY_STRING && rep->len >= RED_HDR &&
+    int ok = rep && rep->type == REDIS_REPLY_STRING && rep->len >= KV_REC_FRAME_BYTES &&
              (*v = malloc(rep->len)) != NULL;
     if (ok) {
         memcpy(*v, rep->str, rep->len);
@@ -294,19 +283,19 @@ static int red_get(stress_redis_t *r, const char *key, uint8_t **v, size_t *len)
  * 0 when the record does not parse. */
 static size_t red_first_page(const uint8_t *p, size_t len, uint8_t *fmt0)
 {
-    if (len < RED_REC_HEAD || memcmp(p, "KVPN", 4))
+    if (len < KV_REC_REMOTE_HEAD_BYTES || kv_le_get32(p) != KV_REC_REMOTE_MAGIC)
         return 0;
-    const uint32_t n_lists = rd32(p + 16);
-    size_t off = RED_REC_HEAD, ents = 0;
+    const uint32_t n_lists = kv_le_get32(p + 16);
+    size_t off = KV_REC_REMOTE_HEAD_BYTES, ents = 0;
     if (n_lists == 0 || n_lists > 1u << 16 || off + 4ull * n_lists > len)
         return 0;
     for (uint32_t i = 0; i < n_lists; i++)
-        ents += rd32(p + off + 4u * i);
+        ents += kv_le_get32(p + off + 4u * i);
     off += 4u * n_lists;
-    if (ents == 0 || off + 4 * ents >= len)
+    if (ents == 0 || off + KV_REC_REMOTE_ENT_BYTES * ents >= len)
         return 0;
     *fmt0 = p[off];
-    return off + 4 * ents;
+    return off + KV_REC_REMOTE_ENT_BYTES * ents;
 }
 
 /* Value v (len bytes, a frame) made corrupt as kind k. Returns the new
@@ -315,8 +304,9 @@ static size_t red_first_page(const uint8_t *p, size_t len, uint8_t *fmt0)
 static size_t red_spoil(stress_redis_t *r, int k, uint8_t *v, size_t len, const uint8_t *other,
                         size_t other_len)
 {
-    uint8_t *pay = len >= RED_HDR ? v + RED_HDR : v; /* (kind 0 only when shorter) */
-    const size_t plen = len >= RED_HDR ? len - RED_HDR : 0;
+    const size_t hb = KV_REC_FRAME_BYTES; /* an unsigned value's header */
+    uint8_t *pay = len >= hb ? v + hb : v; /* (kind 0 only when shorter) */
+    const size_t plen = len >= hb ? len - hb : 0;
     uint8_t fmt0 = 0xFF;
     size_t page;
     switch (k) {
@@ -327,7 +317,7 @@ static size_t red_spoil(stress_redis_t *r, int k, uint8_t *v, size_t len, const 
     case 1: /* truncated */
         return stress_rng_below(&r->rng, (uint32_t)(len < UINT32_MAX ? len : UINT32_MAX));
     case 2: /* a header bit */
-        v[stress_rng_below(&r->rng, RED_HDR)] ^= (uint8_t)(1u << stress_rng_below(&r->rng, 8));
+        v[stress_rng_below(&r->rng, hb)] ^= (uint8_t)(1u << stress_rng_below(&r->rng, 8));
         return len;
     case 3: /* a payload bit */
         if (!plen)
@@ -335,7 +325,7 @@ static size_t red_spoil(stress_redis_t *r, int k, uint8_t *v, size_t len, const 
         pay[stress_rng_next(&r->rng) % plen] ^= (uint8_t)(1u << stress_rng_below(&r->rng, 8));
         return len;
     case 4: /* crc changed, the rest well framed */
-        wr32(v + 60, rd32(v + 60) ^ (1u + stress_rng_below(&r->rng, 0xFFFF)));
+        kv_le_put32(v + 60, kv_le_get32(v + 60) ^ (1u + stress_rng_below(&r->rng, 0xFFFF)));
         return len;
     case 5: /* another key's value: its own crc, the wrong echoed hash */
         if (!other || memcmp(other + 24, v + 24, 32) == 0)
@@ -346,13 +336,13 @@ static size_t red_spoil(stress_redis_t *r, int k, uint8_t *v, size_t len, const 
         if (r->crc_ok != 1 || !(page = red_first_page(pay, plen, &fmt0)))
             return SIZE_MAX;
         if (k == 6) {
-            wr32(pay + 8, rd32(pay + 8) + 16u * (1 + stress_rng_below(&r->rng, 4)));
+            kv_le_put32(pay + 8, kv_le_get32(pay + 8) + 16u * (1 + stress_rng_below(&r->rng, 4)));
         } else {
             if (fmt0 != KV_FMT_FP16 || page + 2 > plen)
                 return SIZE_MAX;
             pay[page] = 0x00, pay[page + 1] = 0x7C; /* binary16 +Inf */
         }
-        wr32(v + 60, red_frame_crc(v, len));
+        kv_le_put32(v + 60, red_frame_crc(v, len));
         return len;
     case 8: /* empty */
         return 0;
@@ -381,7 +371,7 @@ uint32_t stress_redis_corrupt(stress_redis_t *r, const char *ns, uint32_t n)
                 return done;
             k = 0;
         } else if (r->crc_ok < 0) {
-            r->crc_ok = red_frame_crc(v, len) == rd32(v + 60);
+            r->crc_ok = red_frame_crc(v, len) == kv_le_get32(v + 60);
         }
         size_t nlen = SIZE_MAX;
         redisReply *rep = NULL;
