@@ -89,14 +89,19 @@ class KvpageLayer(CacheLayerMixin):
         _active.pending = (self._cache, self.layer_idx, key_states)
         return key_states, value_states
 
-    def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
-        return self.seen + query_length, 0
+    def get_mask_sizes(self, query_length: Any) -> Tuple[int, int]:
+        # the new columns' count: transformers >= 5.3 passes it, 5.0-5.2
+        # (what kvpress 0.5 needs) the cache_position tensor of those columns
+        n = query_length if isinstance(query_length, int) else int(query_length.shape[0])
+        return self.seen + n, 0
 
     def get_seq_length(self) -> int:
         return self.seen
 
     def get_max_length(self) -> int:
         return -1
+
+    get_max_cache_shape = get_max_length  # its name in transformers 5.0-5.2
 
     def reset(self) -> None:
         self.seen = 0
@@ -279,16 +284,20 @@ def kvpage_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     return result.to(query.dtype), None
 
 
-def kvpage_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
-                kv_offset: int = 0, mask_function: Any = None,
-                attention_mask: Optional[torch.Tensor] = None, **kwargs: Any
+def kvpage_mask(batch_size: int, q_length: Optional[int] = None, kv_length: int = 0,
+                q_offset: int = 0, kv_offset: int = 0, mask_function: Any = None,
+                attention_mask: Optional[torch.Tensor] = None,
+                cache_position: Optional[torch.Tensor] = None, **kwargs: Any
                 ) -> Optional[torch.Tensor]:
     """The "kvpage" mask: causality is the store's (prefill is causal,
     decode attends to the whole row), so the only mask is padding: None when
     every new token is real, else the (batch, q_length) bool mask of the new
-    columns (False = padding, never stored)."""
+    columns (False = padding, never stored). transformers 5.0-5.2 give the
+    new columns as cache_position instead of q_length."""
     if attention_mask is None:
         return None
+    if q_length is None:
+        q_length = int(cache_position.shape[0])
     m = attention_mask.to(torch.bool)[:, -q_length:]
     return None if bool(m.all()) else m
 

@@ -25,7 +25,8 @@
  * policies whose prompt pass is FP16's replay the reference's instead of
  * running the model (eval_run.h; --no-share turns that off).
  * Progress with an ETA on stderr; results as JSON / Markdown / SVG
- * (eval_report.h).
+ * (eval_report.h). --dump-items writes the retrieval items as JSON lines
+ * (eval_dump.h) instead of running anything.
  * Exit codes: 0 ok, 1 failure, 2 usage.
  */
 #include <math.h>
@@ -35,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eval_dump.h"
 #include "eval_hay.h"
 #include "eval_policy.h"
 #include "eval_report.h"
@@ -54,7 +56,7 @@
 
 typedef struct eval_opts {
     const char *model, *policies, *texts, *ctx, *depths, *tasks, *haystack;
-    const char *json, *md, *svg, *setting;
+    const char *json, *md, *svg, *setting, *dump;
     uint64_t ppl_prefill, ppl_gen, seed, threads, probe_rows, items, questions;
     int no_share;
 } eval_opts_t;
@@ -95,6 +97,9 @@ static const kv_cli_opt_t eval_opts[] = {
     {"--md", KV_CLI_OUT, offsetof(eval_opts_t, md), 0, 0, 0, 0, "FILE", KV_CLI_MD_HELP
      "\n(stdout gets the Markdown table unless --json or --md is -)"},
     EVAL_S("--svg", svg, "FILE", "write the plot of quality against KV bytes"),
+    {"--dump-items", KV_CLI_OUT, offsetof(eval_opts_t, dump), 0, 0, 0, 0, "FILE",
+     "write the retrieval items (text and token ids, one JSON object\na line) to FILE "
+     "(- = stdout) and run nothing else"},
 };
 
 /* 0 ok, 1 help printed, 2 usage error. */
@@ -177,6 +182,7 @@ typedef struct eval_state {
     double cost_done, cost_total;
     double t0;
     int tty;
+    FILE *dump;                    /* --dump-items: write items, run nothing */
 } eval_state_t;
 
 /* Estimated cost of one run, in prompt-token forward passes: its own
@@ -590,7 +596,19 @@ static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx, 
         item_prompts_t pr = {.n_head = 0};
         for (uint32_t qi = 0; qi < it.n_q && !rc; qi++)
             rc = item_ids(E, &it, qi, &pr.ids[qi], &pr.n[qi], &pr.n_head);
-        for (uint32_t qi = 0; qi < (E->aware ? it.n_q : 1) && !rc; qi++)
+        if (E->dump && !rc) {
+            eval_dump_ids_t d = {.n_head = pr.n_head};
+            for (uint32_t qi = 0; qi < it.n_q; qi++) {
+                d.ids[qi] = pr.ids[qi];
+                d.n[qi] = pr.n[qi];
+            }
+            if (eval_dump_item(E->dump, &spec, hname, ctx, k, &it, &d)) {
+                fprintf(stderr, "kvpage eval: writing %s failed: the output is incomplete\n",
+                        strcmp(E->o->dump, "-") ? E->o->dump : "to standard output");
+                rc = KV_EIO;
+            }
+        }
+        for (uint32_t qi = 0; qi < (E->aware ? it.n_q : 1) && !rc && !E->dump; qi++)
             for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
                 rc = E->aware ? run_aware(E, p, &cell, &it, qi, &pr, &res[p])
                               : run_agnostic(E, p, &cell, &it, &pr, &res[p]);
@@ -601,7 +619,7 @@ static int eval_retrieval(eval_state_t *E, eval_task_kind_t kind, uint32_t ctx, 
             free(pr.ids[qi]);
         eval_item_free(&it);
     }
-    for (uint32_t p = 0; p < E->n_pol && !rc; p++) {
+    for (uint32_t p = 0; p < E->n_pol && !rc && !E->dump; p++) {
         res[p].value = res[p].n_items ? (double)res[p].n_correct / res[p].n_items : 0;
         res_average(&res[p], res[p].n_items);
         rc = push_result(E, &res[p]);
@@ -758,7 +776,8 @@ int kv_cmd_eval(int argc, char **argv)
     }
     if ((o.json && !(out_json = kv_cli_out_open("eval", "--json", o.json))) ||
         (md && !(out_md = kv_cli_out_open("eval", "--md", md))) ||
-        (o.svg && !(out_svg = kv_cli_out_open("eval", "--svg", o.svg)))) {
+        (o.svg && !(out_svg = kv_cli_out_open("eval", "--svg", o.svg))) ||
+        (o.dump && !(E.dump = kv_cli_out_open("eval", "--dump-items", o.dump)))) {
         ret = 2;
         goto done;
     }
@@ -808,7 +827,7 @@ int kv_cmd_eval(int argc, char **argv)
     }
     if (load_hays(&E))
         goto done;
-    if (want[EVAL_TASK_COUNT])
+    if (want[EVAL_TASK_COUNT] && !E.dump)
         for (; n_loaded < n_texts; n_loaded++)
             if ((rc = load_text(&E, tnames[n_loaded], &texts[n_loaded], &text_ids[n_loaded])))
                 goto done;
@@ -825,8 +844,12 @@ int kv_cmd_eval(int argc, char **argv)
     }
     E.total = E.n_pol * (n_loaded + n_tasks * n_ctx * E.n_hays * (uint32_t)o.items *
                                         (E.aware ? (uint32_t)o.questions : 1));
-    fprintf(stderr, "kvpage eval: model %s, %u policies (%u replay fp16's prompt pass), %u runs, "
-            "%u threads\n", path, E.n_pol, n_shared, E.total, E.env.threads);
+    if (E.dump)
+        fprintf(stderr, "kvpage eval: model %s, writing the items to %s\n", path,
+                strcmp(o.dump, "-") ? o.dump : "standard output");
+    else
+        fprintf(stderr, "kvpage eval: model %s, %u policies (%u replay fp16's prompt pass), "
+                "%u runs, %u threads\n", path, E.n_pol, n_shared, E.total, E.env.threads);
     for (uint32_t t = 0; t < n_loaded && !rc; t++)
         rc = eval_ppl_text(&E, t, text_ids[t], fidelity);
     E.env.forks = E.aware ? 0 : 1; /* a question's fork beside its context */
@@ -838,6 +861,13 @@ int kv_cmd_eval(int argc, char **argv)
         fputc('\n', stderr);
     if (rc) {
         fprintf(stderr, "kvpage eval: failed: %s (%d)\n", kv_strerror(rc), rc);
+        goto done;
+    }
+    if (E.dump) {
+        FILE *d = E.dump;
+        E.dump = NULL;
+        if (!kv_cli_out_close("eval", o.dump, d))
+            ret = 0;
         goto done;
     }
     eval_report_t rep = {.model = path, .model_sha256 = pinned ? KV_MODEL_FILE_SHA256 : NULL,
@@ -861,8 +891,8 @@ int kv_cmd_eval(int argc, char **argv)
         ret = 0;
     fprintf(stderr, "kvpage eval: done in %.1f s\n", rep.wall_s);
 done:
-    FILE *unwritten[3] = {out_json, out_md, out_svg}; /* the work failed */
-    for (int i = 0; i < 3; i++)
+    FILE *unwritten[4] = {out_json, out_md, out_svg, E.dump}; /* the work failed */
+    for (int i = 0; i < 4; i++)
         if (unwritten[i] && unwritten[i] != stdout)
             fclose(unwritten[i]);
     for (uint32_t i = 0; i < n_loaded; i++)
