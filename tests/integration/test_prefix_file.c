@@ -29,7 +29,8 @@
  *     not restored;
  *   - full file: demotion to a file with too few slots drops the nodes,
  *     counted; a sequence's page-out that finds the file full takes the
- *     slots of the cache's copies;
+ *     slots of the cache's copies; a sync that finds it full writes the
+ *     copies of a chain from its root (all restored, none bad);
  *   - allocation failure (kv_fault_arm N = 1, 2, ...) in demotion, in a
  *     match that reads back, and in the reopen: the store stays consistent
  *     (kv_store_check, no kv_mem leak), a match is a correct prefix or
@@ -386,6 +387,21 @@ static void test_full(const kvt_dir_t *d)
     CHECK(st.prefix_file_dropped >= 3);
     CHECK_OK(kv_store_check(s));
     CHECK_OK(kv_seq_free(s, a));
+    kv_store_destroy(s);
+    kv_offload_unlink(path);
+
+    /* a sync that finds the file full writes chains from their roots (a
+     * copy under a parent without one could not be restored): of [0, 16),
+     * [16, 32), [32, 48) in the pool, the leaf the hottest, the two roots */
+    s = mk(kvt_path(d, "full-sync", path), 0, 12, 64);
+    publish(s, p, 48);
+    kv_store_destroy(s);
+    s = mk(path, 1, 0, 64);
+    st = kvt_pfx_stats(s);
+    CHECK_EQ(st.prefix_file_restored, 2);
+    CHECK_EQ(st.prefix_file_bad, 0);
+    CHECK_OK(kv_store_check(s));
+    CHECK_EQ(match_check(s, p, 49), 32);
     kv_store_destroy(s);
     kv_offload_unlink(path);
 }
