@@ -27,7 +27,9 @@
  * When: a host node leaves the pool's LRU (kv_store_prefix_evict) with a
  * page file -> demote (write the copy unless it has one, wait, drop the
  * pool references). kv_store_offload_sync and destroy write copies of the
- * host nodes that have none (best effort: a full file stops it). A match
+ * host nodes that have none, hottest first, a node's ancestors before it
+ * (best effort: a full file stops it; never a copy under a parent without
+ * one, which no restore could link). A match
  * that reaches nodes on the file reads them back in one batch (as many as
  * the pool has free pages for: never a refused page) and makes them host
  * nodes; the first that fails (a page's crc, key or generation check, an
@@ -277,6 +279,21 @@ int kv_pfx_file_demote(kv_store_t *s, kv_pfx_node_t *x)
     return 1;
 }
 
+/* 1 if x's copy is among the `used` submitted from win[head]. */
+static int in_window(const pf_pending_t *win, uint32_t head, uint32_t used,
+                     const kv_pfx_node_t *x)
+{
+    for (uint32_t i = 0; i < used; i++)
+        if (win[(head + i) % PF_WINDOW].x == x)
+            return 1;
+    return 0;
+}
+
+/* Hottest nodes first, and for each the nodes of its chain without a copy
+ * from the top down: a restore links a node only under its restored
+ * parent, so a copy whose parent has none would be written in vain (and
+ * restored as bad); when the file fills, the copies written form chains
+ * from their roots. */
 void kv_pfx_file_sync(kv_store_t *s)
 {
     kv_store_off_t *o = s->off;
@@ -285,18 +302,33 @@ void kv_pfx_file_sync(kv_store_t *s)
         return;
     pf_pending_t win[PF_WINDOW];
     uint32_t head = 0, used = 0;
-    for (kv_pfx_node_t *x = p->hot; x; x = x->prev) { /* hottest first */
+    int full = 0;
+    for (kv_pfx_node_t *x = p->hot; x && !full; x = x->prev) {
         if (x->copy || x->pol) /* compressed contexts: pool only */
             continue;
-        if (used == PF_WINDOW) {
-            (void)copy_finish(s, &win[head]);
-            head = (head + 1) % PF_WINDOW;
-            used--;
+        uint32_t depth = 0;
+        for (const kv_pfx_node_t *a = x; a; a = a->parent)
+            depth++;
+        /* one submission per round: the topmost node still without one */
+        for (uint32_t k = 0; k < depth && !full; k++) {
+            kv_pfx_node_t *top = NULL;
+            for (kv_pfx_node_t *a = x; a && !a->copy && !in_window(win, head, used, a);
+                 a = a->parent)
+                top = a;
+            if (!top || top->pol) /* done (or under a context: none) */
+                break;
+            if (used == PF_WINDOW) {
+                (void)copy_finish(s, &win[head]);
+                head = (head + 1) % PF_WINDOW;
+                used--;
+            }
+            int rc = copy_submit(s, top, &win[(head + used) % PF_WINDOW]);
+            if (rc) { /* full: the rest stays in the pool only; else skip x */
+                full = rc == -ENOSPC;
+                break;
+            }
+            used++;
         }
-        int rc = copy_submit(s, x, &win[(head + used) % PF_WINDOW]);
-        if (rc == -ENOSPC)
-            break; /* the file is full: the rest stays in the pool only */
-        used += rc == 0;
     }
     for (; used; used--, head = (head + 1) % PF_WINDOW)
         (void)copy_finish(s, &win[head]);
@@ -452,12 +484,15 @@ int kv_pfx_file_room(kv_store_t *s, uint32_t need)
     kv_offload_stats_t st;
     kv_offload_stats(s->off->file, &st);
     uint64_t free0 = st.capacity - st.slots_used, freed = 0;
-    /* copies of host nodes first (nothing is lost), coldest first */
-    for (kv_pfx_node_t *x = p->cold; x && free0 + freed < need; x = x->next)
-        if (x->copy && !x->on_file) {
-            freed += x->n_ents + x->copy->n_rec;
-            kv_pfx_file_release(s, x);
-        }
+    /* copies of host nodes first (nothing is lost), coldest first: those of
+     * childless nodes before the others (a child's copy is restored only
+     * under its parent's: it waits for the next sync to write that again) */
+    for (int pass = 0; pass < 2; pass++)
+        for (kv_pfx_node_t *x = p->cold; x && free0 + freed < need; x = x->next)
+            if (x->copy && !x->on_file && (pass || !x->children)) {
+                freed += x->n_ents + x->copy->n_rec;
+                kv_pfx_file_release(s, x);
+            }
     /* then nodes on the file, coldest leaves first */
     while (free0 + freed < need) {
         kv_pfx_node_t *x = p->cold;

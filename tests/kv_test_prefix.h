@@ -85,23 +85,7 @@ static inline int kvt_pfx_feed(kv_store_t *s, kv_seq_id_t seq, const int32_t *pr
 static inline int kvt_pfx_same_lists(kv_store_t *s, kv_seq_id_t a, kv_seq_id_t b,
                                      uint32_t nl, uint32_t nkv, uint32_t hd)
 {
-    int same = 1;
-    for (uint32_t l = 0; l < nl && same; l++)
-        for (uint32_t h = 0; h < nkv && same; h++) {
-            uint32_t na = 0, nb = 0;
-            if (kv_seq_len(s, a, l, h, &na) || kv_seq_len(s, b, l, h, &nb) || na != nb)
-                return 0;
-            const size_t m = (size_t)na * hd; /* K then V of a, then of b */
-            float *k = malloc((4 * m + 1) * sizeof *k);
-            int32_t *p = malloc((2 * (size_t)na + 1) * sizeof *p);
-            same = k && p && !kv_read(s, a, l, h, 0, na, k, k + m, p) &&
-                   !kv_read(s, b, l, h, 0, nb, k + 2 * m, k + 3 * m, p + na) &&
-                   !memcmp(k, k + 2 * m, 2 * m * sizeof *k) &&
-                   !memcmp(p, p + na, (size_t)na * sizeof *p);
-            free(k);
-            free(p);
-        }
-    return same;
+    return kvt_seq_same(s, a, s, b, nl, nkv, hd);
 }
 
 /* A prefix call on (s, seq) with the test's arguments: 0 or an error. */

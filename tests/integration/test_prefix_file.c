@@ -29,7 +29,9 @@
  *     not restored;
  *   - full file: demotion to a file with too few slots drops the nodes,
  *     counted; a sequence's page-out that finds the file full takes the
- *     slots of the cache's copies;
+ *     slots of the cache's copies (childless pool nodes' first); a sync
+ *     that finds it full writes the copies of a chain from its root (all
+ *     restored, none bad);
  *   - allocation failure (kv_fault_arm N = 1, 2, ...) in demotion, in a
  *     match that reads back, and in the reopen: the store stays consistent
  *     (kv_store_check, no kv_mem leak), a match is a correct prefix or
@@ -386,6 +388,41 @@ static void test_full(const kvt_dir_t *d)
     CHECK(st.prefix_file_dropped >= 3);
     CHECK_OK(kv_store_check(s));
     CHECK_OK(kv_seq_free(s, a));
+    kv_store_destroy(s);
+    kv_offload_unlink(path);
+
+    /* a sync that finds the file full writes chains from their roots (a
+     * copy under a parent without one could not be restored): of [0, 16),
+     * [16, 32), [32, 48) in the pool, the leaf the hottest, the two roots */
+    s = mk(kvt_path(d, "full-sync", path), 0, 12, 64);
+    publish(s, p, 48);
+    kv_store_destroy(s);
+    s = mk(path, 1, 0, 64);
+    st = kvt_pfx_stats(s);
+    CHECK_EQ(st.prefix_file_restored, 2);
+    CHECK_EQ(st.prefix_file_bad, 0);
+    CHECK_OK(kv_store_check(s));
+    CHECK_EQ(match_check(s, p, 49), 32);
+    kv_store_destroy(s);
+    kv_offload_unlink(path);
+
+    /* a page-out that finds the file full takes the copy of the pool's
+     * childless node [16, 32) before its parent's (the coldest) */
+    s = mk(kvt_path(d, "full-room", path), 0, 12, 64);
+    publish(s, p, 32);
+    CHECK_OK(kv_store_offload_sync(s)); /* 10 of 12 slots */
+    kv_seq_id_t b;
+    int32_t q[MAXT];
+    kvt_pfx_prompt(q, 16, 10);
+    CHECK_OK(kv_seq_create(s, &b));
+    CHECK_OK(feed(s, b, q, 0, 16)); /* 4 pages of its own */
+    CHECK_OK(kv_seq_offload(s, b));
+    CHECK_OK(kv_seq_wait(s, b));
+    CHECK(node_at(s, 0) && node_at(s, 0)->copy);
+    CHECK(node_at(s, 16) && !node_at(s, 16)->copy);
+    CHECK_EQ(kvt_pfx_stats(s).prefix_file_dropped, 0);
+    CHECK_OK(kv_store_check(s));
+    CHECK_OK(kv_seq_free(s, b));
     kv_store_destroy(s);
     kv_offload_unlink(path);
 }

@@ -34,15 +34,13 @@
  * 16th round starts without a file and kills within a few milliseconds, so
  * some kills land inside the first kv_store_create: the next create must
  * replace the "<path>.new" left (counted). Kill moments are counted by the
- * child's last phase. One JSON line of figures at the end.
+ * child's last phase. One JSON line of figures at the end. The fork, pipe
+ * and kill are tests/kv_test_crash.h's.
  */
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 
+#include "kv_test_crash.h"
 #include "test_offload_util.h"
 
 #define L     2u   /* layers    */
@@ -59,7 +57,7 @@ enum { PH_OPEN, PH_CREATE_FILE, PH_CREATE, PH_APPEND, PH_OFFLOAD, PH_PREFETCH, P
 static const char *const g_phase[PH_COUNT] = {"open", "create_file", "seq_create", "append",
                                               "offload", "prefetch", "free", "sync",
                                               "destroy"};
-enum { M_PHASE = 1, M_DEF, M_DONE, M_TOUCH, M_ACK, M_ERR };
+enum { M_DEF = 1, M_DONE, M_TOUCH, M_ACK };
 
 typedef struct recipe {
     uint64_t seed;
@@ -67,10 +65,9 @@ typedef struct recipe {
 } recipe_t;
 
 typedef struct msg {          /* child -> parent, one write() each */
-    uint32_t type, id;
+    kvt_crash_hdr_t h;        /* type M_*, id                       */
     recipe_t r;               /* M_DEF                              */
     uint64_t set;             /* M_ACK: ids wholly on the file      */
-    int32_t rc, line;         /* M_ERR                              */
 } msg_t;
 
 /* What the parent knows; a forked child starts from a copy. */
@@ -83,8 +80,9 @@ typedef struct model {
 } model_t;
 
 static char g_path[4096];
-static int g_wfd = -1;          /* child: the pipe                    */
 static model_t g_m;
+static void take(void *model, const void *msg);
+static kvt_crash_t g_crash = {.msg_size = sizeof(msg_t), .take = take, .child_model = &g_m};
 
 /* ---- recipes ------------------------------------------------------------------ */
 
@@ -126,38 +124,7 @@ static int build(kv_store_t *st, kv_seq_id_t seq, const recipe_t *r)
     return 0;
 }
 
-typedef struct snap {
-    uint32_t len[NL];
-    float k[NL][MAXTOK * D], v[NL][MAXTOK * D];
-    int32_t pos[NL][MAXTOK];
-} snap_t;
-
-static int snap(const kv_store_t *st, kv_seq_id_t seq, snap_t *s)
-{
-    memset(s->len, 0, sizeof s->len);
-    for (uint32_t i = 0; i < NL; i++) {
-        int rc = kv_seq_len(st, seq, i / H, i % H, &s->len[i]);
-        if (rc == 0 && s->len[i] > MAXTOK)
-            rc = KV_ERANGE;
-        if (rc || (rc = kv_read(st, seq, i / H, i % H, 0, s->len[i], s->k[i], s->v[i],
-                                s->pos[i])))
-            return rc;
-    }
-    return 0;
-}
-
-static int snap_same(const snap_t *a, const snap_t *b)
-{
-    for (uint32_t i = 0; i < NL; i++)
-        if (a->len[i] != b->len[i] || memcmp(a->k[i], b->k[i], 4ull * a->len[i] * D) ||
-            memcmp(a->v[i], b->v[i], 4ull * a->len[i] * D) ||
-            memcmp(a->pos[i], b->pos[i], 4ull * a->len[i]))
-            return 0;
-    return 1;
-}
-
 static kv_store_t *g_ref; /* no page file: recipes are built here */
-static snap_t g_a, g_b;
 
 /* 1 if seq in st holds exactly recipe r. */
 static int holds(const kv_store_t *st, kv_seq_id_t seq, const recipe_t *r)
@@ -165,8 +132,7 @@ static int holds(const kv_store_t *st, kv_seq_id_t seq, const recipe_t *r)
     kv_seq_id_t q;
     if (kv_seq_create(g_ref, &q))
         return 0;
-    int ok = build(g_ref, q, r) == 0 && snap(g_ref, q, &g_a) == 0 &&
-             snap(st, seq, &g_b) == 0 && snap_same(&g_a, &g_b);
+    int ok = build(g_ref, q, r) == 0 && kvt_seq_same(g_ref, q, st, seq, L, H, D);
     kv_seq_free(g_ref, q);
     return ok;
 }
@@ -191,28 +157,16 @@ static kv_config_t config(uint32_t flags)
 
 /* ---- the child ------------------------------------------------------------------ */
 
-static void take(model_t *m, const struct msg *g, int *phase);
-
+/* Tell the parent (the child's model takes it too). */
 static void say(uint32_t type, uint32_t id, const recipe_t *r, uint64_t set)
 {
-    msg_t m = {.type = type, .id = id, .set = set};
+    msg_t m = {.h = {.type = type, .id = id}, .set = set};
     if (r)
         m.r = *r;
-    int phase;
-    take(&g_m, &m, &phase); /* the child keeps the same model */
-    if (write(g_wfd, &m, sizeof m) != (ssize_t)sizeof m)
-        _exit(4);
+    kvt_crash_say(&g_crash, &m);
 }
 
-#define CHILD_CHECK(cond, rc_)                                                     \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            msg_t m_ = {.type = M_ERR, .rc = (rc_), .line = __LINE__};              \
-            if (write(g_wfd, &m_, sizeof m_) < 0)                                  \
-                _exit(5);                                                          \
-            _exit(3);                                                              \
-        }                                                                          \
-    } while (0)
+#define CHILD_CHECK(cond, rc_) KVT_CHILD_CHECK(&g_crash, cond, rc_)
 
 /* The live ids as a bit set. */
 static uint64_t live_set(const kv_store_t *st)
@@ -244,7 +198,7 @@ static uint64_t on_file_set(kv_store_t *st)
 
 static kv_store_t *child_open(void)
 {
-    say(M_PHASE, g_m.file ? PH_OPEN : PH_CREATE_FILE, NULL, 0);
+    kvt_crash_phase(&g_crash, g_m.file ? PH_OPEN : PH_CREATE_FILE);
     kv_config_t c = config(g_m.file ? KV_OFFLOAD_OPEN : 0);
     kv_store_t *st = NULL;
     int rc = kv_store_create(&c, &st);
@@ -257,7 +211,7 @@ static kv_store_t *child_open(void)
 
 static int sync_ack(kv_store_t *st)
 {
-    say(M_PHASE, PH_SYNC, NULL, 0);
+    kvt_crash_phase(&g_crash, PH_SYNC);
     int rc = kv_store_offload_sync(st);
     CHILD_CHECK(rc == 0 || rc == -ENOSPC, rc);
     if (rc == 0)
@@ -265,9 +219,9 @@ static int sync_ack(kv_store_t *st)
     return rc;
 }
 
-static void child_main(uint64_t seed)
+static void child_main(void *arg)
 {
-    uint64_t s = seed;
+    uint64_t s = *(const uint64_t *)arg;
     kv_store_t *st = child_open();
     for (;;) {
         kv_seq_id_t ids[MAXQ];
@@ -281,26 +235,26 @@ static void child_main(uint64_t seed)
         if (n < 4)
             dice = 0;
         if (dice < 30 && n < 20) { /* a new sequence */
-            say(M_PHASE, PH_CREATE, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_CREATE);
             kv_seq_id_t q;
             int rc = kv_seq_create(st, &q);
             CHILD_CHECK(rc == 0, rc);
             recipe_t r = {.seed = kv_test_rand(&s), .kind = (uint32_t)(kv_test_rand(&s) % 3),
                           .n = 17 + (uint32_t)(kv_test_rand(&s) % (MAXTOK - 16))};
             say(M_DEF, q, &r, 0);
-            say(M_PHASE, PH_APPEND, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_APPEND);
             rc = build(st, q, &r);
             CHILD_CHECK(rc == 0, rc);
             say(M_DONE, q, NULL, 0);
         } else if (dice < 55 && n && res.resident == res.pages && !res.in_flight) {
-            say(M_PHASE, PH_OFFLOAD, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_OFFLOAD);
             int rc = kv_seq_offload(st, pick);
             CHILD_CHECK(rc == 0 || rc == -ENOSPC, rc);
             if (kv_test_rand(&s) & 1)
                 CHILD_CHECK((rc = kv_seq_wait(st, pick)) == 0, rc);
         } else if (dice < 70 && n && res.on_file) {
             say(M_TOUCH, pick, NULL, 0);
-            say(M_PHASE, PH_PREFETCH, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_PREFETCH);
             int rc = kv_seq_prefetch(st, pick);
             CHILD_CHECK(rc == 0, rc);
             CHILD_CHECK((rc = kv_seq_wait(st, pick)) == 0, rc);
@@ -313,7 +267,7 @@ static void child_main(uint64_t seed)
             CHILD_CHECK(rc == 0, rc);
         } else if (dice < 78 && n) {
             say(M_TOUCH, pick, NULL, 0);
-            say(M_PHASE, PH_FREE, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_FREE);
             int rc = kv_seq_free(st, pick);
             CHILD_CHECK(rc == 0, rc);
         } else if (dice < 92) {
@@ -324,7 +278,7 @@ static void child_main(uint64_t seed)
         } else if (dice < 100) {
             int rc = sync_ack(st);
             uint64_t want = on_file_set(st);
-            say(M_PHASE, PH_DESTROY, NULL, 0);
+            kvt_crash_phase(&g_crash, PH_DESTROY);
             kv_store_destroy(st);
             st = child_open();
             if (rc == 0) /* exactly what was wholly on the file comes back */
@@ -340,59 +294,25 @@ typedef struct figures {
         acked_lost, half_made, acked_checked, busy_retries, rounds_no_file;
 } figures_t;
 
-static void take(model_t *m, const msg_t *g, int *phase)
+static void take(void *model, const void *msg)
 {
-    switch (g->type) {
-    case M_PHASE: *phase = (int)g->id; break;
-    case M_DEF: m->pending[g->id] = g->r; break;
+    model_t *m = model;
+    const msg_t *g = msg;
+    const uint32_t id = g->h.id;
+    switch (g->h.type) {
+    case M_DEF: m->pending[id] = g->r; break;
     case M_DONE: {
-        uint32_t *n = &m->n_cand[g->id];
+        uint32_t *n = &m->n_cand[id];
         if (*n == CANDS) { /* keep the newest */
-            memmove(m->cand[g->id], m->cand[g->id] + 1, (CANDS - 1) * sizeof(recipe_t));
+            memmove(m->cand[id], m->cand[id] + 1, (CANDS - 1) * sizeof(recipe_t));
             (*n)--;
         }
-        m->cand[g->id][(*n)++] = m->pending[g->id];
+        m->cand[id][(*n)++] = m->pending[id];
         break;
     }
-    case M_TOUCH: m->acked &= ~(1ull << g->id); break;
+    case M_TOUCH: m->acked &= ~(1ull << id); break;
     case M_ACK: m->acked = g->set; break;
     default: break;
-    }
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Read messages until the deadline (or EOF when deadline < 0). */
-static int pump(int rfd, model_t *m, int *phase, int *err, double deadline)
-{
-    for (;;) {
-        int wait_ms = -1;
-        if (deadline >= 0) {
-            double left = deadline - now_s();
-            if (left <= 0)
-                return 0;
-            wait_ms = (int)(left * 1000) + 1;
-        }
-        struct pollfd p = {.fd = rfd, .events = POLLIN};
-        int r = poll(&p, 1, wait_ms);
-        if (r <= 0)
-            continue;
-        msg_t g;
-        ssize_t n = read(rfd, &g, sizeof g);
-        if (n == 0)
-            return 1; /* EOF: the child is gone */
-        if (n != (ssize_t)sizeof g)
-            continue;
-        if (g.type == M_ERR) {
-            fprintf(stderr, "child failed at line %d: %s\n", g.line, kv_strerror(g.rc));
-            *err = 1;
-        }
-        take(m, &g, phase);
     }
 }
 
@@ -401,11 +321,7 @@ static void verify(model_t *m, figures_t *f)
 {
     kv_config_t c = config(KV_OFFLOAD_OPEN);
     kv_store_t *st = NULL;
-    int rc;
-    for (int i = 0; (rc = kv_store_create(&c, &st)) == KV_EBUSY && i < 500; i++) {
-        f->busy_retries++;
-        usleep(10000);
-    }
+    int rc = kvt_crash_open(&c, &st, &f->busy_retries);
     if (rc == -ENOENT) { /* killed before the first create finished */
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s%s", g_path, KV_OFFLOAD_NEW_SUFFIX);
@@ -501,7 +417,7 @@ int main(int argc, char **argv)
     rc_cfg.host_pages = 256;
     CHECK_OK(kv_store_create(&rc_cfg, &g_ref));
     figures_t f = {0};
-    double t0 = now_s();
+    double t0 = kvt_now_s();
     uint64_t s = seed;
     for (long round = 0; round < kills; round++) {
         int early = round % 16 == 5; /* no file, kill within a few ms */
@@ -513,33 +429,10 @@ int main(int argc, char **argv)
         double delay = early ? (double)(kv_test_rand(&s) % 4000) * 1e-6
                              : (double)(kv_test_rand(&s) % 150000) * 1e-6;
         uint64_t child_seed = kv_test_rand(&s);
-        int p[2];
-        if (pipe(p) != 0) {
-            perror("pipe");
-            return 1;
-        }
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(p[0]);
-            g_wfd = p[1];
-            child_main(child_seed);
-            _exit(6);
-        }
-        close(p[1]);
         model_t m = g_m;
-        int phase = -1, err = 0;
-        double t = now_s();
-        int gone = pump(p[0], &m, &phase, &err, t + delay);
-        kill(pid, SIGKILL);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (!gone)
-            pump(p[0], &m, &phase, &err, -1);
-        close(p[0]);
-        if (err || !WIFSIGNALED(status)) {
-            fprintf(stderr, "round %ld: the child ended on its own (status %d)\n", round,
-                    status);
+        int phase = -1;
+        if (kvt_crash_round(&g_crash, child_main, &child_seed, &m, delay, &phase)) {
+            fprintf(stderr, "round %ld failed\n", round);
             CHECK(0);
             break;
         }
@@ -563,7 +456,7 @@ int main(int argc, char **argv)
            "\"half_made_replaced\":%ld,\"rounds_without_file\":%ld,\"busy_retries\":%ld,"
            "\"seconds\":%.1f}\n",
            f.restored_exact, f.acked_checked, f.reported_lost, f.dropped, f.wrong,
-           f.acked_lost, f.half_made, f.rounds_no_file, f.busy_retries, now_s() - t0);
+           f.acked_lost, f.half_made, f.rounds_no_file, f.busy_retries, kvt_now_s() - t0);
     kv_store_destroy(g_ref);
     kv_offload_unlink(g_path);
     kvt_dir_remove(&dir);
