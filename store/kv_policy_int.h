@@ -92,10 +92,11 @@ struct kv_policy {
     uint32_t rot;             /* rot=1: INT pages stored rotated (target    */
                               /* fmt | KV_FMT_ROT; kv_pol_target)           */
     uint32_t methods;         /* bit 1u << KV_POL_M_* per method given       */
-    /* AdaKV (h2o, snapkv, minikv, eattn: ada=1): a layer's heavy budget    */
-    /* shared by its kv heads (kv_pol_ada_split)                             */
-    uint32_t ada;             /* 1: on                                       */
-    double ada_alpha;         /* floor per head: alpha * the uniform budget  */
+    /* AdaKV (h2o, snapkv, minikv, eattn, kvzip: ada=1): a layer's heavy    */
+    /* budget shared by its kv heads (kv_pol_ada_split); ada=2 (snapkv,      */
+    /* eattn, kvzip): the sequence's, shared by every list of every layer    */
+    uint32_t ada;             /* 0 off, 1 per layer, 2 across layers         */
+    double ada_alpha;         /* floor per list: alpha * the uniform budget  */
     /* Expected Attention (kv_policy_eattn.c); c -> hh, w -> window          */
     uint32_t ea_sink;         /* first tokens always kept, rows not counted  */
     uint32_t ea_future;       /* future positions RoPE is averaged over      */
@@ -160,6 +161,10 @@ typedef struct kv_pol_seq {
     uint8_t *lazy;           /* [n_layers] 1: lazy layer                     */
     uint32_t sim_decided;    /* 1: lazy layers decided                       */
     uint32_t *hh_layer;      /* [n_layers] resolved heavy budget per layer   */
+    uint32_t *k_list;        /* ada=2: [n_lists] each list's share of the    */
+                             /* sequence's budget (candidates kept), set     */
+                             /* once per prefill end (k_set); else NULL      */
+    uint32_t k_set;          /* ada=2: 1 once k_list holds the split         */
     uint8_t *target0;        /* [n_layers] each layer's target format when   */
                              /* the prefill end began (a compressed context's */
                              /* key names the state before it)               */
@@ -246,9 +251,16 @@ void kv_pol_budgets(const kv_policy_t *p, uint32_t T, uint32_t *hh, uint32_t *re
  * (pairs (S, S+1), (S+2, S+3), ... below n_layers). */
 uint32_t kv_pol_merge_first(const kv_policy_t *p, uint32_t n_layers);
 /* Selection of one layer's lists at prefill end or after a decode step
- * (per list, or with ada=1 one budget for the layer). */
+ * (per list; with ada=1 one budget for the layer; with ada=2 each list's
+ * share of the sequence's budget, ps->k_list). */
 int kv_pol_select_layer(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
                         uint32_t layer, int at_prefill);
+/* ada=2, at the prefill end before the first kv_pol_select_layer: split
+ * the sequence's budget (n_lists x the uniform k) over all its lists with
+ * kv_pol_ada_split into ps->k_list, once (k_set: a retried prefill end
+ * keeps the split). 0 (also when ada != 2 or already split) or KV_ENOMEM
+ * (nothing changed). */
+int kv_pol_select_split(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps);
 /* SimLayerKV trim of one list to sink + last w (if longer). */
 int kv_pol_sim_trim(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps,
                     uint32_t layer, uint32_t head);

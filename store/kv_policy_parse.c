@@ -80,11 +80,13 @@ static const char *const sim_modes[] = {[KV_POL_SIM_DECODE] = "decode",
 static const char *const rope_layouts[] = {[KV_POL_ROPE_PAIRS] = "pairs",
                                            [KV_POL_ROPE_HALVES] = "halves", NULL};
 
-/* ada=1 (AdaKV per-head budgets) and its floor alpha, keys of every
- * scoring selection; quiet, so policies without them describe as before. */
-#define KV_POL_ADA(m)                                                          \
+/* ada=1 (AdaKV per-head budgets; ada=2, one budget across all layers, for
+ * the selections made once at the prefill end: hi 2) and its floor alpha,
+ * keys of every scoring selection; quiet, so policies without them
+ * describe as before. */
+#define KV_POL_ADA(m, hi_)                                                     \
     {.part = (m), .name = "ada", .kind = KV_SPEC_UINT, KV_SPEC_FIELD(P, ada),    \
-     .lo = 0, .hi = 1, .dflt = 0, .quiet = 1},                                  \
+     .lo = 0, .hi = (hi_), .dflt = 0, .quiet = 1},                              \
     {.part = (m), .name = "alpha", .kind = KV_SPEC_REAL, KV_SPEC_FIELD(P, ada_alpha), \
      .rlo = 0.0, .rhi = 1.0, .dflt = 0.2, .quiet = 1}
 
@@ -101,16 +103,16 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_A(KV_POL_M_STREAM, "recent", P, recent, 0.2),
     KV_SPEC_A(KV_POL_M_H2O, "hh", P, hh, 0.1),
     KV_SPEC_A(KV_POL_M_H2O, "rw", P, recent, 0.1),
-    KV_POL_ADA(KV_POL_M_H2O),
+    KV_POL_ADA(KV_POL_M_H2O, 1),
     KV_SPEC_U(KV_POL_M_SNAPKV, "w", P, window, 1, 65536, 32),
     KV_SPEC_U_RULE(KV_POL_M_SNAPKV, "k", P, kernel, 1, 255, 7, 2, 1), /* odd */
     KV_SPEC_A(KV_POL_M_SNAPKV, "c", P, hh, 0.2),
-    KV_POL_ADA(KV_POL_M_SNAPKV),
+    KV_POL_ADA(KV_POL_M_SNAPKV, 2),
     KV_SPEC_A(KV_POL_M_MINIKV, "hh", P, hh, 0.25),
     KV_SPEC_A(KV_POL_M_MINIKV, "rw", P, recent, 0.25),
     KV_SPEC_U(KV_POL_M_MINIKV, "pyramid", P, pyramid, 0, 1000, 0),
     KV_POL_ROT(KV_POL_M_MINIKV),
-    KV_POL_ADA(KV_POL_M_MINIKV),
+    KV_POL_ADA(KV_POL_M_MINIKV, 1),
     /* eattn: c kept tokens, the last rw of them always; w query rows (0: every prompt row past the
      * sinks); RoPE of the engine (theta, layout) to undo it on the queries
      * and average it over the future positions */
@@ -123,11 +125,11 @@ static const kv_spec_key_t keys[] = {
     KV_SPEC_E(KV_POL_M_EATTN, "rope", P, ea_rope, rope_layouts, KV_POL_ROPE_PAIRS),
     KV_SPEC_U(KV_POL_M_EATTN, "cov", P, ea_cov, 0, 1, 1),
     KV_SPEC_U(KV_POL_M_EATTN, "vnorm", P, ea_vnorm, 0, 1, 1),
-    KV_POL_ADA(KV_POL_M_EATTN),
+    KV_POL_ADA(KV_POL_M_EATTN, 2),
     /* kvzip: c kept tokens by reconstruction scores, the first `sink` always */
     KV_SPEC_A(KV_POL_M_KVZIP, "c", P, hh, 0.2),
     KV_SPEC_U(KV_POL_M_KVZIP, "sink", P, sink, 0, 1u << 20, 4),
-    KV_POL_ADA(KV_POL_M_KVZIP),
+    KV_POL_ADA(KV_POL_M_KVZIP, 2),
     KV_SPEC_R(KV_POL_M_SIM, "delta", P, sim_delta, 0.0, 1.0, 0.9),
     KV_SPEC_U(KV_POL_M_SIM, "w", P, sim_w, 1, 1u << 24, 1024),
     KV_SPEC_U(KV_POL_M_SIM, "sink", P, sim_sink, 0, 1u << 20, 4),
@@ -237,6 +239,9 @@ static int check_composition(P *p, char *err, size_t len)
     if (p->mc && p->rot)
         return kv_spec_err(KV_EINVAL, err, len, "'rot=1' with minicache: merged "
                            "directions are not rotated");
+    if (p->ada == 2 && p->sim)
+        return kv_spec_err(KV_EINVAL, err, len, "'ada=2' (one budget across layers) with "
+                           "simlayerkv: its lazy layers are trimmed, not selected");
     if (p->sel == KV_POL_SEL_MINIKV && !p->fmt_given)
         p->fmt = KV_FMT_INT2; /* MiniKV keeps its tokens INT2 */
     return 0;

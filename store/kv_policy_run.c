@@ -6,10 +6,12 @@
  *   prefill end: resolve budgets against the prompt length T (fractions of
  *   T; MiniKV pyramid per layer); SimLayerKV (prefill mode) marks lazy
  *   layers; Expected Attention scores every list (kv_policy_eattn.c), KVzip
- *   checks its scores (kv_policy_kvzip.c); per
+ *   checks its scores (kv_policy_kvzip.c); with ada=2 the sequence's
+ *   budget is split over all its lists once (kv_pol_select_split); per
  *   (layer, kv_head): lazy -> trim to sink + last w, else the selection
- *   (StreamingLLM, H2O, SnapKV, MiniKV, Expected Attention; per list, or
- *   per layer with AdaKV's ada=1; CaM on evictions); then
+ *   (StreamingLLM, H2O, SnapKV, MiniKV, Expected Attention, KVzip; per
+ *   list, per layer with AdaKV's ada=1, or each list's share with ada=2;
+ *   CaM on evictions); then
  *   the kept tokens' format (set_format + quantize, all but the last T mod R
  *   tokens); MiniCache merges its layer pairs.
  *   step end: SimLayerKV (decode mode) decides after the first step; lazy
@@ -163,6 +165,8 @@ static int prefill_run(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
         kv_pol_qmom_free(s, ps);
     if (p->sel == KV_POL_SEL_KVZIP)
         rc = kv_pol_kvzip_prepare(s, seq, ps);
+    if (!rc)
+        rc = kv_pol_select_split(s, seq, ps);
     if (!rc)
         rc = lists_apply(s, seq, ps, 1);
     if (!rc && p->sel && p->fmt != KV_FMT_FP16) {

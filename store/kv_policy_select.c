@@ -384,17 +384,51 @@ static int keep_top(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t l
     return kv_pol_keep(s, seq, ps, layer, head, keep, n_keep, cam_win);
 }
 
+int kv_pol_select_split(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps)
+{
+    if (ps->pol.ada != 2 || ps->k_set)
+        return 0;
+    const uint32_t H = s->cfg.n_kv_heads, N = ps->n_lists;
+    uint64_t sum_cand = 0;
+    for (uint32_t i = 0; i < N; i++)
+        sum_cand += plan_list(s, seq, ps, i / H, i % H, 1).n_cand;
+    size_t bytes = (size_t)N * (sizeof(uint32_t) + sizeof(const float *)) +
+                   sum_cand * (sizeof(uint64_t) + sizeof(float));
+    char *mem = kv_mem_alloc(bytes);
+    if (!mem)
+        return KV_ENOMEM;
+    const float **score = (const float **)(void *)mem;
+    uint64_t *keys = (uint64_t *)(void *)(score + N);
+    float *pooled = (float *)(void *)(keys + sum_cand);
+    uint32_t *n_cand = (uint32_t *)(void *)(pooled + sum_cand), k = 0;
+    int rc = 0;
+    for (uint32_t i = 0, at = 0; i < N && !rc; at += n_cand[i], i++) {
+        sel_plan_t pl = plan_list(s, seq, ps, i / H, i % H, 1);
+        n_cand[i] = pl.n_cand;
+        k = i ? k : pl.k; /* the layers' budgets are one (no pyramid here) */
+        rc = list_scores(s, ps, i, &pl, pooled + at, &score[i]);
+    }
+    if (!rc) {
+        kv_pol_ada_split(score, n_cand, N, k, ps->pol.ada_alpha, ps->k_list, keys);
+        ps->k_set = 1;
+    }
+    kv_mem_free(mem, bytes);
+    return rc;
+}
+
 int kv_pol_select_layer(kv_store_t *s, kv_seq_id_t seq, kv_pol_seq_t *ps, uint32_t layer,
                         int at_prefill)
 {
     const uint32_t H = s->cfg.n_kv_heads;
     if (plan_list(s, seq, ps, layer, 0, at_prefill).skip)
         return 0;
-    if (!ps->pol.ada || H == 1 || H > KV_MAX_KV_HEADS_SEL) { /* per list */
+    if (ps->pol.ada != 1 || H == 1 || H > KV_MAX_KV_HEADS_SEL) { /* per list */
         int rc = 0;
         for (uint32_t h = 0; h < H && !rc; h++) {
             sel_plan_t q = plan_list(s, seq, ps, layer, h, at_prefill);
-            if (q.n <= q.budget)
+            if (ps->pol.ada == 2 && ps->k_set) /* its share of the sequence's */
+                q.k = ps->k_list[layer * H + h];
+            if (q.n_cand <= q.k)
                 continue;
             size_t bytes = (size_t)q.n * sizeof(uint32_t) +
                            (size_t)q.n_cand * (sizeof(uint64_t) + sizeof(float));

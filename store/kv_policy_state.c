@@ -76,6 +76,7 @@ static void state_free(kv_store_t *s, kv_pol_seq_t *ps)
     pol_free(s, ps->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
     pol_free(s, ps->lazy, ps->n_layers);
     pol_free(s, ps->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
+    pol_free(s, ps->k_list, ps->n_lists * sizeof *ps->k_list);
     pol_free(s, ps->target0, ps->n_layers);
     pol_free(s, ps, sizeof *ps);
 }
@@ -101,6 +102,8 @@ static kv_pol_seq_t *state_new(kv_store_t *s, const kv_policy_t *p)
              (ps->target0 = pol_alloc(s, ps->n_layers));
     if (ok && need_acc)
         ok = (ps->acc = pol_alloc(s, ps->n_lists * sizeof *ps->acc)) != NULL;
+    if (ok && p->ada == 2)
+        ok = (ps->k_list = pol_alloc(s, ps->n_lists * sizeof *ps->k_list)) != NULL;
     if (ok && kv_pol_sel_scored(p->sel))
         ok = (ps->win = pol_alloc(s, ps->n_lists * sizeof *ps->win)) != NULL;
     if (ok && p->sel == KV_POL_SEL_EATTN)
@@ -196,6 +199,10 @@ kv_pol_seq_t *kv_pol_state_dup(kv_store_t *s, const kv_pol_seq_t *src)
     ps->ea_scale = src->ea_scale;
     memcpy(ps->hh_layer, src->hh_layer, ps->n_layers * sizeof *ps->hh_layer);
     memcpy(ps->target0, src->target0, ps->n_layers);
+    if (src->k_list) {
+        memcpy(ps->k_list, src->k_list, ps->n_lists * sizeof *ps->k_list);
+        ps->k_set = src->k_set;
+    }
     if (src->sim_mass) {
         memcpy(ps->sim_mass, src->sim_mass, ps->n_layers * sizeof *ps->sim_mass);
         memcpy(ps->lazy, src->lazy, ps->n_layers);

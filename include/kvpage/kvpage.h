@@ -679,7 +679,7 @@ typedef struct kv_policy_info {
     uint32_t budget;         /* tokens a list keeps at prefill end: heavy    */
                              /* hitters + recent window (at least 1),        */
                              /* sink + recent (at least 1), snapkv's and     */
-                             /* eattn's c; under a MiniKV pyramid or ada=1   */
+                             /* eattn's c; under a MiniKV pyramid or ada=1/2 */
                              /* the mean over layers / lists                 */
                              /* (heavy hitters before the pyramid spreads    */
                              /* them); may exceed prompt_len (all kept);     */

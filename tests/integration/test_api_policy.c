@@ -31,7 +31,8 @@ static const char *const specs[] = {
     "minicache:from=0.5,every=4+int4:r=16", "simlayerkv:w=8,mode=prefill+int4:r=16",
     "eattn:c=20,rw=6,sink=2+int4:r=16", "eattn:c=0.3,w=8,ada=1,rope=halves",
     "h2o:hh=6,rw=10,ada=1+cam:m=4", "snapkv:w=8,c=20,ada=1+int2:r=16",
-    "minikv:hh=0.2,rw=0.2,ada=1,alpha=0.5",
+    "minikv:hh=0.2,rw=0.2,ada=1,alpha=0.5", "snapkv:w=8,c=20,ada=2+int2:r=16",
+    "eattn:c=0.3,w=8,ada=2,rope=halves",
 };
 
 static void setup(pe_t *e)

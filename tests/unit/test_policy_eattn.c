@@ -462,14 +462,57 @@ static void test_ada_store(const char *spec, uint32_t per_head, uint32_t floor_m
     kv_store_destroy(E.s);
 }
 
+/* ada=2: one budget for the whole sequence. Layer 1's attention is
+ * concentrated on a few tokens (their keys 8x longer), layer 0's spread
+ * (every key the same before RoPE): the lists' total is the uniform one,
+ * every list keeps its floor, and one layer keeps far more than the other
+ * (ada=1 would keep H * per_head in each; which one depends on how the
+ * method scores); attention still runs. */
+static void test_ada_global(const char *spec, uint32_t per_head, uint32_t floor_min)
+{
+    env_data(2, 200, 13);
+    for (uint32_t t = 0; t < 200; t++)
+        for (uint32_t h = 0; h < H; h++)
+            for (uint32_t d = 0; d < D; d++) {
+                E.kpre[0][t][h][d] = d == 2 ? 1.0f : 0.0f;
+                E.kpre[1][t][h][d] *= t % 7 == 3 ? 8.0f : 1.0f;
+            }
+    E.chunk = 64;
+    CHECK_OK(env_open(0));
+    kv_seq_id_t seq;
+    CHECK_OK(seq_with(spec, &seq));
+    CHECK_OK(prefill(seq, 10000, 0));
+    CHECK_OK(kv_seq_prefill_end(E.s, seq));
+    uint32_t total = 0, lay[2], n[H];
+    for (uint32_t l = 0; l < E.L; l++) {
+        lay[l] = layer_lens(seq, l, n);
+        total += lay[l];
+        for (uint32_t h = 0; h < H; h++)
+            CHECK(n[h] >= floor_min);
+    }
+    CHECK_EQ(total, E.L * H * per_head);
+    printf("  %-40s kept per layer: %u %u (of %u)\n", spec, lay[0], lay[1],
+           E.L * H * per_head);
+    CHECK(lay[0] > lay[1] + H * per_head / 2 || lay[1] > lay[0] + H * per_head / 2);
+    float q[HQ * D], out[HQ * D];
+    uint64_t sd = 5;
+    for (uint32_t i = 0; i < HQ * D; i++)
+        q[i] = kv_test_randf(&sd);
+    kv_decode_t d = {.layer = 0, .batch = 1, .seqs = &seq, .q = q, .out = out};
+    CHECK_OK(kv_attn_decode(E.s, &d));
+    CHECK_OK(kv_store_check(E.s));
+    kv_store_destroy(E.s);
+}
+
 /* Grammar: keys, ranges, errors, describe round trip. */
 static void test_grammar(void)
 {
     static const char *const bad[] = {
         "eattn:c=1.5", "eattn:w=65537", "eattn:future=0", "eattn:theta=0.5",
-        "eattn:rope=interleaved", "eattn:cov=2", "eattn:vnorm=-1", "eattn:ada=2",
+        "eattn:rope=interleaved", "eattn:cov=2", "eattn:vnorm=-1", "eattn:ada=3",
         "eattn:alpha=1.1", "eattn+snapkv", "eattn+cam", "eattn:c=0.2,c=0.3",
-        "eattn:k=7", "streamingllm:ada=1", "eattn+fp16",
+        "eattn:k=7", "streamingllm:ada=1", "eattn+fp16", "h2o:ada=2", "minikv:ada=2",
+        "simlayerkv+snapkv:ada=2",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kv_policy_t *p = NULL;
@@ -536,5 +579,8 @@ int main(void)
     test_ada_store("snapkv:c=40,w=8,ada=1", 40, 8 + 8, 2);
     test_ada_store("h2o:hh=32,rw=8,ada=1", 40, 6 + 8, 6);
     test_ada_store("minikv:hh=32,rw=8,ada=1,alpha=0.5", 40, 16 + 8, 0);
+    test_ada_global("eattn:c=40,rw=0,ada=2", 40, 8);
+    test_ada_global("snapkv:c=40,w=8,ada=2", 40, 6 + 8); /* 0.2 * 32, + w */
+    test_ada_global("eattn:c=40,rw=0,ada=2,alpha=0", 40, 0);
     return kv_test_end();
 }
