@@ -407,6 +407,19 @@ static uint32_t layer_lens(kv_seq_id_t seq, uint32_t l, uint32_t *n)
     return sum;
 }
 
+/* A store over E's data (prompt chunks of 64) and a sequence under spec,
+ * prefilled and past its prefill end. */
+static kv_seq_id_t open_ended(const char *spec)
+{
+    E.chunk = 64;
+    CHECK_OK(env_open(0));
+    kv_seq_id_t seq = 0;
+    CHECK_OK(seq_with(spec, &seq));
+    CHECK_OK(prefill(seq, 10000, 0));
+    CHECK_OK(kv_seq_prefill_end(E.s, seq));
+    return seq;
+}
+
 /* ada=1: per layer the kept total is the uniform one, floors respected, and
  * the lists differ; h2o keeps that at every step; attention still runs. */
 static void test_ada_store(const char *spec, uint32_t per_head, uint32_t floor_min, int steps)
@@ -415,12 +428,7 @@ static void test_ada_store(const char *spec, uint32_t per_head, uint32_t floor_m
     for (uint32_t t = 0; t < 200; t++) /* layer 0, head 1: keys aligned to queries */
         for (uint32_t d = 0; d < D; d++)
             E.kpre[0][t][1][d] = d == 2 ? 3.0f : 0.1f * E.kpre[0][t][1][d];
-    E.chunk = 64;
-    CHECK_OK(env_open(0));
-    kv_seq_id_t seq;
-    CHECK_OK(seq_with(spec, &seq));
-    CHECK_OK(prefill(seq, 10000, 0));
-    CHECK_OK(kv_seq_prefill_end(E.s, seq));
+    kv_seq_id_t seq = open_ended(spec);
     int differ = 0;
     for (int step = 0; step <= steps; step++) {
         for (uint32_t l = 0; l < E.L; l++) {
@@ -477,12 +485,7 @@ static void test_ada_global(const char *spec, uint32_t per_head, uint32_t floor_
                 E.kpre[0][t][h][d] = d == 2 ? 1.0f : 0.0f;
                 E.kpre[1][t][h][d] *= t % 7 == 3 ? 8.0f : 1.0f;
             }
-    E.chunk = 64;
-    CHECK_OK(env_open(0));
-    kv_seq_id_t seq;
-    CHECK_OK(seq_with(spec, &seq));
-    CHECK_OK(prefill(seq, 10000, 0));
-    CHECK_OK(kv_seq_prefill_end(E.s, seq));
+    kv_seq_id_t seq = open_ended(spec);
     uint32_t total = 0, lay[2], n[H];
     for (uint32_t l = 0; l < E.L; l++) {
         lay[l] = layer_lens(seq, l, n);
