@@ -275,7 +275,7 @@ static void rope_rows(const premise_t *P, float *x, size_t stride, double sign)
 
 /* A sequence holding the context with every group of the rule projected
  * on the top eigenvectors of its X^T X (K and V separately, those of the
- * mask; the others stay FP16). *ratio_out: FP16 numbers over stored
+ * mask; the others are copied as read). *ratio_out: FP16 numbers over stored
  * coefficients for the projected tensors (bases not counted). */
 static kv_seq_id_t projected(premise_t *P, const proj_rule_t *R, double *ratio_out)
 {
@@ -284,7 +284,16 @@ static kv_seq_id_t projected(premise_t *P, const proj_rule_t *R, double *ratio_o
                      xmalloc(P->L * per_layer * sizeof(float))};
     uint32_t nh = R->per_head ? P->H : 1;
     double fp16 = 0.0, coefs = 0.0;
-    for (int which = 0; which < 2; which++)
+    for (int which = 0; which < 2; which++) {
+        if (!(R->mask & (1 << which))) { /* not projected: the FP16 rows as read */
+            for (uint32_t l = 0; l < P->L; l++)
+                for (uint32_t h = 0; h < P->H; h++)
+                    for (uint32_t t = 0; t < P->T; t++)
+                        memcpy(out[which] + l * per_layer + ((size_t)t * P->H + h) * P->D,
+                               rows_of(P, which, l, h) + (size_t)t * P->D,
+                               P->D * sizeof(float));
+            continue;
+        }
         for (uint32_t l0 = 0; l0 < P->L; l0 += R->g)
             for (uint32_t h = 0; h < nh; h++) {
                 uint32_t l1 = l0 + R->g < P->L ? l0 + R->g : P->L;
@@ -304,13 +313,10 @@ static kv_seq_id_t projected(premise_t *P, const proj_rule_t *R, double *ratio_o
                     blocks_times(P, x, f, S); /* y = x C^(1/2) */
                 }
                 double *vec = NULL, *w = spectrum(x, P->T, f, &vec, &n);
-                uint32_t r = f;
-                if (R->mask & (1 << which)) {
-                    r = R->ratio > 0.0 ? (uint32_t)lround(f / R->ratio)
-                                       : kv_eig_rank(w, n, R->energy);
-                    fp16 += f;
-                    coefs += r;
-                }
+                uint32_t r = R->ratio > 0.0 ? (uint32_t)lround(f / R->ratio)
+                                            : kv_eig_rank(w, n, R->energy);
+                fp16 += f;
+                coefs += r;
                 double *coef = xmalloc(f * sizeof *coef), *row = xmalloc(f * sizeof *row);
                 for (uint32_t t = 0; t < P->T; t++) {
                     const float *xt = x + (size_t)t * f;
@@ -360,6 +366,7 @@ static kv_seq_id_t projected(premise_t *P, const proj_rule_t *R, double *ratio_o
                 free(w);
                 free(x);
             }
+    }
     kv_seq_id_t seq;
     CHECK_OK(kv_seq_create(P->st, &seq));
     for (uint32_t l = 0; l < P->L; l++)
